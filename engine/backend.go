@@ -1,0 +1,140 @@
+package engine
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/backends/simplego"
+)
+
+// BackendEnv is the environment variable that selects the backend when no explicit choice is given.
+const BackendEnv = "MEMFIT_BACKEND"
+
+// DefaultBackend is the backend spec used when neither a flag nor MEMFIT_BACKEND chooses one: the pure-Go
+// backend with sequential op scheduling (its parallel scheduler deadlocks on training graphs; matmuls stay
+// multi-threaded inside).
+const DefaultBackend = "go"
+
+// Spec is a parsed backend choice.
+type Spec struct {
+	// Name is "go" or "xla".
+	Name string
+	// Options for the pure-Go backend (comma-separated simplego options; ops_sequential is always added unless
+	// ops_parallel is given).
+	Options string
+	// Plugin is the XLA PJRT plugin: a name such as "cuda" (searched as pjrt_c_api_<name>_plugin.so) or an
+	// absolute path to the plugin's .so file.
+	Plugin string
+}
+
+// String returns the canonical spec text.
+func (s Spec) String() string {
+	switch s.Name {
+	case "go":
+		if s.Options == "" {
+			return "go"
+		}
+		return "go:" + s.Options
+	case "xla":
+		return "xla:" + s.Plugin
+	}
+	return s.Name
+}
+
+// ParseSpec parses a backend spec: "go", "go:<simplego options>", "xla:<plugin name>" or "xla:<absolute path to
+// plugin .so>". An empty spec means DefaultBackend.
+func ParseSpec(spec string) (Spec, error) {
+	spec = strings.TrimSpace(spec)
+	if spec == "" {
+		spec = DefaultBackend
+	}
+	name, rest, _ := strings.Cut(spec, ":")
+	switch name {
+	case "go", "simplego":
+		return Spec{Name: "go", Options: rest}, nil
+	case "xla":
+		if rest == "" {
+			return Spec{}, fmt.Errorf("backend %q: name the XLA plugin, e.g. xla:cuda or xla:/abs/path/pjrt_c_api_cuda_plugin.so", spec)
+		}
+		if strings.HasPrefix(rest, "~") || (strings.ContainsRune(rest, '/') && !filepath.IsAbs(rest)) {
+			return Spec{}, fmt.Errorf("backend %q: an XLA plugin path must be absolute", spec)
+		}
+		return Spec{Name: "xla", Plugin: rest}, nil
+	}
+	return Spec{}, fmt.Errorf("unknown backend %q: use \"go\" (pure Go, the default) or \"xla:<plugin name or absolute .so path>\"", spec)
+}
+
+// ChooseSpec returns flag if it is not empty, else $MEMFIT_BACKEND, else DefaultBackend.
+func ChooseSpec(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	if env := os.Getenv(BackendEnv); env != "" {
+		return env
+	}
+	return DefaultBackend
+}
+
+// NewBackend creates the backend named by spec (see ParseSpec). It never downloads anything: an XLA plugin that
+// cannot be found is an error that says where memfit looked and how to point at one.
+func NewBackend(spec string) (backends.Backend, error) {
+	s, err := ParseSpec(spec)
+	if err != nil {
+		return nil, err
+	}
+	switch s.Name {
+	case "go":
+		opts := s.Options
+		if !strings.Contains(opts, "ops_parallel") && !strings.Contains(opts, "ops_sequential") {
+			opts = strings.Trim(opts+",ops_sequential", ",")
+		}
+		b, err := simplego.New(opts)
+		if err != nil {
+			return nil, fmt.Errorf("backend %q: %w", s, err)
+		}
+		return b, nil
+	case "xla":
+		return newXLABackend(s.Plugin)
+	}
+	return nil, fmt.Errorf("unknown backend %q", spec)
+}
+
+// pluginSearchDirs lists where a plugin given by name is looked for, in order (the same places go-xla searches).
+func pluginSearchDirs() []string {
+	var dirs []string
+	for _, env := range []string{"PJRT_PLUGIN_LIBRARY_PATH", "LD_LIBRARY_PATH"} {
+		for _, d := range filepath.SplitList(os.Getenv(env)) {
+			if d != "" {
+				dirs = append(dirs, d)
+			}
+		}
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		dirs = append(dirs, filepath.Join(home, ".local", "lib", "go-xla"))
+	}
+	dirs = append(dirs, "/usr/local/lib/go-xla")
+	return dirs
+}
+
+// findPlugin resolves a plugin name or absolute path to an existing file.
+func findPlugin(plugin string) (string, error) {
+	if filepath.IsAbs(plugin) {
+		if st, err := os.Stat(plugin); err != nil || st.IsDir() {
+			return "", fmt.Errorf("XLA plugin %s not found: pass the absolute path of an existing pjrt_c_api_<name>_plugin.so (for CUDA, xla_cuda_plugin.so from the jax-cuda plugin wheel)", plugin)
+		}
+		return plugin, nil
+	}
+	file := "pjrt_c_api_" + plugin + "_plugin.so"
+	dirs := pluginSearchDirs()
+	for _, d := range dirs {
+		p := filepath.Join(d, file)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("XLA plugin %q not found (looked for %s in %s): set PJRT_PLUGIN_LIBRARY_PATH to its folder or use --backend xla:/abs/path/to/plugin.so; memfit never downloads plugins",
+		plugin, file, strings.Join(dirs, ", "))
+}

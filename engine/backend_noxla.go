@@ -1,0 +1,19 @@
+//go:build !xla
+
+package engine
+
+import (
+	"fmt"
+
+	"github.com/gomlx/gomlx/backends"
+)
+
+// XLALinked reports whether this binary was built with the XLA backend (build tag "xla").
+const XLALinked = false
+
+func newXLABackend(plugin string) (backends.Backend, error) {
+	if _, err := findPlugin(plugin); err != nil {
+		return nil, fmt.Errorf("%v (and this binary has no XLA support: rebuild with -tags xla, which needs cgo)", err)
+	}
+	return nil, fmt.Errorf("backend xla:%s: this memfit binary was built without XLA support; rebuild with `go build -tags xla` (needs cgo)", plugin)
+}

@@ -1,0 +1,5 @@
+package engine
+
+import "os"
+
+func debugEnabled() bool { return os.Getenv("MEMFIT_DEBUG") != "" }

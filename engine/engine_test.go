@@ -1,0 +1,238 @@
+package engine_test
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/memfit/memfit/engine"
+	"github.com/memfit/memfit/internal/gtest"
+)
+
+type dgCase struct {
+	name    string
+	lhsDims []int
+	lc, lb  []int
+	rhsDims []int
+	rc, rb  []int
+}
+
+var dgCases = []dgCase{
+	{"linear", []int{2, 5, 6}, []int{2}, nil, []int{4, 6}, []int{1}, nil},
+	{"matrix", []int{3, 4}, []int{1}, nil, []int{4, 5}, []int{0}, nil},
+	{"scores", []int{2, 5, 3, 4}, []int{3}, []int{0, 2}, []int{2, 7, 3, 4}, []int{3}, []int{0, 2}},
+	{"probs-values", []int{2, 3, 5, 7}, []int{3}, []int{0, 1}, []int{2, 7, 3, 4}, []int{1}, []int{0, 2}},
+	{"weight-grad-shape", []int{2, 5, 4}, []int{0, 1}, nil, []int{2, 5, 6}, []int{0, 1}, nil},
+	{"reversed-contract", []int{3, 4, 2}, []int{2, 0}, nil, []int{2, 5, 3}, []int{0, 2}, nil},
+	{"batch-last", []int{4, 3, 2}, []int{0}, []int{2}, []int{2, 4, 5}, []int{1}, []int{0}},
+}
+
+// TestDotGeneralGradient compares the matmul-based gradient with GoMLX's own (the [M,N,K] one, fine at these
+// sizes) for every layout memfit uses and a few awkward ones.
+func TestDotGeneralGradient(t *testing.T) {
+	for i, c := range dgCases {
+		t.Run(c.name, func(t *testing.T) {
+			lhs := gtest.Tensor(gtest.Rand(uint64(10+i), prod(c.lhsDims), 1), c.lhsDims...)
+			rhs := gtest.Tensor(gtest.Rand(uint64(20+i), prod(c.rhsDims), 1), c.rhsDims...)
+			var outDims []int
+			build := func(custom bool) func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+				return func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+					var y *graph.Node
+					if custom {
+						y = engine.DotGeneral(p[0], c.lc, c.lb, p[1], c.rc, c.rb)
+					} else {
+						y = graph.DotGeneral(p[0], append([]int(nil), c.lc...), append([]int(nil), c.lb...), p[1], append([]int(nil), c.rc...), append([]int(nil), c.rb...))
+					}
+					outDims = y.Shape().Dimensions
+					w := graph.Sin(graph.IotaFull(g, y.Shape())) // fixed weights so every output element matters differently
+					loss := graph.ReduceAllSum(graph.Mul(y, w))
+					grads := engine.Gradient(loss, p[0], p[1])
+					return []*graph.Node{y, grads[0], grads[1]}
+				}
+			}
+			want := gtest.Run(t, build(false), lhs, rhs)
+			got := gtest.Run(t, build(true), lhs, rhs)
+			for k, name := range []string{"output", "dlhs", "drhs"} {
+				if d := gtest.MaxAbsDiff(got[k], want[k]); d > 1e-5 {
+					t.Errorf("%s (out %v): max |diff| %g", name, outDims, d)
+				}
+			}
+		})
+	}
+}
+
+func prod(d []int) int {
+	p := 1
+	for _, x := range d {
+		p *= x
+	}
+	return p
+}
+
+// TestDotGeneralGradientIsMatmul checks structurally that the backward of engine.DotGeneral contains no tensor
+// larger than its operands and output (GoMLX's own gradient builds an [M,N,K] product).
+func TestDotGeneralGradientIsMatmul(t *testing.T) {
+	x := gtest.Tensor(gtest.Rand(1, 4*32*64, 1), 4, 32, 64)
+	w := gtest.Tensor(gtest.Rand(2, 48*64, 1), 48, 64)
+	_, g := gtest.RunGraph(t, func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+		y := engine.Linear(p[0], p[1], nil)
+		grads := engine.Gradient(graph.ReduceAllSum(graph.Square(y)), p[0], p[1])
+		return grads
+	}, x, w)
+	limit := 4 * 32 * 64 // the largest operand
+	for _, n := range g.Nodes() {
+		if n.Shape().Size() > limit {
+			t.Errorf("node %s has %d elements, more than any operand (%d)", n, n.Shape().Size(), limit)
+		}
+	}
+}
+
+// TestLinearBias checks Linear with a bias against a hand computation.
+func TestLinearBias(t *testing.T) {
+	x := gtest.Tensor([]float32{1, 2, 3, 4, 5, 6}, 2, 3)
+	w := gtest.Tensor([]float32{1, 0, -1, 2, 1, 0}, 2, 3)
+	b := gtest.Tensor([]float32{0.5, -0.5}, 2)
+	out := gtest.Run(t, func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+		y := engine.Linear(p[0], p[1], p[2])
+		grads := engine.Gradient(graph.ReduceAllSum(y), p[0], p[1], p[2])
+		return append([]*graph.Node{y}, grads...)
+	}, x, w, b)
+	// y = x wᵀ + b: row0 = [1-3, 2+2] + b, row1 = [4-6, 8+5+0] + b
+	want := [][]float32{{-1.5, 3.5, -1.5, 12.5}, {3, 1, -1, 3, 1, -1}, {5, 7, 9, 5, 7, 9}, {2, 2}}
+	for i := range want {
+		if d := gtest.MaxAbsDiff(out[i], want[i]); d > 1e-6 {
+			t.Errorf("output %d = %v, want %v", i, out[i], want[i])
+		}
+	}
+}
+
+// TestSliceGradient runs a slice gradient on the pure-Go backend (GoMLX's own needs Pad, which it lacks).
+func TestSliceGradient(t *testing.T) {
+	x := gtest.Tensor(gtest.Rand(3, 4*6, 1), 4, 6)
+	out := gtest.Run(t, func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+		s := engine.Slice(p[0], []int{1, 2}, []int{3, -1})
+		w := graph.AddScalar(graph.IotaFull(g, s.Shape()), 1)
+		grads := engine.Gradient(graph.ReduceAllSum(graph.Mul(s, w)), p[0])
+		return []*graph.Node{s, grads[0]}
+	}, x)
+	if len(out[0]) != 2*3 {
+		t.Fatalf("slice has %d elements, want 6", len(out[0]))
+	}
+	xs := gtest.Float32s(x)
+	for i := 0; i < 2; i++ {
+		for j := 0; j < 3; j++ {
+			if out[0][i*3+j] != xs[(i+1)*6+j+2] {
+				t.Errorf("slice[%d,%d] = %v, want %v", i, j, out[0][i*3+j], xs[(i+1)*6+j+2])
+			}
+		}
+	}
+	want := make([]float32, 24)
+	for i := 0; i < 2; i++ {
+		for j := 0; j < 3; j++ {
+			want[(i+1)*6+j+2] = float32(i*3 + j + 1)
+		}
+	}
+	if d := gtest.MaxAbsDiff(out[1], want); d != 0 {
+		t.Errorf("gradient %v, want %v", out[1], want)
+	}
+}
+
+// TestSetVJPOverridesGradient: a custom VJP replaces GoMLX's for that node only, and its backward nodes are
+// attributed to its kind.
+func TestSetVJPOverridesGradient(t *testing.T) {
+	x := gtest.Tensor([]float32{1, 2, 3}, 3)
+	var info engine.GradientInfo
+	var gradID graph.NodeId
+	out := gtest.Run(t, func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+		y := graph.Mul(p[0], p[0]) // true gradient 2x
+		engine.SetVJP(y, engine.KindActivation, func(node, v *graph.Node) []*graph.Node {
+			return []*graph.Node{graph.MulScalar(v, 10), nil}
+		})
+		z := graph.Exp(y) // keeps GoMLX's gradient
+		grads := engine.Gradient(graph.ReduceAllSum(graph.Sub(z, y)), p[0])
+		info, _ = engine.GradientInfoOf(g)
+		gradID = grads[0].Id()
+		return grads
+	}, x)
+	// d/dx of sum(exp(y) - y) with dy/dx forced to 10: (exp(x²) - 1) * 10.
+	for i, xv := range []float64{1, 2, 3} {
+		want := (float32(expf(xv*xv)) - 1) * 10
+		if rel := float64((out[0][i] - want) / want); rel > 1e-5 || rel < -1e-5 {
+			t.Errorf("grad[%d] = %v, want %v", i, out[0][i], want)
+		}
+	}
+	if k, ok := info.KindOfBackward(gradID); !ok || k != engine.KindActivation {
+		t.Errorf("final gradient node attributed to %v (found %v), want activation", k, ok)
+	}
+}
+
+func expf(x float64) float64 {
+	return float64(float32(math.Exp(x)))
+}
+
+// TestSideTableDoesNotLeak builds many graphs with custom gradients, drops them and checks that the side table
+// empties: no entry keeps an old graph alive.
+func TestSideTableDoesNotLeak(t *testing.T) {
+	before := engine.TableSizeForTest()
+	for i := 0; i < 50; i++ {
+		err := engine.Try(func() {
+			g := graph.NewGraph(gtest.Backend(t), fmt.Sprintf("leak%d", i))
+			x := graph.Parameter(g, "x", tensors.FromValue([]float32{1, 2}).Shape())
+			y := engine.Linear(graph.InsertAxes(x, 0), graph.Reshape(x, 1, 2), nil)
+			_ = engine.Gradient(graph.ReduceAllSum(y), x)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if engine.TableSizeForTest() < before+50 {
+		t.Fatalf("table grew to %d only, custom gradients were not registered", engine.TableSizeForTest())
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for engine.TableSizeForTest() > before && time.Now().Before(deadline) {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := engine.TableSizeForTest(); n > before {
+		t.Fatalf("side table still holds %d entries (started with %d) after the graphs were dropped", n, before)
+	}
+}
+
+// TestConcurrentGraphBuilding builds and differentiates graphs from several goroutines (run with -race).
+func TestConcurrentGraphBuilding(t *testing.T) {
+	b := gtest.Backend(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			errs <- engine.Try(func() {
+				g := graph.NewGraph(b, fmt.Sprintf("conc%d", w))
+				x := graph.Parameter(g, "x", tensors.FromValue([][]float32{{1, 2, 3}}).Shape())
+				wt := graph.Parameter(g, "w", tensors.FromValue([][]float32{{1, 2, 3}, {4, 5, 6}}).Shape())
+				y := engine.Linear(x, wt, nil)
+				grads := engine.Gradient(graph.ReduceAllSum(y), x, wt)
+				g.Compile(grads...)
+				res := g.Run(tensors.FromValue([][]float32{{1, 2, 3}}), tensors.FromValue([][]float32{{1, 2, 3}, {4, 5, 6}}))
+				dx := gtest.Float32s(res[0])
+				if dx[0] != 5 || dx[1] != 7 || dx[2] != 9 {
+					panic(fmt.Sprintf("worker %d: dx = %v", w, dx))
+				}
+			})
+		}(w)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+}

@@ -1,0 +1,201 @@
+package engine
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"weak"
+
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+)
+
+// Kind says which family of operation a node belongs to, for memory accounting: the backward nodes a custom VJP
+// creates inherit the Kind of the forward node that owns the VJP, so every tensor the backward pass reads can be
+// attributed to the op kind that needs it.
+type Kind uint8
+
+// The kinds of operations memfit distinguishes when it accounts for saved activations.
+const (
+	KindOther      Kind = iota // anything not listed below (residual adds, reshapes, losses, ...)
+	KindLinear                 // linear layers: the input kept for the weight gradient
+	KindNorm                   // LayerNorm / RMSNorm and their memory-sharing variants
+	KindActivation             // GELU, SiLU, ReGELU2, ReSiLU2, ...
+	KindAttention              // attention score and value products, softmax
+	numKinds
+)
+
+// Kinds lists every Kind in a stable order, for reports.
+var Kinds = []Kind{KindLinear, KindNorm, KindActivation, KindAttention, KindOther}
+
+// String returns the lower-case name of the kind.
+func (k Kind) String() string {
+	switch k {
+	case KindLinear:
+		return "linear"
+	case KindNorm:
+		return "norm"
+	case KindActivation:
+		return "activation"
+	case KindAttention:
+		return "attention"
+	case KindOther:
+		return "other"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// VJP computes the gradients of a node's inputs from v, the gradient of the loss with respect to the node's
+// output. It returns one entry per node.Inputs(), in order; a nil entry means no gradient flows to that input.
+//
+// The function runs inside Gradient, after the whole forward graph is built. Whatever forward node it reads is
+// what the backward pass keeps alive, so a memory-saving VJP reads only the tensors it means to keep.
+type VJP func(node, v *graph.Node) []*graph.Node
+
+// entry is what the side table knows about one node.
+type entry struct {
+	vjp  VJP // nil: use GoMLX's own gradient.
+	kind Kind
+}
+
+var (
+	tableMu sync.RWMutex
+	// table maps a node to its entry. Both sides are weak: the entry is owned by a holder node in the node's own
+	// graph, so nothing here keeps a graph alive.
+	table = map[weak.Pointer[graph.Node]]weak.Pointer[entry]{}
+)
+
+// SetVJP makes fn the gradient of node, tagged with kind, and returns node. Calling it again for the same node
+// replaces the previous function. It panics (like every GoMLX graph builder) if node is nil or its graph is not
+// being built.
+func SetVJP(node *graph.Node, kind Kind, fn VJP) *graph.Node {
+	if node == nil {
+		panic("engine.SetVJP: nil node")
+	}
+	node.Graph().AssertBuilding()
+	register(node, &entry{vjp: fn, kind: kind})
+	return node
+}
+
+// SetKind tags node with kind without changing its gradient, and returns node.
+func SetKind(node *graph.Node, kind Kind) *graph.Node {
+	if node == nil {
+		panic("engine.SetKind: nil node")
+	}
+	node.Graph().AssertBuilding()
+	if e := lookup(node); e != nil {
+		register(node, &entry{vjp: e.vjp, kind: kind})
+		return node
+	}
+	register(node, &entry{kind: kind})
+	return node
+}
+
+// PassThrough makes node's gradient flow unchanged to its input number input (and nowhere else), and returns
+// node. It is used inside custom ops whose VJP hands the final input gradient to an intermediate node: for
+// example LayerNorm's centring x - mean(x) passes the gradient its custom VJP computed straight to x.
+func PassThrough(node *graph.Node, kind Kind, input int) *graph.Node {
+	n := len(node.Inputs())
+	if input < 0 || input >= n {
+		panic(fmt.Sprintf("engine.PassThrough: input %d out of range for node %s with %d inputs", input, node, n))
+	}
+	return SetVJP(node, kind, func(node, v *graph.Node) []*graph.Node {
+		grads := make([]*graph.Node, n)
+		grads[input] = v
+		return grads
+	})
+}
+
+// KindOf returns the kind node was tagged with (KindOther when untagged).
+func KindOf(node *graph.Node) Kind {
+	if e := lookup(node); e != nil {
+		return e.kind
+	}
+	return KindOther
+}
+
+// HasCustomVJP reports whether node carries a VJP set with SetVJP.
+func HasCustomVJP(node *graph.Node) bool {
+	e := lookup(node)
+	return e != nil && e.vjp != nil
+}
+
+func register(node *graph.Node, e *entry) {
+	// The holder is an identity node nobody consumes: it is never executed (the executors only run what the
+	// outputs need), but its gradient closure keeps e alive exactly as long as the graph.
+	_ = graph.IdentityWithCustomGradient(node, func(x, v *graph.Node) *graph.Node {
+		_ = e
+		return v
+	})
+	key := weak.Make(node)
+	tableMu.Lock()
+	_, existed := table[key]
+	table[key] = weak.Make(e)
+	tableMu.Unlock()
+	if !existed {
+		runtime.AddCleanup(node, func(k weak.Pointer[graph.Node]) {
+			tableMu.Lock()
+			delete(table, k)
+			tableMu.Unlock()
+		}, key)
+	}
+}
+
+func lookup(node *graph.Node) *entry {
+	tableMu.RLock()
+	wp, ok := table[weak.Make(node)]
+	tableMu.RUnlock()
+	if !ok {
+		return nil
+	}
+	return wp.Value()
+}
+
+// tableSize returns the number of live side-table entries (for leak tests).
+func tableSize() int {
+	tableMu.RLock()
+	defer tableMu.RUnlock()
+	return len(table)
+}
+
+// install wraps every entry of graph.VJPRegistration once. It runs from init, before any user code can call
+// graph.Gradient, so the map is never written concurrently with a read.
+var install = sync.OnceFunc(func() {
+	for _, nodeType := range graph.NodeTypeValues() {
+		original, hasOriginal := graph.VJPRegistration[nodeType]
+		nt := nodeType
+		graph.VJPRegistration[nt] = func(node *graph.Node, vjpOutputs []*graph.Node, outputShape shapes.Shape) []*graph.Node {
+			e := lookup(node)
+			g := node.Graph()
+			first := nextID(g)
+			var grads []*graph.Node
+			switch {
+			case e != nil && e.vjp != nil:
+				if len(vjpOutputs) != 1 {
+					panic(fmt.Sprintf("engine: custom VJP on multi-output node %s is not supported", node))
+				}
+				grads = e.vjp(node, vjpOutputs[0])
+			case hasOriginal:
+				grads = original(node, vjpOutputs, outputShape)
+			default:
+				panic(fmt.Sprintf("graph has node %s with type %q, for which no gradient is defined", node, nt))
+			}
+			kind := KindOther
+			if e != nil {
+				kind = e.kind
+			}
+			recordSpan(g, first, nextID(g), node.Id(), kind)
+			return grads
+		}
+	}
+})
+
+func init() { install() }
+
+func nextID(g *graph.Graph) graph.NodeId {
+	last := g.LastNode()
+	if last == nil {
+		return 0
+	}
+	return last.Id() + 1
+}

@@ -1,0 +1,145 @@
+// Package gtest holds helpers shared by memfit's tests: a pure-Go backend, random inputs and a one-call way to
+// build, compile and run a graph.
+package gtest
+
+import (
+	"math"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/memfit/memfit/engine"
+)
+
+var (
+	backendOnce sync.Once
+	backend     backends.Backend
+	backendErr  error
+)
+
+// Backend returns one pure-Go backend (the default spec) shared by all tests of a package.
+func Backend(t testing.TB) backends.Backend {
+	t.Helper()
+	backendOnce.Do(func() { backend, backendErr = engine.NewBackend(engine.DefaultBackend) })
+	if backendErr != nil {
+		t.Fatalf("backend: %v", backendErr)
+	}
+	return backend
+}
+
+// Rand returns n normal(0, scale) float32 values from a seeded generator.
+func Rand(seed uint64, n int, scale float64) []float32 {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	out := make([]float32, n)
+	for i := range out {
+		out[i] = float32(r.NormFloat64() * scale)
+	}
+	return out
+}
+
+// Tensor returns a float32 tensor with the given data and dimensions.
+func Tensor(data []float32, dims ...int) *tensors.Tensor {
+	return tensors.FromFlatDataAndDimensions(data, dims...)
+}
+
+// Run builds a graph whose parameters have the shapes of inputs, calls build on them, compiles the outputs,
+// runs it and returns each output as flat float32 data (other dtypes are converted).
+func Run(t testing.TB, build func(g *graph.Graph, params []*graph.Node) []*graph.Node, inputs ...*tensors.Tensor) [][]float32 {
+	t.Helper()
+	outs, _ := RunGraph(t, build, inputs...)
+	return outs
+}
+
+// RunGraph is Run that also returns the graph (for inspection after the run).
+func RunGraph(t testing.TB, build func(g *graph.Graph, params []*graph.Node) []*graph.Node, inputs ...*tensors.Tensor) ([][]float32, *graph.Graph) {
+	t.Helper()
+	var result [][]float32
+	var g *graph.Graph
+	err := engine.Try(func() {
+		g = graph.NewGraph(Backend(t), t.Name())
+		params := make([]*graph.Node, len(inputs))
+		for i, in := range inputs {
+			params[i] = graph.Parameter(g, "p"+string(rune('a'+i)), in.Shape())
+		}
+		outs := build(g, params)
+		g.Compile(outs...)
+		args := make([]any, len(inputs))
+		for i, in := range inputs {
+			args[i] = in
+		}
+		res := g.Run(args...)
+		for _, r := range res {
+			result = append(result, Float32s(r))
+		}
+	})
+	if err != nil {
+		t.Fatalf("graph failed: %v", err)
+	}
+	return result, g
+}
+
+// Float32s returns the tensor's values as float32, converting from float64, bfloat16 and integer types.
+func Float32s(t *tensors.Tensor) []float32 {
+	var out []float32
+	t.MustConstFlatData(func(flat any) {
+		switch f := flat.(type) {
+		case []float32:
+			out = append([]float32(nil), f...)
+		case []float64:
+			for _, v := range f {
+				out = append(out, float32(v))
+			}
+		case []uint8:
+			for _, v := range f {
+				out = append(out, float32(v))
+			}
+		case []int32:
+			for _, v := range f {
+				out = append(out, float32(v))
+			}
+		case []int64:
+			for _, v := range f {
+				out = append(out, float32(v))
+			}
+		default:
+			panic("gtest.Float32s: unsupported dtype " + t.DType().String())
+		}
+	})
+	return out
+}
+
+// MaxAbsDiff returns max_i |a_i - b_i| (and +Inf when the lengths differ).
+func MaxAbsDiff(a, b []float32) float64 {
+	if len(a) != len(b) {
+		return math.Inf(1)
+	}
+	m := 0.0
+	for i := range a {
+		d := math.Abs(float64(a[i]) - float64(b[i]))
+		if math.IsNaN(d) {
+			return math.Inf(1)
+		}
+		m = max(m, d)
+	}
+	return m
+}
+
+// MaxRelDiff returns max_i |a_i - b_i| / (|b_i| + floor).
+func MaxRelDiff(a, b []float32, floor float64) float64 {
+	if len(a) != len(b) {
+		return math.Inf(1)
+	}
+	m := 0.0
+	for i := range a {
+		d := math.Abs(float64(a[i])-float64(b[i])) / (math.Abs(float64(b[i])) + floor)
+		if math.IsNaN(d) {
+			return math.Inf(1)
+		}
+		m = max(m, d)
+	}
+	return m
+}
