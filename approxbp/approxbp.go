@@ -1,0 +1,198 @@
+package approxbp
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+
+	"github.com/memfit/memfit/engine"
+)
+
+// Activation names an exact activation function.
+type Activation int
+
+// The activations approxbp knows.
+const (
+	ActGELU Activation = iota // exact GELU: x * Phi(x), with Phi computed by erf (not the tanh approximation)
+	ActSiLU                   // SiLU (swish): x * sigmoid(x)
+)
+
+// String returns "gelu" or "silu".
+func (a Activation) String() string {
+	switch a {
+	case ActGELU:
+		return "gelu"
+	case ActSiLU:
+		return "silu"
+	}
+	return fmt.Sprintf("activation(%d)", int(a))
+}
+
+// gate returns the multiplicative gate of the activation: Phi(x) for GELU, sigmoid(x) for SiLU.
+func gate(act Activation, x *graph.Node) *graph.Node {
+	switch act {
+	case ActGELU:
+		// Phi(x) = (1 + erf(x / sqrt 2)) / 2
+		return graph.MulScalar(graph.OnePlus(graph.Erf(graph.MulScalar(x, 1/math.Sqrt2))), 0.5)
+	case ActSiLU:
+		return graph.Logistic(x)
+	}
+	panic(fmt.Sprintf("approxbp: unknown activation %d", int(act)))
+}
+
+// forward builds the exact activation as one final node Mul(x, gate(x)), whose VJP the callers replace. Baseline
+// and approximate variants share it, so their forward values are bit-identical.
+func forward(act Activation, x *graph.Node) *graph.Node {
+	if !x.DType().IsFloat() {
+		panic(fmt.Sprintf("approxbp: %s needs a float input, got %s", act, x.Shape()))
+	}
+	return graph.Mul(x, gate(act, x))
+}
+
+// GELU returns the exact (erf) GELU of x. Its backward keeps only x.
+//
+// Backward: GELU(x) = x Phi(x), so dGELU/dx = Phi(x) + x phi(x), with phi(x) = exp(-x²/2) / sqrt(2 pi).
+// The VJP recomputes Phi and phi from x, instead of keeping x, x/sqrt2 and Phi as GoMLX's own gradient does.
+func GELU(x *graph.Node) *graph.Node {
+	y := forward(ActGELU, x)
+	return engine.SetVJP(y, engine.KindActivation, func(node, v *graph.Node) []*graph.Node {
+		x := node.Inputs()[0]
+		phi := graph.MulScalar(graph.Exp(graph.MulScalar(graph.Square(x), -0.5)), 1/math.Sqrt(2*math.Pi))
+		d := graph.Add(gate(ActGELU, x), graph.Mul(x, phi))
+		return []*graph.Node{graph.Mul(v, d), nil}
+	})
+}
+
+// SiLU returns x * sigmoid(x). Its backward keeps only x.
+//
+// Backward: with s = sigmoid(x), d(x s)/dx = s + x s (1 - s) = s (1 + x (1 - s)); s is recomputed from x.
+func SiLU(x *graph.Node) *graph.Node {
+	y := forward(ActSiLU, x)
+	return engine.SetVJP(y, engine.KindActivation, func(node, v *graph.Node) []*graph.Node {
+		x := node.Inputs()[0]
+		s := graph.Logistic(x)
+		d := graph.Mul(s, graph.OnePlus(graph.Mul(x, graph.OneMinus(s))))
+		return []*graph.Node{graph.Mul(v, d), nil}
+	})
+}
+
+// ReGELU2Op returns the exact GELU of x with the Approx-BP 2-bit backward: only the packed codes (x.Size()/4 bytes,
+// rounded up) are kept for the backward pass.
+func ReGELU2Op(x *graph.Node) *graph.Node { return Approx(x, ActGELU, ReGELU2) }
+
+// ReSiLU2Op returns the exact SiLU of x with the Approx-BP 2-bit backward.
+func ReSiLU2Op(x *graph.Node) *graph.Node { return Approx(x, ActSiLU, ReSiLU2) }
+
+// Approx returns the exact activation act of x, whose backward uses the step derivative given by coeffs.
+//
+// Forward: y = x * gate(x) exactly as GELU/SiLU, plus code(x) = sum_i [x > C_i] (k bits per element), packed
+// 8/k codes per byte (4 per byte for k = 2; k = 3 uses 4-bit slots, 2 per byte). x itself is not kept.
+//
+// Backward: the ReLU-formed approximation h~(x) = sum_i A_i max(x - C_i, 0) has derivative
+// h~'(x) = sum_{i : x > C_i} A_i = Levels[code(x)], a step function of the code alone. So
+// dL/dx = v * Levels[code], with the codes unpacked from the saved bytes and the levels looked up by Gather.
+func Approx(x *graph.Node, act Activation, coeffs Coefficients) *graph.Node {
+	if err := coeffs.Validate(); err != nil {
+		panic(err)
+	}
+	y := forward(act, x)
+	packed := Pack(Codes(x, coeffs.C), coeffs.Bits)
+	dims := x.Shape().Dimensions
+	levels := coeffs.Levels()
+	return engine.SetVJP(y, engine.KindActivation, func(node, v *graph.Node) []*graph.Node {
+		n := v.Shape().Size()
+		codes := Unpack(packed, coeffs.Bits, n, 1)
+		table := graph.ConstAsDType(v.Graph(), v.DType(), levels)
+		slope := graph.Reshape(graph.Gather(table, codes), dims...)
+		return []*graph.Node{graph.Mul(v, slope), nil}
+	})
+}
+
+// Codes returns, for each element of x, the number of breakpoints strictly below it, as uint8 with x's shape.
+func Codes(x *graph.Node, breakpoints []float64) *graph.Node {
+	var code *graph.Node
+	for _, c := range breakpoints {
+		above := graph.ConvertDType(graph.GreaterThan(x, graph.Scalar(x.Graph(), x.DType(), c)), dtypes.Uint8)
+		if code == nil {
+			code = above
+		} else {
+			code = graph.Add(code, above)
+		}
+	}
+	return code
+}
+
+// CodesPerByte returns how many k-bit codes Pack stores in one byte: 8, 4, 2, 2 for k = 1, 2, 3, 4.
+func CodesPerByte(bits int) int {
+	switch bits {
+	case 1:
+		return 8
+	case 2:
+		return 4
+	case 3, 4:
+		return 2
+	}
+	panic(fmt.Sprintf("approxbp: bits must be 1..4, got %d", bits))
+}
+
+// slotBits is the width of the slot each code occupies inside its byte.
+func slotBits(bits int) int { return 8 / CodesPerByte(bits) }
+
+// PackedSize returns the number of bytes Pack produces for n codes of the given width: ceil(n / CodesPerByte).
+func PackedSize(n, bits int) int {
+	per := CodesPerByte(bits)
+	return (n + per - 1) / per
+}
+
+// Pack packs uint8 codes (each < 2^bits) of any shape into a flat uint8 vector of PackedSize(n, bits) bytes:
+// element per*j + s sits in bits s*w .. s*w+w-1 of byte j, with w = 8/per the slot width. The pure-Go backend
+// has no shifts, so the slots are formed by multiplying with powers of two and summing (no carries: each slot
+// holds a value below 2^w).
+func Pack(codes *graph.Node, bits int) *graph.Node {
+	if codes.DType() != dtypes.Uint8 {
+		panic(fmt.Sprintf("approxbp.Pack: codes must be uint8, got %s", codes.Shape()))
+	}
+	per := CodesPerByte(bits)
+	n := codes.Shape().Size()
+	flat := graph.Reshape(codes, n)
+	if pad := PackedSize(n, bits)*per - n; pad > 0 {
+		flat = graph.Concatenate([]*graph.Node{flat, graph.Zeros(codes.Graph(), shapes.Make(dtypes.Uint8, pad))}, 0)
+	}
+	grouped := graph.Reshape(flat, PackedSize(n, bits), per)
+	return graph.ReduceSum(graph.Mul(grouped, slotWeights(codes.Graph(), bits)), 1)
+}
+
+// Unpack reverses Pack: it returns the uint8 codes with the given dimensions.
+func Unpack(packed *graph.Node, bits int, dims ...int) *graph.Node {
+	per := CodesPerByte(bits)
+	n := 1
+	for _, d := range dims {
+		n *= d
+	}
+	m := packed.Shape().Size()
+	if m != PackedSize(n, bits) {
+		panic(fmt.Sprintf("approxbp.Unpack: %d bytes cannot hold %d codes of %d bits", m, n, bits))
+	}
+	g := packed.Graph()
+	spread := graph.BroadcastToDims(graph.Reshape(packed, m, 1), m, per)
+	slots := graph.Rem(graph.Div(spread, slotWeights(g, bits)), graph.Scalar(g, dtypes.Uint8, 1<<slotBits(bits)))
+	flat := graph.Reshape(slots, m*per)
+	if m*per != n {
+		flat = graph.Slice(flat, graph.AxisRange(0, n))
+	}
+	return graph.Reshape(flat, dims...)
+}
+
+// slotWeights returns [1, 2^w, 2^2w, ...] as a [1, per] uint8 constant.
+func slotWeights(g *graph.Graph, bits int) *graph.Node {
+	per := CodesPerByte(bits)
+	w := slotBits(bits)
+	weights := make([]uint8, per)
+	for s := range weights {
+		weights[s] = uint8(1 << (s * w))
+	}
+	return graph.Reshape(graph.Const(g, weights), 1, per)
+}
