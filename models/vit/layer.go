@@ -55,7 +55,9 @@ func RandomLayer(seed uint64, hidden, mlp int) LayerParams {
 		}
 		return out
 	}
-	t := func(data []float32, dims ...int) *tensors.Tensor { return tensors.FromFlatDataAndDimensions(data, dims...) }
+	t := func(data []float32, dims ...int) *tensors.Tensor {
+		return tensors.FromFlatDataAndDimensions(data, dims...)
+	}
 	return LayerParams{
 		NormBeforeWeight: t(normal(hidden, 1, 0.1), hidden),
 		NormBeforeBias:   t(normal(hidden, 0, 0.05), hidden),
