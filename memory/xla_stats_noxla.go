@@ -1,0 +1,30 @@
+//go:build !xla
+
+package memory
+
+import (
+	"github.com/gomlx/gomlx/pkg/core/graph"
+)
+
+// XLASizes are the sizes, in bytes, that XLA reports for a compiled program on its device
+// (pjrt.ExecutableMemoryUsageStats of go-xla v0.1.4).
+type XLASizes struct {
+	// GeneratedCode is the size of the compiled code.
+	GeneratedCode int64
+	// Inputs is the size of the program's arguments.
+	Inputs int64
+	// Outputs is the size of the program's results.
+	Outputs int64
+	// Aliases is the size of the results that reuse (alias) argument buffers: donated inputs.
+	Aliases int64
+	// Temporary is the size of the temporaries XLA's buffer assignment allocates for the program.
+	Temporary int64
+}
+
+// XLAProgramSizes returns the device memory sizes XLA computed when it compiled g. This build has no XLA
+// support: it always returns ErrNoXLA.
+func XLAProgramSizes(g *graph.Graph) (XLASizes, error) { return XLASizes{}, ErrNoXLA }
+
+// XLAProgramPeak returns the peak device memory of one execution of g as XLA planned it. This build has no XLA
+// support: it always returns ErrNoXLA.
+func XLAProgramPeak(g *graph.Graph) (Peak, error) { return Peak{}, ErrNoXLA }
