@@ -1,0 +1,231 @@
+package poolcounter_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/memfit/memfit/engine"
+	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/tools/peakmem/poolcounter"
+)
+
+var (
+	backendsMu sync.Mutex
+	backendsBy = map[string]backends.Backend{}
+)
+
+// backendFor returns one pure-Go backend per spec for the whole test binary.
+func backendFor(t *testing.T, spec string) backends.Backend {
+	t.Helper()
+	backendsMu.Lock()
+	defer backendsMu.Unlock()
+	if b, ok := backendsBy[spec]; ok {
+		return b
+	}
+	b, err := engine.NewBackend(spec)
+	if err != nil {
+		t.Fatalf("backend %q: %v", spec, err)
+	}
+	backendsBy[spec] = b
+	return b
+}
+
+// settle runs the garbage collector until pending tensor finalizers (which return buffers to the pool) have run,
+// so they cannot change the counter during a measurement.
+func settle() {
+	for range 3 {
+		runtime.GC()
+	}
+}
+
+// randTensor returns a tensor of the given shape (float32 or bfloat16) with N(0, scale) values.
+func randTensor(seed uint64, s shapes.Shape, scale float64) *tensors.Tensor {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	switch s.DType {
+	case dtypes.BFloat16:
+		data := make([]bfloat16.BFloat16, s.Size())
+		for i := range data {
+			data[i] = bfloat16.FromFloat32(float32(r.NormFloat64() * scale))
+		}
+		return tensors.FromFlatDataAndDimensions(data, s.Dimensions...)
+	default:
+		data := make([]float32, s.Size())
+		for i := range data {
+			data[i] = float32(r.NormFloat64() * scale)
+		}
+		return tensors.FromFlatDataAndDimensions(data, s.Dimensions...)
+	}
+}
+
+func shapeBytes(s shapes.Shape) int64 { return int64(s.Size()) * int64(s.DType.Size()) }
+
+// stepCase is one graph whose simulated peak is compared with the counter.
+type stepCase struct {
+	name   string
+	spec   string // backend spec
+	params []shapes.Shape
+	donate []bool // nil: nothing donated
+	build  func(g *graph.Graph, p []*graph.Node) []*graph.Node
+}
+
+// agreement is what checkAgreement measured, for one run.
+type agreement struct {
+	run                            string
+	counter, sim                   memory.Peak
+	baseline                       int64 // pool bytes alive before the graph was built (other tests' leftovers)
+	counterTransient, simTransient int64
+}
+
+// checkAgreement compiles the case, runs it twice (cold: inputs transferred inside the run; warm: non-donated
+// inputs already on the backend), measuring each run with memory.MeasurePeak (the patched pool counter), and
+// compares with memory.SimulatePeak. It also checks the counter's bookkeeping around the runs: the outputs and
+// the transferred inputs are exactly what stays in the pool, and everything is returned once they are finalized.
+func checkAgreement(t *testing.T, c stepCase) []agreement {
+	t.Helper()
+	if !memory.HasPoolCounter() {
+		t.Fatal("poolcounter did not install the counter")
+	}
+	var cnt poolcounter.Counter
+	b := backendFor(t, c.spec)
+	settle()
+	baseline := cnt.Live()
+
+	var g *graph.Graph
+	if err := engine.Try(func() {
+		g = graph.NewGraph(b, c.name)
+		ps := make([]*graph.Node, len(c.params))
+		for i, s := range c.params {
+			ps[i] = graph.Parameter(g, fmt.Sprintf("p%d", i), s)
+		}
+		g.Compile(c.build(g, ps)...)
+	}); err != nil {
+		t.Fatalf("%s: building graph: %v", c.name, err)
+	}
+	defer g.Finalize()
+	if got := cnt.Live(); got != baseline {
+		t.Fatalf("%s: compiling changed the pool's live bytes by %d", c.name, got-baseline)
+	}
+
+	inputs := make([]*tensors.Tensor, len(c.params))
+	var keptInputs int64
+	for i, s := range c.params {
+		inputs[i] = randTensor(uint64(100+i), s, 0.5)
+		if c.donate == nil || !c.donate[i] {
+			keptInputs += shapeBytes(s)
+		}
+	}
+	defer func() {
+		for _, in := range inputs {
+			in.MustFinalizeAll()
+		}
+	}()
+
+	sim, err := memory.SimulatePeak(g, memory.SimOptions{Donate: c.donate})
+	if err != nil {
+		t.Fatalf("%s: SimulatePeak: %v", c.name, err)
+	}
+
+	var results []agreement
+	for _, runName := range []string{"cold", "warm"} {
+		var outs []*tensors.Tensor
+		run := func() error {
+			args := make([]any, len(inputs))
+			for i, in := range inputs {
+				args[i] = in
+				if c.donate != nil && c.donate[i] {
+					d, err := graph.DonateTensorBuffer(in, b, 0)
+					if err != nil {
+						return err
+					}
+					args[i] = d
+				}
+			}
+			outs = g.Run(args...)
+			return nil
+		}
+		settle()
+		before := cnt.Live()
+		m, err := memory.MeasurePeak(g, run)
+		if err != nil {
+			t.Fatalf("%s/%s: MeasurePeak: %v", c.name, runName, err)
+		}
+		if m.Method != memory.MethodPoolCounter {
+			t.Fatalf("%s/%s: MeasurePeak method %q", c.name, runName, m.Method)
+		}
+		var outBytes int64
+		for _, o := range outs {
+			outBytes += shapeBytes(o.Shape())
+		}
+		if got, want := cnt.Live(), baseline+keptInputs+outBytes; got != want {
+			t.Errorf("%s/%s: %d bytes live after the run, want baseline %d + inputs %d + outputs %d (live before: %d)",
+				c.name, runName, got, baseline, keptInputs, outBytes, before)
+		}
+		for _, o := range outs {
+			o.MustFinalizeAll()
+		}
+		if got, want := cnt.Live(), baseline+keptInputs; got != want {
+			t.Errorf("%s/%s: %d bytes live after finalizing the outputs, want %d", c.name, runName, got, want)
+		}
+		a := agreement{run: runName, counter: m, sim: sim, baseline: baseline,
+			counterTransient: m.Transient(), simTransient: sim.Transient()}
+		results = append(results, a)
+		t.Logf("%-28s %-4s counter: peak %9d resident %9d transient %9d | simulation: peak %9d resident %9d transient %9d | diff %+d",
+			c.name, runName, m.Bytes-baseline, m.Resident-baseline, m.Transient(), sim.Bytes, sim.Resident, sim.Transient(),
+			sim.Bytes-(m.Bytes-baseline))
+		if baseline != 0 {
+			t.Logf("%-28s (pool bytes alive before this case, subtracted from the counter's figures: %d)", c.name, baseline)
+		}
+	}
+	for _, in := range inputs {
+		in.MustFinalizeAll()
+	}
+	if got := cnt.Live(); got != baseline {
+		t.Errorf("%s: %d bytes live after finalizing inputs and outputs, want the baseline %d", c.name, got, baseline)
+	}
+	return results
+}
+
+// assertAgree requires the simulation to equal the counter exactly, for peak, resident and transient bytes.
+func assertAgree(t *testing.T, name string, as []agreement) {
+	t.Helper()
+	for _, a := range as {
+		if a.counter.Bytes-a.baseline != a.sim.Bytes || a.counter.Resident-a.baseline != a.sim.Resident {
+			t.Errorf("%s/%s: counter peak %d resident %d (above baseline), simulation peak %d resident %d: off by %+d (%.2f%%)",
+				name, a.run, a.counter.Bytes-a.baseline, a.counter.Resident-a.baseline, a.sim.Bytes, a.sim.Resident,
+				a.sim.Bytes-(a.counter.Bytes-a.baseline),
+				100*float64(a.sim.Bytes-(a.counter.Bytes-a.baseline))/float64(a.counter.Bytes-a.baseline))
+		}
+	}
+}
+
+func f32(dims ...int) shapes.Shape  { return shapes.Make(dtypes.Float32, dims...) }
+func bf16(dims ...int) shapes.Shape { return shapes.Make(dtypes.BFloat16, dims...) }
+
+// gelu is GoMLX's exact GELU written out: 0.5 x (1 + erf(x / sqrt 2)).
+func gelu(x *graph.Node) *graph.Node {
+	return graph.Mul(graph.MulScalar(x, 0.5), graph.OnePlus(graph.Erf(graph.MulScalar(x, 0.7071067811865476))))
+}
+
+// mlpStep is one training step of a two-layer MLP: params x [B,Din], target [B,Dout], w1 [H,Din], b1 [H],
+// w2 [Dout,H], b2 [Dout]; outputs the loss and the four weight gradients.
+func mlpStep(g *graph.Graph, p []*graph.Node) []*graph.Node {
+	h := gelu(engine.Linear(p[0], p[2], p[3]))
+	y := engine.Linear(h, p[4], p[5])
+	loss := graph.ReduceAllMean(graph.Square(graph.Sub(y, p[1])))
+	return append([]*graph.Node{loss}, engine.Gradient(loss, p[2], p[3], p[4], p[5])...)
+}
+
+func mlpParams(dt dtypes.DType, batch, din, hidden, dout int) []shapes.Shape {
+	return []shapes.Shape{shapes.Make(dt, batch, din), shapes.Make(dt, batch, dout), shapes.Make(dt, hidden, din),
+		shapes.Make(dt, hidden), shapes.Make(dt, dout, hidden), shapes.Make(dt, dout)}
+}
