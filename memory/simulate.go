@@ -82,7 +82,9 @@ func SimulatePeak(g *graph.Graph, opts SimOptions) (Peak, error) {
 // (MethodPoolCounter): Bytes is the counter's peak during run, Resident is what the pool still holds after run
 // apart from g's outputs (the parameters, including those g.Run transferred to the backend, and any other
 // buffers alive in the process), and both include g's constants, which simplego keeps outside its pool. With
-// only g's buffers alive this is the same accounting as SimulatePeak, and Transient is comparable in any case.
+// only g's buffers alive this is the same accounting as SimulatePeak, and Transient is comparable in any case
+// (tools/peakmem's tests find the two equal to the byte). The counter is process-wide: executions running at the
+// same time on any simplego backend are counted too.
 // Without a counter, it calls run and returns SimulatePeak(g, SimOptions{}) (MethodSimulation; inputs are
 // taken as not donated, which is what g.Run does with *tensors.Tensor inputs). A graph compiled for XLA gets
 // XLAProgramPeak (builds with the xla tag only).
