@@ -79,12 +79,12 @@ func SiLU(x *graph.Node) *graph.Node {
 	})
 }
 
-// ReGELU2Op returns the exact GELU of x with the Approx-BP 2-bit backward: only the packed codes (x.Size()/4 bytes,
+// ReGELU2 returns the exact GELU of x with the Approx-BP 2-bit backward: only the packed codes (x.Size()/4 bytes,
 // rounded up) are kept for the backward pass.
-func ReGELU2Op(x *graph.Node) *graph.Node { return Approx(x, ActGELU, ReGELU2) }
+func ReGELU2(x *graph.Node) *graph.Node { return Approx(x, ActGELU, ReGELU2Coefficients) }
 
-// ReSiLU2Op returns the exact SiLU of x with the Approx-BP 2-bit backward.
-func ReSiLU2Op(x *graph.Node) *graph.Node { return Approx(x, ActSiLU, ReSiLU2) }
+// ReSiLU2 returns the exact SiLU of x with the Approx-BP 2-bit backward.
+func ReSiLU2(x *graph.Node) *graph.Node { return Approx(x, ActSiLU, ReSiLU2Coefficients) }
 
 // Approx returns the exact activation act of x, whose backward uses the step derivative given by coeffs.
 //

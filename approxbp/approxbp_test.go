@@ -35,8 +35,8 @@ type variant struct {
 }
 
 var variants = []variant{
-	{"gelu", approxbp.ActGELU, approxbp.ReGELU2, approxbp.GELU, approxbp.ReGELU2Op, approxbp.GELU64},
-	{"silu", approxbp.ActSiLU, approxbp.ReSiLU2, approxbp.SiLU, approxbp.ReSiLU2Op, approxbp.SiLU64},
+	{"gelu", approxbp.ActGELU, approxbp.ReGELU2Coefficients, approxbp.GELU, approxbp.ReGELU2, approxbp.GELU64},
+	{"silu", approxbp.ActSiLU, approxbp.ReSiLU2Coefficients, approxbp.SiLU, approxbp.ReSiLU2, approxbp.SiLU64},
 }
 
 // TestForwardIsExact: the approximate activations' forward equals the exact activation bit for bit, and the

@@ -16,7 +16,7 @@ func BenchmarkActivation(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		fn   func(*graph.Node) *graph.Node
-	}{{"GELU", approxbp.GELU}, {"ReGELU2", approxbp.ReGELU2Op}, {"SiLU", approxbp.SiLU}, {"ReSiLU2", approxbp.ReSiLU2Op}} {
+	}{{"GELU", approxbp.GELU}, {"ReGELU2", approxbp.ReGELU2}, {"SiLU", approxbp.SiLU}, {"ReSiLU2", approxbp.ReSiLU2}} {
 		b.Run(c.name, func(b *testing.B) {
 			g := graph.NewGraph(gtest.Backend(b), c.name)
 			p := graph.Parameter(g, "x", x.Shape())

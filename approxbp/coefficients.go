@@ -24,16 +24,17 @@ type Coefficients struct {
 	C []float64
 }
 
-// ReGELU2 are the published Approx-BP coefficients for GELU (k = 2), found by the paper's simulated annealing.
-var ReGELU2 = Coefficients{
+// ReGELU2Coefficients are the published Approx-BP coefficients for GELU (k = 2), found by the paper's simulated
+// annealing.
+var ReGELU2Coefficients = Coefficients{
 	Name: "ReGELU2",
 	Bits: 2,
 	A:    []float64{-0.04922261145617846, 1.0979632065417297, -0.048740595085551286},
 	C:    []float64{-3.1858810036855245, -0.001178821281161997, 3.190832613414926},
 }
 
-// ReSiLU2 are the published Approx-BP coefficients for SiLU (k = 2).
-var ReSiLU2 = Coefficients{
+// ReSiLU2Coefficients are the published Approx-BP coefficients for SiLU (k = 2).
+var ReSiLU2Coefficients = Coefficients{
 	Name: "ReSiLU2",
 	Bits: 2,
 	A:    []float64{-0.04060357190528599, 1.080925428529668, -0.040321856624382146},

@@ -25,12 +25,12 @@ type fitCase struct {
 var fitCases = []fitCase{
 	{
 		name: "GELU", h: approxbp.GELU64, lo: -approxbp.GELURange, hi: approxbp.GELURange,
-		fit: approxbp.FitGELU, published: approxbp.ReGELU2,
+		fit: approxbp.FitGELU, published: approxbp.ReGELU2Coefficients,
 		c0: 3.1713097425, a0: -0.0495752056, objective2: 0.0095069350475709,
 	},
 	{
 		name: "SiLU", h: approxbp.SiLU64, lo: -approxbp.SiLURange, hi: approxbp.SiLURange,
-		fit: approxbp.FitSiLU, published: approxbp.ReSiLU2,
+		fit: approxbp.FitSiLU, published: approxbp.ReSiLU2Coefficients,
 		c0: 6.3199334044, a0: -0.0405242941, objective2: 0.0399413164633955,
 	},
 }
@@ -56,7 +56,7 @@ func fitMaxDiff(x, y []float64) float64 {
 	return d
 }
 
-// TestFitTwoBitsVersusPublished fits k = 2 and compares with the published ReGELU2/ReSiLU2.
+// TestFitTwoBitsVersusPublished fits k = 2 and compares with the published ReGELU2Coefficients/ReSiLU2Coefficients.
 //
 // The published coefficients come from the paper's simulated annealing and are not the optimum of their
 // own objective: the optimum is symmetric and lies ~0.015-0.02 away in c, and the published slopes are not

@@ -60,7 +60,7 @@ func Block(x *graph.Node, w BlockWeights, opt BlockOptions) *graph.Node {
 	}
 	act := approxbp.GELU
 	if opt.ApproxActivation {
-		act = approxbp.ReGELU2Op
+		act = approxbp.ReGELU2
 	}
 
 	n1 := norm(x, w.NormBefore, w.NormBeforeBias)

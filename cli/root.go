@@ -1,0 +1,64 @@
+// Package cli builds the finetune command tree. It holds flags and printing only: every command is a few lines
+// over a library call a Go user could make directly.
+package cli
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/spf13/cobra"
+
+	"github.com/memfit/memfit/engine"
+)
+
+// Options are the flags shared by every command.
+type Options struct {
+	// Backend is the --backend flag: empty means $MEMFIT_BACKEND, then the pure-Go default.
+	Backend string
+}
+
+// NewBackend creates the backend chosen by the --backend flag, $MEMFIT_BACKEND or the default.
+func (o *Options) NewBackend() (backends.Backend, error) {
+	return engine.NewBackend(engine.ChooseSpec(o.Backend))
+}
+
+// NewRoot returns the finetune root command.
+func NewRoot() *cobra.Command {
+	opts := &Options{}
+	root := &cobra.Command{
+		Use:   "finetune",
+		Short: "memfit: memory-saving fine-tuning of ViT and LLaMA models in Go",
+		Long: `finetune trains and measures transformer models with memfit's memory-saving backpropagation:
+ReGELU2/ReSiLU2 (exact activation forward, 2-bit backward), MS-LN/MS-RMSNorm (norm affine folded into the next
+linear layer) and int8 activation storage.
+
+The backend is the pure-Go one by default; --backend xla:<plugin> (or MEMFIT_BACKEND) selects XLA/PJRT in builds
+made with -tags xla.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&opts.Backend, "backend", "",
+		`"go" (pure Go, default) or "xla:<plugin name or absolute .so path>"; default $`+engine.BackendEnv)
+	root.AddCommand(newBenchCommand(opts), newApproxBPCommand(opts))
+	return root
+}
+
+// Main runs the finetune command with args and returns the process exit code. Errors are printed as one line.
+func Main(args []string, stdout, stderr io.Writer) int {
+	root := NewRoot()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	if err := root.Execute(); err != nil {
+		msg := err.Error()
+		if os.Getenv("MEMFIT_DEBUG") == "" {
+			msg = strings.SplitN(msg, "\n", 2)[0]
+		}
+		fmt.Fprintf(stderr, "finetune: %s\n", msg)
+		return 1
+	}
+	return 0
+}
