@@ -119,17 +119,38 @@ func BuildStep(backend backends.Backend, cfg StackConfig, v Variant) (*Step, err
 	return step, nil
 }
 
-// Run executes the step once and frees its outputs.
-func (s *Step) Run() error {
-	return engine.Try(func() {
+// Execute runs the step once and returns its outputs (the loss, then one gradient per weight); the caller
+// frees them.
+func (s *Step) Execute() (outputs []*tensors.Tensor, err error) {
+	err = engine.Try(func() {
 		args := make([]any, len(s.Inputs))
 		for i, t := range s.Inputs {
 			args[i] = t
 		}
-		for _, out := range s.Graph.Run(args...) {
-			out.MustFinalizeAll()
-		}
+		outputs = s.Graph.Run(args...)
 	})
+	return outputs, err
+}
+
+// Run executes the step once and frees its outputs.
+func (s *Step) Run() error {
+	outputs, err := s.Execute()
+	freeAll(outputs)
+	return err
+}
+
+// Release frees the step's inputs (on the host and the backend) and its compiled graph.
+func (s *Step) Release() {
+	freeAll(s.Inputs)
+	s.Graph.Finalize()
+}
+
+func freeAll(ts []*tensors.Tensor) {
+	for _, t := range ts {
+		if t != nil {
+			_ = t.FinalizeAll()
+		}
+	}
 }
 
 const tensorsDType = dtypes.Float32
@@ -159,11 +180,16 @@ func (r Result) StepTime() time.Duration {
 	return ts[len(ts)/2]
 }
 
-// Measure builds, runs and measures each variant in turn. progress, if not nil, receives a line per phase.
+// Measure measures each variant in two phases. First, one at a time: build the step, list its saved
+// activations, run it once and measure that execution's peak, then free everything, so no other variant's
+// buffers are alive during a peak measurement. Then the timing: all variants are built again and their steps run
+// round-robin (one step of each variant in turn, cfg.Steps rounds after one warm-up round), so that background
+// load on the machine spreads over the variants instead of skewing their ratios. progress, if not nil, receives
+// a line per phase and step.
 func Measure(backend backends.Backend, cfg StackConfig, variants []Variant, progress io.Writer) ([]Result, error) {
-	var results []Result
-	for _, v := range variants {
-		logf(progress, "%s: building %d layers, batch %d", v.Name, cfg.Layers, cfg.Batch)
+	results := make([]Result, len(variants))
+	for i, v := range variants {
+		logf(progress, "%s: building %d layers, batch %d; measuring saved activations and peak", v.Name, cfg.Layers, cfg.Batch)
 		step, err := BuildStep(backend, cfg, v)
 		if err != nil {
 			return nil, err
@@ -172,22 +198,47 @@ func Measure(backend backends.Backend, cfg StackConfig, variants []Variant, prog
 		if err != nil {
 			return nil, err
 		}
-		res := Result{Variant: v, Saved: saved, Analytic: AnalyticSavedBytes(cfg, v)}
-		logf(progress, "%s: warm-up step (measuring peak)", v.Name)
-		res.Peak, err = memory.MeasurePeak(step.Graph, step.Run)
+		results[i] = Result{Variant: v, Saved: saved, Analytic: AnalyticSavedBytes(cfg, v)}
+		var outputs []*tensors.Tensor
+		results[i].Peak, err = memory.MeasurePeak(step.Graph, func() (err error) {
+			outputs, err = step.Execute()
+			return err
+		})
+		freeAll(outputs)
+		step.Release()
 		if err != nil {
 			return nil, err
 		}
-		for i := 0; i < cfg.Steps; i++ {
+	}
+
+	steps := make([]*Step, len(variants))
+	defer func() {
+		for _, s := range steps {
+			if s != nil {
+				s.Release()
+			}
+		}
+	}()
+	for i, v := range variants {
+		var err error
+		if steps[i], err = BuildStep(backend, cfg, v); err != nil {
+			return nil, err
+		}
+	}
+	for round := 0; round <= cfg.Steps; round++ {
+		for i, v := range variants {
 			start := time.Now()
-			if err := step.Run(); err != nil {
+			if err := steps[i].Run(); err != nil {
 				return nil, err
 			}
-			res.StepTimes = append(res.StepTimes, time.Since(start))
-			logf(progress, "%s: step %d/%d %.2fs", v.Name, i+1, cfg.Steps, res.StepTimes[i].Seconds())
+			elapsed := time.Since(start)
+			if round == 0 {
+				logf(progress, "%s: warm-up step %.2fs", v.Name, elapsed.Seconds())
+				continue
+			}
+			results[i].StepTimes = append(results[i].StepTimes, elapsed)
+			logf(progress, "%s: step %d/%d %.2fs", v.Name, round, cfg.Steps, elapsed.Seconds())
 		}
-		step.Graph.Finalize()
-		results = append(results, res)
 	}
 	return results, nil
 }
@@ -246,7 +297,7 @@ func WriteTable(w io.Writer, cfg StackConfig, results []Result) error {
 	}
 	fmt.Fprintf(w, "saved: %s\npeak: %s (includes the %s of resident weights and inputs)\n", memory.MethodSavedWalk, base.Peak.Method,
 		memory.FormatBytes(base.Peak.Resident))
-	_, err := fmt.Fprintf(w, "step: median of %d steps after one warm-up step\n", cfg.Steps)
+	_, err := fmt.Fprintf(w, "step: median of %d steps per variant, run round-robin after one warm-up round\n", cfg.Steps)
 	return err
 }
 

@@ -177,6 +177,10 @@ type simulator struct {
 	curNode int
 	atNode  int
 
+	// timeline, when not nil, receives one point per executed node.
+	timeline *[]TimelinePoint
+	opMax    int64 // the most held while the current op ran
+
 	// Per executor node, as in simplego's executionBuffers: whether results[i] is set, owned[i], numUsed[i], and
 	// the bytes of the buffer in results[i].
 	has     []bool
@@ -187,6 +191,7 @@ type simulator struct {
 
 func (s *simulator) alloc(b int64) {
 	s.live += b
+	s.opMax = max(s.opMax, s.live)
 	if s.live > s.peak {
 		s.peak = s.live
 		s.atNode = s.curNode
@@ -195,14 +200,47 @@ func (s *simulator) alloc(b int64) {
 
 func (s *simulator) free(b int64) { s.live -= b }
 
+// TimelinePoint is the memory held after one executor op of a simulated execution (see SimulateTimeline).
+type TimelinePoint struct {
+	// Step counts executed ops from 0; Node is the executor's node index.
+	Step, Node int
+	// Op is the executor op type.
+	Op string
+	// Shape is the op's output shape (the first output's, for multi-output ops).
+	Shape shapes.Shape
+	// Live is the pool bytes the execution holds after the op, above the resident bytes; Max is the most it held
+	// while the op ran (scratch buffers included).
+	Live, Max int64
+}
+
+// SimulateTimeline replays the execution like SimulatePeak and also returns the bytes held after each op, for
+// finding where a peak comes from or plotting it.
+func SimulateTimeline(g *graph.Graph, opts SimOptions) (Peak, []TimelinePoint, error) {
+	x, err := readSimpleGo(g)
+	if err != nil {
+		return Peak{}, nil, err
+	}
+	if !x.sequential && !opts.AssumeSequential {
+		return Peak{}, nil, fmt.Errorf("memory: the backend of graph %q may run ops in parallel; use ops_sequential", x.name)
+	}
+	var tl []TimelinePoint
+	r, err := simulateWith(x, opts.Donate, &tl)
+	if err != nil {
+		return Peak{}, nil, err
+	}
+	return r.peak, tl, nil
+}
+
 // simulate replays one execution; donate is nil or has one entry per parameter.
-func simulate(x *sgExec, donate []bool) (simResult, error) {
+func simulate(x *sgExec, donate []bool) (simResult, error) { return simulateWith(x, donate, nil) }
+
+func simulateWith(x *sgExec, donate []bool, timeline *[]TimelinePoint) (simResult, error) {
 	if donate != nil && len(donate) != len(x.inputs) {
 		return simResult{}, fmt.Errorf("memory: SimOptions.Donate has %d entries, graph %q has %d parameters",
 			len(donate), x.name, len(x.inputs))
 	}
 	n := x.numNodesToProcess
-	s := &simulator{x: x, curNode: -1, atNode: -1,
+	s := &simulator{x: x, curNode: -1, atNode: -1, timeline: timeline,
 		has: make([]bool, n), owned: make([]bool, n), numUsed: make([]int, n), bytes: make([]int64, n)}
 	resident := x.constantBytes()
 
@@ -230,8 +268,18 @@ func simulate(x *sgExec, donate []bool) (simResult, error) {
 			continue
 		}
 		s.curNode = idx
+		s.opMax = s.live
 		if err := s.executeNode(&x.nodes[idx]); err != nil {
 			return simResult{}, err
+		}
+		if s.timeline != nil {
+			node := &x.nodes[idx]
+			shape := node.shape
+			if len(node.multiShapes) > 0 {
+				shape = node.multiShapes[0]
+			}
+			*s.timeline = append(*s.timeline, TimelinePoint{Step: len(*s.timeline), Node: idx, Op: node.op.String(),
+				Shape: shape, Live: s.live, Max: s.opMax})
 		}
 	}
 	s.curNode = -1
