@@ -1,0 +1,95 @@
+package engine_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/memfit/memfit/engine"
+)
+
+func TestParseSpec(t *testing.T) {
+	for _, tc := range []struct {
+		in, want string
+		err      string
+	}{
+		{"", "go", ""},
+		{"go", "go", ""},
+		{"go:dotgeneral_large", "go:dotgeneral_large", ""},
+		{"xla:cuda", "xla:cuda", ""},
+		{"xla:/opt/pjrt/pjrt_c_api_cuda_plugin.so", "xla:/opt/pjrt/pjrt_c_api_cuda_plugin.so", ""},
+		{"xla", "", "name the XLA plugin"},
+		{"xla:lib/plugin.so", "", "must be absolute"},
+		{"tpu", "", "unknown backend"},
+	} {
+		s, err := engine.ParseSpec(tc.in)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("ParseSpec(%q) error %v, want one containing %q", tc.in, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || s.String() != tc.want {
+			t.Errorf("ParseSpec(%q) = %q, %v; want %q", tc.in, s, err, tc.want)
+		}
+	}
+}
+
+func TestChooseSpec(t *testing.T) {
+	t.Setenv(engine.BackendEnv, "xla:cuda")
+	if got := engine.ChooseSpec("go"); got != "go" {
+		t.Errorf("flag must win over the environment, got %q", got)
+	}
+	if got := engine.ChooseSpec(""); got != "xla:cuda" {
+		t.Errorf("environment must be used without a flag, got %q", got)
+	}
+	t.Setenv(engine.BackendEnv, "")
+	if got := engine.ChooseSpec(""); got != engine.DefaultBackend {
+		t.Errorf("default %q, got %q", engine.DefaultBackend, got)
+	}
+}
+
+// TestMissingPluginIsOneLineError: an XLA plugin that is not there fails fast with one line that says how to
+// point at one, whether or not this build links XLA; nothing is downloaded.
+func TestMissingPluginIsOneLineError(t *testing.T) {
+	empty := t.TempDir()
+	t.Setenv("PJRT_PLUGIN_LIBRARY_PATH", empty)
+	t.Setenv("LD_LIBRARY_PATH", "")
+	t.Setenv("HOME", empty)
+	for _, spec := range []string{"xla:cuda", "xla:" + filepath.Join(empty, "nope.so")} {
+		_, err := engine.NewBackend(spec)
+		if err == nil {
+			t.Fatalf("%s: no error", spec)
+		}
+		msg := err.Error()
+		if strings.Contains(msg, "\n") {
+			t.Errorf("%s: error spans several lines: %q", spec, msg)
+		}
+		if !strings.Contains(msg, "not found") {
+			t.Errorf("%s: error does not say the plugin is missing: %q", spec, msg)
+		}
+	}
+	_, err := engine.NewBackend("xla:cuda")
+	if !strings.Contains(err.Error(), "PJRT_PLUGIN_LIBRARY_PATH") {
+		t.Errorf("error does not say how to point at a plugin: %q", err)
+	}
+	if entries, _ := os.ReadDir(empty); len(entries) != 0 {
+		t.Errorf("something was written (downloaded?) into the search folder: %v", entries)
+	}
+}
+
+// TestDefaultBackendIsSequentialPureGo: the default is the pure-Go backend.
+func TestDefaultBackendIsSequentialPureGo(t *testing.T) {
+	b, err := engine.NewBackend("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Finalize()
+	if !strings.Contains(b.Name(), "SimpleGo") {
+		t.Errorf("default backend is %q, want the pure-Go SimpleGo backend", b.Name())
+	}
+	if _, err := engine.NewBackend("go:not_an_option"); err == nil {
+		t.Error("a bad pure-Go option was accepted")
+	}
+}
