@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"runtime"
 	"sort"
 	"text/tabwriter"
 	"time"
@@ -174,10 +175,18 @@ type Result struct {
 }
 
 // StepTime returns the median timed step.
-func (r Result) StepTime() time.Duration {
+func (r Result) StepTime() time.Duration { return r.sortedTimes()[len(r.StepTimes)/2] }
+
+// StepRange returns the fastest and slowest timed steps.
+func (r Result) StepRange() (time.Duration, time.Duration) {
+	ts := r.sortedTimes()
+	return ts[0], ts[len(ts)-1]
+}
+
+func (r Result) sortedTimes() []time.Duration {
 	ts := append([]time.Duration(nil), r.StepTimes...)
 	sort.Slice(ts, func(i, j int) bool { return ts[i] < ts[j] })
-	return ts[len(ts)/2]
+	return ts
 }
 
 // Measure measures each variant in two phases. First, one at a time: build the step, list its saved
@@ -187,6 +196,12 @@ func (r Result) StepTime() time.Duration {
 // load on the machine spreads over the variants instead of skewing their ratios. progress, if not nil, receives
 // a line per phase and step.
 func Measure(backend backends.Backend, cfg StackConfig, variants []Variant, progress io.Writer) ([]Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if len(variants) == 0 {
+		return nil, fmt.Errorf("bench: no variants to measure")
+	}
 	results := make([]Result, len(variants))
 	for i, v := range variants {
 		logf(progress, "%s: building %d layers, batch %d; measuring saved activations and peak", v.Name, cfg.Layers, cfg.Batch)
@@ -227,6 +242,9 @@ func Measure(backend backends.Backend, cfg StackConfig, variants []Variant, prog
 	}
 	for round := 0; round <= cfg.Steps; round++ {
 		for i, v := range variants {
+			// Start every step from the same state: collect the previous step's garbage outside the timing (as
+			// testing.B does before a benchmark).
+			runtime.GC()
 			start := time.Now()
 			if err := steps[i].Run(); err != nil {
 				return nil, err
@@ -284,13 +302,14 @@ func WriteTable(w io.Writer, cfg StackConfig, results []Result) error {
 	fmt.Fprintf(w, "ViT block stack: %d layers, batch %d, %d tokens, hidden %d, MLP %d, %d heads, float32, all weights trainable, standard attention\n",
 		cfg.Layers, cfg.Batch, cfg.Tokens, cfg.Hidden, cfg.MLP, cfg.Heads)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "variant\tsaved\tx base\tanalytic\tsaved/analytic\tpeak\tx base\tstep\tx base\t\n")
+	fmt.Fprintf(tw, "variant\tsaved\tx base\tanalytic\tsaved/analytic\tpeak\tx base\tstep\t(min-max)\tx base\t\n")
 	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%s\t%.4f\t%s\t%.3f\t%.2fs\t%.3f\t\n", r.Variant.Name,
+		lo, hi := r.StepRange()
+		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%s\t%.4f\t%s\t%.3f\t%.2fs\t(%.2f-%.2f)\t%.3f\t\n", r.Variant.Name,
 			memory.FormatBytes(r.Saved.Total), ratio(r.Saved.Total, base.Saved.Total),
 			memory.FormatBytes(r.Analytic), ratio(r.Saved.Total, r.Analytic),
 			memory.FormatBytes(r.Peak.Bytes), ratio(r.Peak.Bytes, base.Peak.Bytes),
-			r.StepTime().Seconds(), r.StepTime().Seconds()/base.StepTime().Seconds())
+			r.StepTime().Seconds(), lo.Seconds(), hi.Seconds(), r.StepTime().Seconds()/base.StepTime().Seconds())
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -1,0 +1,82 @@
+package cli_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/memfit/memfit/cli"
+)
+
+func run(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = cli.Main(args, &out, &errb)
+	return out.String(), errb.String(), code
+}
+
+// TestBenchBlocks runs the benchmark command at a tiny size and checks the table it prints.
+func TestBenchBlocks(t *testing.T) {
+	out, errOut, code := run(t, "bench", "blocks", "--layers", "1", "--batch", "1", "--tokens", "9", "--hidden", "32",
+		"--mlp", "128", "--heads", "2", "--steps", "1")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"GELU+LN", "ReGELU2+LN", "GELU+MS-LN", "ReGELU2+MS-LN", "saved: exact", "peak: estimate: liveness simulation"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(errOut, "step 1/1") {
+		t.Errorf("no progress lines on stderr: %q", errOut)
+	}
+	// Every row's saved bytes match the analytic count exactly at this size.
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "LN ") && !strings.Contains(line, "1.0000") {
+			t.Errorf("saved/analytic is not 1.0000 in row %q", line)
+		}
+	}
+}
+
+// TestBadInputIsOneLine: user errors print one line and exit 1.
+func TestBadInputIsOneLine(t *testing.T) {
+	for _, args := range [][]string{
+		{"bench", "blocks", "--variants", "GELU+BN"},
+		{"bench", "blocks", "--hidden", "30", "--heads", "4"},
+		{"--backend", "tpu", "bench", "blocks"},
+		{"--backend", "xla:/nonexistent/plugin.so", "bench", "blocks"},
+		{"approxbp", "fit", "--bits", "7"},
+	} {
+		_, errOut, code := run(t, args...)
+		if code != 1 || strings.Count(strings.TrimSpace(errOut), "\n") != 0 || !strings.HasPrefix(errOut, "finetune: ") {
+			t.Errorf("%v: exit %d, stderr %q; want exit 1 and one line", args, code, errOut)
+		}
+	}
+}
+
+// TestApproxBPFit prints JSON coefficients that satisfy the constraints and, for 2 bits, the published ones.
+func TestApproxBPFit(t *testing.T) {
+	out, errOut, code := run(t, "approxbp", "fit", "--act", "silu", "--bits", "2")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var res struct {
+		Name      string    `json:"name"`
+		A         []float64 `json:"a"`
+		C         []float64 `json:"c"`
+		Objective float64   `json:"objective"`
+		Published struct {
+			Objective float64 `json:"objective"`
+		} `json:"published"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, out)
+	}
+	if res.Name != "ReSiLU2" || len(res.A) != 3 || len(res.C) != 3 {
+		t.Errorf("got %+v", res)
+	}
+	if !(res.Objective > 0 && res.Objective <= res.Published.Objective) {
+		t.Errorf("fitted objective %g should be positive and not above the published %g", res.Objective, res.Published.Objective)
+	}
+}
