@@ -192,8 +192,9 @@ func (r Result) sortedTimes() []time.Duration {
 // Measure measures each variant in two phases. First, one at a time: build the step, list its saved
 // activations, run it once and measure that execution's peak, then free everything, so no other variant's
 // buffers are alive during a peak measurement. Then the timing: all variants are built again and their steps run
-// round-robin (one step of each variant in turn, cfg.Steps rounds after one warm-up round), so that background
-// load on the machine spreads over the variants instead of skewing their ratios. progress, if not nil, receives
+// round-robin (one step of each variant in turn, in an order rotated every round, cfg.Steps rounds after one
+// warm-up round), so that background load on the machine spreads over the variants instead of skewing their
+// ratios. progress, if not nil, receives
 // a line per phase and step.
 func Measure(backend backends.Backend, cfg StackConfig, variants []Variant, progress io.Writer) ([]Result, error) {
 	if err := cfg.Validate(); err != nil {
@@ -241,7 +242,11 @@ func Measure(backend backends.Backend, cfg StackConfig, variants []Variant, prog
 		}
 	}
 	for round := 0; round <= cfg.Steps; round++ {
-		for i, v := range variants {
+		// Rotate the order every round, so no variant always runs in the same position (right after the same
+		// other variant, say).
+		for k := range variants {
+			i := (k + round) % len(variants)
+			v := variants[i]
 			// Start every step from the same state: collect the previous step's garbage outside the timing (as
 			// testing.B does before a benchmark).
 			runtime.GC()
@@ -316,7 +321,7 @@ func WriteTable(w io.Writer, cfg StackConfig, results []Result) error {
 	}
 	fmt.Fprintf(w, "saved: %s\npeak: %s (includes the %s of resident weights and inputs)\n", memory.MethodSavedWalk, base.Peak.Method,
 		memory.FormatBytes(base.Peak.Resident))
-	_, err := fmt.Fprintf(w, "step: median of %d steps per variant, run round-robin after one warm-up round\n", cfg.Steps)
+	_, err := fmt.Fprintf(w, "step: median of %d steps per variant, run round-robin (order rotated every round) after one warm-up round\n", cfg.Steps)
 	return err
 }
 
