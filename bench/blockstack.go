@@ -85,7 +85,7 @@ func BuildStep(backend backends.Backend, cfg StackConfig, v Variant) (*Step, err
 		}
 	}
 	r := rand.New(rand.NewPCG(cfg.Seed, 7))
-	act := shapes.Make(tensorsDType, cfg.Batch, cfg.Tokens, cfg.Hidden)
+	act := shapes.Make(dtypes.Float32, cfg.Batch, cfg.Tokens, cfg.Hidden)
 	x := randomTensor(r, act, 1)
 	target := randomTensor(r, act, 1)
 
@@ -153,8 +153,6 @@ func freeAll(ts []*tensors.Tensor) {
 		}
 	}
 }
-
-const tensorsDType = dtypes.Float32
 
 func randomTensor(r *rand.Rand, s shapes.Shape, std float64) *tensors.Tensor {
 	data := make([]float32, s.Size())

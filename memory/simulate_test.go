@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
@@ -17,28 +16,13 @@ import (
 	"github.com/memfit/memfit/internal/gtest"
 )
 
-var (
-	backendsMu sync.Mutex
-	backendsBy = map[string]backends.Backend{}
-)
-
-// backendFor returns one backend per spec, shared by the tests.
+// backendFor returns one backend per spec, shared by the tests ("" is the default).
 func backendFor(t *testing.T, spec string) backends.Backend {
 	t.Helper()
 	if spec == "" {
 		return gtest.Backend(t)
 	}
-	backendsMu.Lock()
-	defer backendsMu.Unlock()
-	if b, ok := backendsBy[spec]; ok {
-		return b
-	}
-	b, err := engine.NewBackend(spec)
-	if err != nil {
-		t.Fatalf("backend %q: %v", spec, err)
-	}
-	backendsBy[spec] = b
-	return b
+	return gtest.BackendFor(t, spec)
 }
 
 // compileGraph builds and compiles a graph with parameters of the given shapes on the backend spec ("" is the

@@ -16,19 +16,31 @@ import (
 )
 
 var (
-	backendOnce sync.Once
-	backend     backends.Backend
-	backendErr  error
+	backendsMu sync.Mutex
+	backendsBy = map[string]backends.Backend{}
 )
 
 // Backend returns one pure-Go backend (the default spec) shared by all tests of a package.
 func Backend(t testing.TB) backends.Backend {
 	t.Helper()
-	backendOnce.Do(func() { backend, backendErr = engine.NewBackend(engine.DefaultBackend) })
-	if backendErr != nil {
-		t.Fatalf("backend: %v", backendErr)
+	return BackendFor(t, engine.DefaultBackend)
+}
+
+// BackendFor returns one backend per spec (see engine.NewBackend), created on first use and shared by all the
+// tests of a package.
+func BackendFor(t testing.TB, spec string) backends.Backend {
+	t.Helper()
+	backendsMu.Lock()
+	defer backendsMu.Unlock()
+	if b, ok := backendsBy[spec]; ok {
+		return b
 	}
-	return backend
+	b, err := engine.NewBackend(spec)
+	if err != nil {
+		t.Fatalf("backend %q: %v", spec, err)
+	}
+	backendsBy[spec] = b
+	return b
 }
 
 // Rand returns n normal(0, scale) float32 values from a seeded generator.

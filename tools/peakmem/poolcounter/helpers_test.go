@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
-	"sync"
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
@@ -15,29 +14,15 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"github.com/memfit/memfit/engine"
+	"github.com/memfit/memfit/internal/gtest"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/tools/peakmem/poolcounter"
-)
-
-var (
-	backendsMu sync.Mutex
-	backendsBy = map[string]backends.Backend{}
 )
 
 // backendFor returns one pure-Go backend per spec for the whole test binary.
 func backendFor(t *testing.T, spec string) backends.Backend {
 	t.Helper()
-	backendsMu.Lock()
-	defer backendsMu.Unlock()
-	if b, ok := backendsBy[spec]; ok {
-		return b
-	}
-	b, err := engine.NewBackend(spec)
-	if err != nil {
-		t.Fatalf("backend %q: %v", spec, err)
-	}
-	backendsBy[spec] = b
-	return b
+	return gtest.BackendFor(t, spec)
 }
 
 // settle runs the garbage collector until pending tensor finalizers (which return buffers to the pool) have run,
