@@ -181,7 +181,7 @@ func Unpack(packed *graph.Node, bits int, dims ...int) *graph.Node {
 	slots := graph.Rem(graph.Div(spread, slotWeights(g, bits)), graph.Scalar(g, dtypes.Uint8, 1<<slotBits(bits)))
 	flat := graph.Reshape(slots, m*per)
 	if m*per != n {
-		flat = graph.Slice(flat, graph.AxisRange(0, n))
+		flat = engine.SliceAxis(flat, 0, 0, n)
 	}
 	return graph.Reshape(flat, dims...)
 }

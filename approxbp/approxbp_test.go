@@ -200,3 +200,30 @@ func code32(c approxbp.Coefficients, x float32) int {
 	}
 	return code
 }
+
+// TestApproxWithFittedCoefficients: coefficients from the fitter are data the op takes as they are, for every
+// width, and the backward follows their step function.
+func TestApproxWithFittedCoefficients(t *testing.T) {
+	for bits := 1; bits <= 4; bits++ {
+		c, _, err := approxbp.FitSiLU(bits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		xs := append(gtest.Rand(uint64(20+bits), 509, 5), float32(c.C[0]), float32(c.C[len(c.C)-1])+0.5)
+		vs := gtest.Rand(uint64(30+bits), len(xs), 1)
+		out := gtest.Run(t, func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+			y := approxbp.Approx(p[0], approxbp.ActSiLU, c)
+			return append([]*graph.Node{y}, engine.Gradient(graph.ReduceAllSum(graph.Mul(y, p[1])), p[0])...)
+		}, gtest.Tensor(xs, len(xs)), gtest.Tensor(vs, len(vs)))
+		levels := c.Levels()
+		for i, x := range xs {
+			if d := math.Abs(float64(out[0][i]) - approxbp.SiLU64(float64(x))); d > 1e-5 {
+				t.Fatalf("%s: forward at %g off by %g", c.Name, x, d)
+			}
+			want := float64(vs[i]) * levels[code32(c, x)]
+			if d := math.Abs(float64(out[1][i]) - want); d > 1e-6 {
+				t.Fatalf("%s: x=%g grad %g, want %g", c.Name, x, out[1][i], want)
+			}
+		}
+	}
+}
