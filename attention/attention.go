@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
 
 	"github.com/memfit/memfit/engine"
 )
@@ -30,55 +32,192 @@ func Softmax(x *graph.Node) *graph.Node {
 	})
 }
 
+// Kind chooses how attention is computed and what its backward pass keeps.
+type Kind int
+
+// The attention kinds.
+const (
+	// KindStandard keeps the attention probabilities for the backward pass.
+	KindStandard Kind = iota
+	// KindMemoryEfficient keeps q, k, v and one log-sum-exp per row, and recomputes the probabilities in the
+	// backward pass, as FlashAttention does.
+	KindMemoryEfficient
+)
+
+// String returns "standard" or "memory-efficient".
+func (k Kind) String() string {
+	if k == KindMemoryEfficient {
+		return "memory-efficient"
+	}
+	return "standard"
+}
+
+// ParseKind parses "standard" or "memory-efficient" (also "mea", "flash").
+func ParseKind(s string) (Kind, error) {
+	switch s {
+	case "", "standard", "eager":
+		return KindStandard, nil
+	case "memory-efficient", "mea", "flash":
+		return KindMemoryEfficient, nil
+	}
+	return 0, fmt.Errorf("unknown attention kind %q: use standard or memory-efficient", s)
+}
+
+// Mask says which keys each query may attend to. The zero value lets every query see every key.
+type Mask struct {
+	// Causal lets query i see only keys j <= i (queries and keys are the same positions).
+	Causal bool
+	// KeyPadding, if not nil, is [B, M] with a non-zero value for real keys and 0 for padding; padding keys are
+	// hidden from every query.
+	KeyPadding *graph.Node
+}
+
+// maskValue is added to the scores of hidden keys: exp of it underflows to exactly 0 in float32 and bfloat16.
+const maskValue = -1e9
+
+// additive builds the mask as [B|1, 1, N|1, M] zeros and maskValue (nil when nothing is hidden), from the
+// mask's inputs alone, so a backward pass can rebuild it instead of keeping it.
+func (m Mask) additive(g *graph.Graph, dtype dtypes.DType, n, keys int) *graph.Node {
+	var allowed *graph.Node // boolean, broadcastable to [B, 1, N, M]
+	if m.Causal {
+		if n != keys {
+			panic(fmt.Sprintf("attention: a causal mask needs as many queries as keys, got %d and %d", n, keys))
+		}
+		shape := shapes.Make(dtypes.Int32, 1, 1, n, keys)
+		allowed = graph.LessOrEqual(graph.Iota(g, shape, 3), graph.Iota(g, shape, 2))
+	}
+	if m.KeyPadding != nil {
+		kp := m.KeyPadding
+		if kp.Rank() != 2 || kp.Shape().Dim(1) != keys {
+			panic(fmt.Sprintf("attention: key padding must be [B, %d], got %s", keys, kp.Shape()))
+		}
+		real := graph.NotEqual(kp, graph.ScalarZero(g, kp.DType()))
+		real = graph.Reshape(real, kp.Shape().Dim(0), 1, 1, keys)
+		if allowed == nil {
+			allowed = real
+		} else {
+			allowed = graph.LogicalAnd(allowed, real)
+		}
+	}
+	if allowed == nil {
+		return nil
+	}
+	zero := graph.ScalarZero(g, dtype)
+	hidden := graph.Scalar(g, dtype, maskValue)
+	dims := allowed.Shape().Clone()
+	dims.DType = dtype
+	return graph.Where(allowed, graph.BroadcastToShape(zero, dims), graph.BroadcastToShape(hidden, dims))
+}
+
+// Attention applies attention of the given kind; see Standard for the shapes.
+func Attention(kind Kind, q, k, v *graph.Node, heads, kvHeads int, mask Mask) *graph.Node {
+	if kind == KindMemoryEfficient {
+		return MemoryEfficient(q, k, v, heads, kvHeads, mask)
+	}
+	return Standard(q, k, v, heads, kvHeads, mask)
+}
+
+// layout holds the grouped-query shapes of one attention call.
+type layout struct {
+	b, n, m, d, heads, kvHeads, group, dh int
+}
+
+func newLayout(q, k, v *graph.Node, heads, kvHeads int) layout {
+	l := layout{b: q.Shape().Dim(0), n: q.Shape().Dim(1), d: q.Shape().Dim(2), m: k.Shape().Dim(1), heads: heads, kvHeads: kvHeads}
+	if q.Rank() != 3 || k.Rank() != 3 || v.Rank() != 3 {
+		panic(fmt.Sprintf("attention: q, k, v must be [B, N, H*Dh], got %s, %s, %s", q.Shape(), k.Shape(), v.Shape()))
+	}
+	if heads <= 0 || kvHeads <= 0 || l.d%heads != 0 || heads%kvHeads != 0 {
+		panic(fmt.Sprintf("attention: %d heads and %d kv heads do not fit hidden size %d", heads, kvHeads, l.d))
+	}
+	l.dh = l.d / heads
+	l.group = heads / kvHeads
+	if k.Shape().Dim(2) != kvHeads*l.dh || v.Shape().Dim(2) != kvHeads*l.dh || v.Shape().Dim(1) != l.m {
+		panic(fmt.Sprintf("attention: k %s / v %s do not match %d kv heads of size %d", k.Shape(), v.Shape(), kvHeads, l.dh))
+	}
+	return l
+}
+
+// split returns q as [B, N, Hkv, G, Dh] scaled by 1/sqrt(Dh), and k, v as [B, M, Hkv, Dh].
+func (l layout) split(q, k, v *graph.Node) (q5, k4, v4 *graph.Node) {
+	q5 = engine.SetKind(graph.MulScalar(graph.Reshape(q, l.b, l.n, l.kvHeads, l.group, l.dh), 1/math.Sqrt(float64(l.dh))), engine.KindAttention)
+	k4 = graph.Reshape(k, l.b, l.m, l.kvHeads, l.dh)
+	v4 = graph.Reshape(v, l.b, l.m, l.kvHeads, l.dh)
+	return
+}
+
+// scores returns q5·k4ᵀ as [B, Hkv, N, G, M] (batch over B and the kv head, contract Dh).
+func scores(q5, k4 *graph.Node) *graph.Node {
+	return engine.SetKind(engine.DotGeneral(q5, []int{4}, []int{0, 2}, k4, []int{3}, []int{0, 2}), engine.KindAttention)
+}
+
+// context returns probs·v4 as [B, Hkv, N, G, Dh] (batch over B and the kv head, contract M).
+func context(probs, v4 *graph.Node) *graph.Node {
+	return engine.DotGeneral(probs, []int{4}, []int{0, 1}, v4, []int{1}, []int{0, 2})
+}
+
+// merge turns the [B, Hkv, N, G, Dh] context into [B, N, H*Dh].
+func (l layout) merge(ctx *graph.Node) *graph.Node {
+	return graph.Reshape(graph.TransposeAllDims(ctx, 0, 2, 1, 3, 4), l.b, l.n, l.d)
+}
+
+// maskScores adds the mask (rebuilt from its inputs) to s, a [B, Hkv, N, G, M] score tensor.
+func maskScores(s *graph.Node, mask Mask, n, m int) *graph.Node {
+	add := mask.additive(s.Graph(), s.DType(), n, m)
+	if add == nil {
+		return s
+	}
+	// [B|1, 1, N|1, M] -> [B|1, 1, N|1, 1, M]
+	return engine.SetKind(graph.Add(s, graph.InsertAxes(add, 3)), engine.KindAttention)
+}
+
 // Standard is multi-head scaled dot-product attention that keeps the probabilities for the backward pass.
 //
 // q is [B, N, H*Dh]; k and v are [B, M, Hkv*Dh] with H a multiple of Hkv (grouped-query attention when
-// Hkv < H; pass Hkv = H for plain multi-head attention). mask, if not nil, is added to the scores and must
-// broadcast (size-1 axes) to [B, H, N, M]: 0 where attention is allowed and a large negative number where it is
-// not. The result is [B, N, H*Dh].
+// Hkv < H, query head h reading kv head h / (H/Hkv); pass Hkv = H for plain multi-head attention). The result is
+// [B, N, H*Dh].
 //
 // Kept for the backward pass: the scaled q and k (score product), the probabilities (softmax and value product,
-// one tensor) and v, as [B, N, H, Dh] views of the projections.
-func Standard(q, k, v *graph.Node, heads, kvHeads int, mask *graph.Node) *graph.Node {
-	b, n, d := q.Shape().Dim(0), q.Shape().Dim(1), q.Shape().Dim(2)
-	m := k.Shape().Dim(1)
-	if heads <= 0 || kvHeads <= 0 || d%heads != 0 || heads%kvHeads != 0 {
-		panic(fmt.Sprintf("attention: %d heads and %d kv heads do not fit hidden size %d", heads, kvHeads, d))
-	}
-	dh := d / heads
-	if k.Shape().Dim(2) != kvHeads*dh || v.Shape().Dim(2) != kvHeads*dh || v.Shape().Dim(1) != m {
-		panic(fmt.Sprintf("attention: k %s / v %s do not match %d kv heads of size %d", k.Shape(), v.Shape(), kvHeads, dh))
-	}
-	group := heads / kvHeads
-	// q: [B, N, Hkv, G, Dh] scaled by 1/sqrt(Dh); k, v: [B, M, Hkv, Dh].
-	q5 := graph.MulScalar(graph.Reshape(q, b, n, kvHeads, group, dh), 1/math.Sqrt(float64(dh)))
-	engine.SetKind(q5, engine.KindAttention)
-	k4 := graph.Reshape(k, b, m, kvHeads, dh)
-	v4 := graph.Reshape(v, b, m, kvHeads, dh)
-	// Scores [B, Hkv, N, G, M]: batch over B and the kv head, contract Dh.
-	scores := engine.SetKind(engine.DotGeneral(q5, []int{4}, []int{0, 2}, k4, []int{3}, []int{0, 2}), engine.KindAttention)
-	if mask != nil {
-		scores = engine.SetKind(graph.Add(scores, groupMask(mask, b, heads, kvHeads, n, m)), engine.KindAttention)
-	}
-	probs := Softmax(scores)
-	// Context [B, Hkv, N, G, Dh]: batch over B and the kv head, contract M.
-	ctx := engine.SetKind(engine.DotGeneral(probs, []int{4}, []int{0, 1}, v4, []int{1}, []int{0, 2}), engine.KindAttention)
-	// Back to [B, N, Hkv, G, Dh] = [B, N, H*Dh].
-	return graph.Reshape(graph.TransposeAllDims(ctx, 0, 2, 1, 3, 4), b, n, d)
+// one tensor) and v, as views of the projections.
+func Standard(q, k, v *graph.Node, heads, kvHeads int, mask Mask) *graph.Node {
+	l := newLayout(q, k, v, heads, kvHeads)
+	q5, k4, v4 := l.split(q, k, v)
+	probs := Softmax(maskScores(scores(q5, k4), mask, l.n, l.m))
+	return l.merge(engine.SetKind(context(probs, v4), engine.KindAttention))
 }
 
-// groupMask reshapes a mask that broadcasts to [B, H, N, M] into the [B, Hkv, N, G, M] layout of the scores.
-func groupMask(mask *graph.Node, b, heads, kvHeads, n, m int) *graph.Node {
-	if mask.Rank() != 4 {
-		panic(fmt.Sprintf("attention: mask must be rank 4 ([B|1, H|1, N|1, M]), got %s", mask.Shape()))
-	}
-	md := mask.Shape().Dimensions
-	if md[1] == 1 {
-		return graph.InsertAxes(mask, 3) // [B, 1, N, 1, M]
-	}
-	if md[1] != heads {
-		panic(fmt.Sprintf("attention: mask head axis %d, want 1 or %d", md[1], heads))
-	}
-	return graph.Reshape(graph.TransposeAllDims(graph.Reshape(mask, md[0], kvHeads, heads/kvHeads, md[2], md[3]), 0, 1, 3, 2, 4),
-		md[0], kvHeads, md[2], heads/kvHeads, md[3])
+// MemoryEfficient computes the same attention as Standard but does not keep the probabilities: its backward
+// keeps q, k, v and one log-sum-exp per query row and recomputes the probabilities, as FlashAttention does.
+// (The whole score matrix still exists transiently, once in the forward and once in the backward pass; it is
+// not tiled.)
+//
+// Backward. With S the masked scaled scores, lse = log sum_j exp(S_j) per row, P = exp(S - lse), O = P V and
+// g = dL/dO:
+//
+//	dV = Pᵀ g,   dP = g Vᵀ,   dS = P ∘ (dP - D),   D = rowsum(P ∘ dP)   (= rowsum(g ∘ O), since O = P V)
+//
+// and dS flows on to q and k through the score product's own matmul gradient (dq = dS k, dk = dSᵀ q). Here the
+// VJP of the value product recomputes S from q and k and the mask from its inputs, P from S and lse, and returns
+// dS to the probabilities, whose softmax nodes pass it straight to S. D is taken from P and dP, so the output O
+// is not kept either.
+func MemoryEfficient(q, k, v *graph.Node, heads, kvHeads int, mask Mask) *graph.Node {
+	l := newLayout(q, k, v, heads, kvHeads)
+	q5, k4, v4 := l.split(q, k, v)
+	s := maskScores(scores(q5, k4), mask, l.n, l.m)
+	mx := graph.StopGradient(graph.ReduceAndKeep(s, graph.ReduceMax, -1))
+	shifted := engine.PassThrough(graph.Sub(s, mx), engine.KindAttention, 0)
+	e := engine.PassThrough(graph.Exp(shifted), engine.KindAttention, 0)
+	sum := graph.ReduceAndKeep(e, graph.ReduceSum, -1)
+	lse := graph.StopGradient(graph.Add(mx, graph.Log(sum)))
+	probs := engine.PassThrough(graph.Div(e, sum), engine.KindAttention, 0)
+	ctx := context(probs, v4)
+	engine.SetVJP(ctx, engine.KindAttention, func(ctx, g *graph.Node) []*graph.Node {
+		p := graph.Exp(graph.Sub(maskScores(scores(q5, k4), mask, l.n, l.m), lse))
+		dv := engine.DotGeneral(p, []int{2, 3}, []int{0, 1}, g, []int{2, 3}, []int{0, 1}) // [B, Hkv, M, Dh]
+		dp := engine.DotGeneral(g, []int{4}, []int{0, 1}, v4, []int{3}, []int{0, 2})      // [B, Hkv, N, G, M]
+		d := graph.ReduceAndKeep(graph.Mul(p, dp), graph.ReduceSum, -1)
+		ds := graph.Mul(p, graph.Sub(dp, d))
+		return []*graph.Node{ds, graph.TransposeAllDims(dv, 0, 2, 1, 3)}
+	})
+	return l.merge(ctx)
 }

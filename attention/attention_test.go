@@ -10,6 +10,7 @@ import (
 	"github.com/memfit/memfit/attention"
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/internal/gtest"
+	"github.com/memfit/memfit/memory"
 )
 
 // reference computes attention head by head with plain GoMLX ops (its own softmax, einsum and autodiff; slices
@@ -29,11 +30,7 @@ func reference(q, k, v *graph.Node, heads, kvHeads int, mask *graph.Node) *graph
 		vh := graph.Reshape(engine.SliceAxis(v4, 2, kv, kv+1), b, m, dh)
 		s := graph.MulScalar(graph.Einsum("bnd,bmd->bnm", qh, kh), 1/math.Sqrt(float64(dh)))
 		if mask != nil {
-			mh := mask
-			if mask.Shape().Dim(1) != 1 {
-				mh = engine.SliceAxis(mask, 1, h, h+1)
-			}
-			s = graph.Add(s, graph.Reshape(mh, mh.Shape().Dim(0), mh.Shape().Dim(2), mh.Shape().Dim(3)))
+			s = graph.Add(s, graph.Reshape(mask, mask.Shape().Dim(0), mask.Shape().Dim(2), mask.Shape().Dim(3)))
 		}
 		p := graph.Softmax(s, -1)
 		outs = append(outs, graph.Einsum("bnm,bmd->bnd", p, vh))
@@ -41,54 +38,95 @@ func reference(q, k, v *graph.Node, heads, kvHeads int, mask *graph.Node) *graph
 	return graph.Concatenate(outs, -1)
 }
 
-// TestStandardMatchesReference checks output and q/k/v gradients of multi-head and grouped-query attention,
-// with and without a causal mask, against GoMLX's own ops and autodiff.
-func TestStandardMatchesReference(t *testing.T) {
+// TestAttentionMatchesReference checks output and q/k/v gradients of both attention kinds, multi-head and
+// grouped-query, with causal and padding masks, against GoMLX's own ops and autodiff.
+func TestAttentionMatchesReference(t *testing.T) {
 	const b, n, dh = 2, 5, 4
 	for _, tc := range []struct {
-		name           string
-		heads, kv      int
-		causal, heads1 bool
-	}{{"mha", 3, 3, false, false}, {"gqa-causal", 4, 2, true, false}, {"mqa-causal-per-head-mask", 4, 1, true, true}} {
-		t.Run(tc.name, func(t *testing.T) {
-			q := gtest.Tensor(gtest.Rand(1, b*n*tc.heads*dh, 1), b, n, tc.heads*dh)
-			k := gtest.Tensor(gtest.Rand(2, b*n*tc.kv*dh, 1), b, n, tc.kv*dh)
-			v := gtest.Tensor(gtest.Rand(3, b*n*tc.kv*dh, 1), b, n, tc.kv*dh)
-			r := gtest.Tensor(gtest.Rand(4, b*n*tc.heads*dh, 1), b, n, tc.heads*dh)
-			mh := 1
-			if tc.heads1 {
-				mh = tc.heads
-			}
-			maskData := make([]float32, mh*n*n)
-			for h := 0; h < mh; h++ {
-				for i := 0; i < n; i++ {
-					for j := 0; j < n; j++ {
-						if tc.causal && j > i {
-							maskData[(h*n+i)*n+j] = -1e9
+		name            string
+		heads, kv       int
+		causal, padding bool
+	}{{"mha", 3, 3, false, false}, {"gqa-causal", 4, 2, true, false}, {"mqa-causal-padding", 4, 1, true, true}, {"mha-padding", 2, 2, false, true}} {
+		for _, kind := range []attention.Kind{attention.KindStandard, attention.KindMemoryEfficient} {
+			t.Run(tc.name+"/"+kind.String(), func(t *testing.T) {
+				q := gtest.Tensor(gtest.Rand(1, b*n*tc.heads*dh, 1), b, n, tc.heads*dh)
+				k := gtest.Tensor(gtest.Rand(2, b*n*tc.kv*dh, 1), b, n, tc.kv*dh)
+				v := gtest.Tensor(gtest.Rand(3, b*n*tc.kv*dh, 1), b, n, tc.kv*dh)
+				r := gtest.Tensor(gtest.Rand(4, b*n*tc.heads*dh, 1), b, n, tc.heads*dh)
+				// Row 1 has 3 real keys then 2 padding keys.
+				padding := tensors.FromFlatDataAndDimensions([]int32{1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, b, n)
+				maskData := make([]float32, b*n*n)
+				for bi := 0; bi < b; bi++ {
+					for i := 0; i < n; i++ {
+						for j := 0; j < n; j++ {
+							if (tc.causal && j > i) || (tc.padding && bi == 1 && j >= 3) {
+								maskData[(bi*n+i)*n+j] = -1e9
+							}
 						}
 					}
 				}
-			}
-			mask := tensors.FromFlatDataAndDimensions(maskData, 1, mh, n, n)
-			build := func(fn func(q, k, v *graph.Node, heads, kv int, mask *graph.Node) *graph.Node) func(*graph.Graph, []*graph.Node) []*graph.Node {
-				return func(g *graph.Graph, p []*graph.Node) []*graph.Node {
-					var m *graph.Node
-					if tc.causal {
-						m = p[4]
-					}
-					out := fn(p[0], p[1], p[2], tc.heads, tc.kv, m)
+				additive := tensors.FromFlatDataAndDimensions(maskData, b, 1, n, n)
+				want := gtest.Run(t, func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+					out := reference(p[0], p[1], p[2], tc.heads, tc.kv, p[5])
 					grads := engine.Gradient(graph.ReduceAllSum(graph.Mul(out, p[3])), p[0], p[1], p[2])
 					return append([]*graph.Node{out}, grads...)
+				}, q, k, v, r, padding, additive)
+				got := gtest.Run(t, func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+					mask := attention.Mask{Causal: tc.causal}
+					if tc.padding {
+						mask.KeyPadding = p[4]
+					}
+					out := attention.Attention(kind, p[0], p[1], p[2], tc.heads, tc.kv, mask)
+					grads := engine.Gradient(graph.ReduceAllSum(graph.Mul(out, p[3])), p[0], p[1], p[2])
+					return append([]*graph.Node{out}, grads...)
+				}, q, k, v, r, padding, additive)
+				for i, name := range []string{"output", "dq", "dk", "dv"} {
+					if d := gtest.MaxAbsDiff(got[i], want[i]); d > 2e-6 {
+						t.Errorf("%s: max |diff| %g", name, d)
+					}
 				}
+			})
+		}
+	}
+}
+
+// TestMemoryEfficientKeepsNoScores: the memory-efficient kind keeps no tensor with a key axis (no
+// probabilities, no scores), only q, k, v and one log-sum-exp per row; the standard kind keeps the
+// probabilities.
+func TestMemoryEfficientKeepsNoScores(t *testing.T) {
+	const b, n, heads, dh = 2, 6, 4, 8
+	q := gtest.Tensor(gtest.Rand(1, b*n*heads*dh, 1), b, n, heads*dh)
+	for _, kind := range []attention.Kind{attention.KindStandard, attention.KindMemoryEfficient} {
+		var outputs []*graph.Node
+		_, g := gtest.RunGraph(t, func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+			out := attention.Attention(kind, p[0], p[1], p[2], heads, heads, attention.Mask{Causal: true})
+			outputs = engine.Gradient(graph.ReduceAllSum(graph.Mul(out, p[0])), p[0], p[1], p[2])
+			return outputs
+		}, q, q, q)
+		saved, err := memory.Saved(g, outputs...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var withKeys, lse int
+		for _, s := range saved.Tensors {
+			dims := s.Shape.Dimensions
+			if len(dims) == 5 && dims[4] == n && dims[2] == n {
+				withKeys++
 			}
-			want := gtest.Run(t, build(reference), q, k, v, r, mask)
-			got := gtest.Run(t, build(attention.Standard), q, k, v, r, mask)
-			for i, name := range []string{"output", "dq", "dk", "dv"} {
-				if d := gtest.MaxAbsDiff(got[i], want[i]); d > 2e-6 {
-					t.Errorf("%s: max |diff| %g", name, d)
-				}
+			if len(dims) == 5 && dims[4] == 1 {
+				lse++
 			}
-		})
+		}
+		switch kind {
+		case attention.KindStandard:
+			if withKeys != 1 {
+				t.Errorf("standard: %d saved [.., N, .., M] tensors, want 1 (the probabilities): %+v", withKeys, saved.Tensors)
+			}
+		case attention.KindMemoryEfficient:
+			if withKeys != 0 || lse != 1 {
+				t.Errorf("memory-efficient: %d saved score-shaped tensors (want 0), %d per-row tensors (want 1, the lse): %+v", withKeys, lse, saved.Tensors)
+			}
+		}
 	}
 }
 

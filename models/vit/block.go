@@ -67,7 +67,7 @@ func Block(x *graph.Node, w BlockWeights, opt BlockOptions) *graph.Node {
 	q := engine.Linear(n1, w.Query, w.QueryBias)
 	k := engine.Linear(n1, w.Key, w.KeyBias)
 	v := engine.Linear(n1, w.Value, w.ValueBias)
-	ctx := attention.Standard(q, k, v, opt.Heads, opt.Heads, nil)
+	ctx := attention.Standard(q, k, v, opt.Heads, opt.Heads, attention.Mask{})
 	h := graph.Add(x, engine.Linear(ctx, w.Out, w.OutBias))
 
 	n2 := norm(h, w.NormAfter, w.NormAfterBias)

@@ -1,0 +1,80 @@
+// Package loss holds training losses whose backward passes keep as little as possible.
+package loss
+
+import (
+	"fmt"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+
+	"github.com/memfit/memfit/engine"
+)
+
+// IgnoreIndex is the label value that CrossEntropy leaves out, as in PyTorch and Hugging Face (-100).
+const IgnoreIndex = -100
+
+// CrossEntropy returns the mean cross entropy of logits [..., C] against integer labels [...] (class indices),
+// leaving out positions whose label is ignoreIndex (from both the sum and the count); it is 0 when every label
+// is ignored. The result is a float scalar of the logits' dtype.
+//
+// Forward: with m = max(logits) (no gradient), lse = m + log(sum(exp(logits - m))) and
+// picked = logits[label], loss = sum(mask * (lse - picked)) / max(count, 1).
+//
+// Backward: d lse / d logits = softmax(logits) = exp(logits - m) / s with s = sum(exp(logits - m)); GoMLX's
+// log and sum gradients already supply dL/ds = dL/dlse / s broadcast over the classes, so the exponential's VJP
+// only has to multiply by exp(logits - m), which it recomputes from logits and m instead of keeping the
+// exponentials (the subtraction passes the result straight to logits). The label pick is a Gather whose
+// gradient scatters -mask/count into the labelled classes. Kept: logits, m and s ([..., 1]) and the labels.
+func CrossEntropy(logits, labels *graph.Node, ignoreIndex int) *graph.Node {
+	if logits.Rank() < 1 || !logits.DType().IsFloat() {
+		panic(fmt.Sprintf("loss.CrossEntropy: logits must be float [..., classes], got %s", logits.Shape()))
+	}
+	lead := logits.Shape().Dimensions[:logits.Rank()-1]
+	if !labels.DType().IsInt() || !equalDims(labels.Shape().Dimensions, lead) {
+		panic(fmt.Sprintf("loss.CrossEntropy: labels must be integers shaped %v, got %s", lead, labels.Shape()))
+	}
+	g := logits.Graph()
+	dtype := logits.DType()
+	labels = graph.ConvertDType(labels, dtypes.Int32)
+
+	m := graph.StopGradient(graph.ReduceAndKeep(logits, graph.ReduceMax, -1))
+	shifted := engine.PassThrough(graph.Sub(logits, m), engine.KindOther, 0)
+	e := engine.SetVJP(graph.Exp(shifted), engine.KindOther, func(e, v *graph.Node) []*graph.Node {
+		logits, m := shifted.Inputs()[0], shifted.Inputs()[1]
+		return []*graph.Node{graph.Mul(v, graph.Exp(graph.Sub(logits, m)))}
+	})
+	lse := graph.Add(graph.Squeeze(m, -1), graph.Log(graph.ReduceSum(e, -1)))
+
+	valid := graph.NotEqual(labels, graph.Scalar(g, dtypes.Int32, ignoreIndex))
+	safe := graph.Where(valid, labels, graph.ZerosLike(labels))
+	picked := pick(logits, safe)
+	mask := graph.ConvertDType(valid, dtype)
+	total := graph.ReduceAllSum(graph.Mul(graph.Sub(lse, picked), mask))
+	count := graph.Max(graph.ReduceAllSum(mask), graph.ScalarOne(g, dtype))
+	return graph.Div(total, graph.StopGradient(count))
+}
+
+// pick returns logits[i..., labels[i...]] for every leading position i, with one Gather whose indices are the
+// full coordinates (no reshape of logits, which would copy it).
+func pick(logits, labels *graph.Node) *graph.Node {
+	g := logits.Graph()
+	lead := labels.Shape()
+	coords := make([]*graph.Node, 0, lead.Rank()+1)
+	for axis := 0; axis < lead.Rank(); axis++ {
+		coords = append(coords, graph.InsertAxes(graph.Iota(g, lead, axis), -1))
+	}
+	coords = append(coords, graph.InsertAxes(labels, -1))
+	return graph.Gather(logits, graph.Concatenate(coords, -1))
+}
+
+func equalDims(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,79 @@
+package loss_test
+
+import (
+	"math"
+	"testing"
+
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/memfit/memfit/engine"
+	"github.com/memfit/memfit/internal/gtest"
+	"github.com/memfit/memfit/loss"
+)
+
+// reference computes the loss and its gradient on the host in float64.
+func reference(logits []float32, labels []int32, classes int) (float64, []float64) {
+	rows := len(labels)
+	grad := make([]float64, len(logits))
+	total, count := 0.0, 0
+	for r := 0; r < rows; r++ {
+		if labels[r] == loss.IgnoreIndex {
+			continue
+		}
+		count++
+	}
+	for r := 0; r < rows; r++ {
+		if labels[r] == loss.IgnoreIndex {
+			continue
+		}
+		row := logits[r*classes : (r+1)*classes]
+		m := math.Inf(-1)
+		for _, v := range row {
+			m = math.Max(m, float64(v))
+		}
+		s := 0.0
+		for _, v := range row {
+			s += math.Exp(float64(v) - m)
+		}
+		lse := m + math.Log(s)
+		total += lse - float64(row[labels[r]])
+		for c, v := range row {
+			p := math.Exp(float64(v)-m) / s
+			if c == int(labels[r]) {
+				p--
+			}
+			grad[r*classes+c] = p / float64(max(count, 1))
+		}
+	}
+	return total / float64(max(count, 1)), grad
+}
+
+func TestCrossEntropy(t *testing.T) {
+	const b, n, c = 2, 5, 7
+	logits := gtest.Rand(1, b*n*c, 3)
+	labels := []int32{0, 6, 3, loss.IgnoreIndex, 2, 5, loss.IgnoreIndex, 1, 1, 4}
+	out := gtest.Run(t, func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+		l := loss.CrossEntropy(p[0], p[1], loss.IgnoreIndex)
+		return append([]*graph.Node{l}, engine.Gradient(l, p[0])...)
+	}, gtest.Tensor(logits, b, n, c), tensors.FromFlatDataAndDimensions(labels, b, n))
+	wantLoss, wantGrad := reference(logits, labels, c)
+	if d := math.Abs(float64(out[0][0]) - wantLoss); d > 1e-6 {
+		t.Errorf("loss %g, want %g", out[0][0], wantLoss)
+	}
+	for i := range wantGrad {
+		if d := math.Abs(float64(out[1][i]) - wantGrad[i]); d > 1e-6 {
+			t.Fatalf("grad[%d] = %g, want %g", i, out[1][i], wantGrad[i])
+		}
+	}
+}
+
+func TestCrossEntropyAllIgnored(t *testing.T) {
+	out := gtest.Run(t, func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+		l := loss.CrossEntropy(p[0], p[1], loss.IgnoreIndex)
+		return append([]*graph.Node{l}, engine.Gradient(l, p[0])...)
+	}, gtest.Tensor([]float32{1, 2, 3, 4}, 2, 2), tensors.FromFlatDataAndDimensions([]int32{-100, -100}, 2))
+	if out[0][0] != 0 || gtest.MaxAbsDiff(out[1], []float32{0, 0, 0, 0}) != 0 {
+		t.Errorf("loss %v, grad %v; want 0 and zeros", out[0], out[1])
+	}
+}

@@ -1,0 +1,90 @@
+// Package models holds what the model packages (models/vit, models/llama) share: parameters by Hugging Face name
+// and their binding to graph parameters.
+package models
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+)
+
+// Params holds a model's tensors by their Hugging Face name ("vit.encoder.layer.0.attention.attention.query.weight").
+type Params map[string]*tensors.Tensor
+
+// Names returns the parameter names in sorted order.
+func (p Params) Names() []string {
+	names := make([]string, 0, len(p))
+	for n := range p {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Float32s returns a copy of a float32 parameter's values.
+func (p Params) Float32s(name string) ([]float32, error) {
+	t, ok := p[name]
+	if !ok {
+		return nil, fmt.Errorf("missing parameter %q", name)
+	}
+	if t.DType() != dtypes.Float32 {
+		return nil, fmt.Errorf("parameter %q is %s, want float32", name, t.DType())
+	}
+	var out []float32
+	err := tensors.ConstFlatData[float32](t, func(flat []float32) { out = append([]float32(nil), flat...) })
+	if err != nil {
+		return nil, fmt.Errorf("parameter %q: %w", name, err)
+	}
+	return out, nil
+}
+
+// Dims returns a parameter's dimensions, or nil when it is absent.
+func (p Params) Dims(name string) []int {
+	if t, ok := p[name]; ok {
+		return t.Shape().Dimensions
+	}
+	return nil
+}
+
+// Bound are a model's parameters as graph parameters: one node per name, created in sorted name order.
+type Bound struct {
+	// Names are the parameter names in the order their graph parameters were created (sorted).
+	Names []string
+	// Nodes maps each name to its graph parameter.
+	Nodes map[string]*graph.Node
+}
+
+// Bind creates one graph parameter per tensor of p (named after it, in sorted order) and returns them. Feed the
+// graph with p's tensors in b.Names order (see Bound.Inputs).
+func Bind(g *graph.Graph, p Params) Bound {
+	b := Bound{Names: p.Names(), Nodes: make(map[string]*graph.Node, len(p))}
+	for _, name := range b.Names {
+		b.Nodes[name] = graph.Parameter(g, name, p[name].Shape())
+	}
+	return b
+}
+
+// Node returns the graph parameter of name, or nil when the model has no such parameter.
+func (b Bound) Node(name string) *graph.Node { return b.Nodes[name] }
+
+// List returns the graph parameters in b.Names order.
+func (b Bound) List() []*graph.Node {
+	out := make([]*graph.Node, len(b.Names))
+	for i, n := range b.Names {
+		out[i] = b.Nodes[n]
+	}
+	return out
+}
+
+// Inputs returns p's tensors in b.Names order, ready to pass to the compiled graph after any other inputs that
+// were created before Bind.
+func (b Bound) Inputs(p Params) []*tensors.Tensor {
+	out := make([]*tensors.Tensor, len(b.Names))
+	for i, n := range b.Names {
+		out[i] = p[n]
+	}
+	return out
+}
