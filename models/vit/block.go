@@ -36,6 +36,8 @@ type BlockOptions struct {
 	ApproxActivation bool
 	// MSNorm uses MS-LN (no affine; the affine is folded into the next linear layers).
 	MSNorm bool
+	// Attention chooses standard attention (keeps the probabilities) or the memory-efficient kind.
+	Attention attention.Kind
 }
 
 // Block applies one pre-LN ViT encoder layer to x [B, N, D]:
@@ -67,7 +69,7 @@ func Block(x *graph.Node, w BlockWeights, opt BlockOptions) *graph.Node {
 	q := engine.Linear(n1, w.Query, w.QueryBias)
 	k := engine.Linear(n1, w.Key, w.KeyBias)
 	v := engine.Linear(n1, w.Value, w.ValueBias)
-	ctx := attention.Standard(q, k, v, opt.Heads, opt.Heads, attention.Mask{})
+	ctx := attention.Attention(opt.Attention, q, k, v, opt.Heads, opt.Heads, attention.Mask{})
 	h := graph.Add(x, engine.Linear(ctx, w.Out, w.OutBias))
 
 	n2 := norm(h, w.NormAfter, w.NormAfterBias)

@@ -1,14 +1,12 @@
 package vit
 
 import (
-	"fmt"
 	"math/rand/v2"
-	"sort"
 
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
-	"github.com/memfit/memfit/msnorm"
+	"github.com/memfit/memfit/models"
 )
 
 // Hugging Face parameter names of one encoder layer, relative to "vit.encoder.layer.{i}.".
@@ -32,17 +30,7 @@ const (
 )
 
 // LayerParams holds one encoder layer's tensors by Hugging Face name (relative to the layer prefix).
-type LayerParams map[string]*tensors.Tensor
-
-// Names returns the parameter names in a stable order.
-func (p LayerParams) Names() []string {
-	names := make([]string, 0, len(p))
-	for n := range p {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
+type LayerParams = models.Params
 
 // RandomLayer returns a layer with hidden size hidden and MLP size mlp, initialised like a pretrained ViT-B
 // (normal(0, 0.02) linear weights, small biases, LayerNorm weights near 1), from seed.
@@ -78,83 +66,37 @@ func RandomLayer(seed uint64, hidden, mlp int) LayerParams {
 	}
 }
 
+// layerFolds are the MS-LN folds of one layer whose parameter names start with prefix: layernorm_before into
+// query, key and value, layernorm_after into intermediate.dense.
+func layerFolds(prefix string) []models.Fold {
+	lin := func(w, b string) models.Linear { return models.Linear{Weight: prefix + w, Bias: prefix + b} }
+	return []models.Fold{
+		{Gamma: prefix + NormBeforeWeight, Beta: prefix + NormBeforeBias,
+			Linears: []models.Linear{lin(QueryWeight, QueryBias), lin(KeyWeight, KeyBias), lin(ValueWeight, ValueBias)}},
+		{Gamma: prefix + NormAfterWeight, Beta: prefix + NormAfterBias, Linears: []models.Linear{lin(UpWeight, UpBias)}},
+	}
+}
+
 // FoldLayer returns a copy of p for MS-LN: layernorm_before is folded into query, key and value, layernorm_after
 // into intermediate.dense, and the four norm tensors are dropped. p is not modified.
 func FoldLayer(p LayerParams) (LayerParams, error) {
-	out := LayerParams{}
-	for name, t := range p {
-		out[name] = t
-	}
-	for _, fold := range []struct {
-		gamma, beta string
-		linears     [][2]string
-	}{
-		{NormBeforeWeight, NormBeforeBias, [][2]string{{QueryWeight, QueryBias}, {KeyWeight, KeyBias}, {ValueWeight, ValueBias}}},
-		{NormAfterWeight, NormAfterBias, [][2]string{{UpWeight, UpBias}}},
-	} {
-		gamma, err := floats(p, fold.gamma)
-		if err != nil {
-			return nil, err
-		}
-		var beta []float32
-		if _, ok := p[fold.beta]; ok {
-			if beta, err = floats(p, fold.beta); err != nil {
-				return nil, err
-			}
-		}
-		for _, l := range fold.linears {
-			w, err := floats(p, l[0])
-			if err != nil {
-				return nil, err
-			}
-			dims := p[l[0]].Shape().Dimensions
-			if len(dims) != 2 {
-				return nil, fmt.Errorf("vit: %s has shape %v, want [out, in]", l[0], dims)
-			}
-			var b []float32
-			if _, ok := p[l[1]]; ok {
-				if b, err = floats(p, l[1]); err != nil {
-					return nil, err
-				}
-			}
-			folded, err := msnorm.Fold(msnorm.NormAffine{Gamma: gamma, Beta: beta}, msnorm.Dense{Out: dims[0], In: dims[1], W: w, B: b})
-			if err != nil {
-				return nil, fmt.Errorf("vit: folding %s into %s: %w", fold.gamma, l[0], err)
-			}
-			out[l[0]] = tensors.FromFlatDataAndDimensions(folded.W, dims...)
-			if folded.B != nil {
-				out[l[1]] = tensors.FromFlatDataAndDimensions(folded.B, dims[0])
-			}
-		}
-		delete(out, fold.gamma)
-		delete(out, fold.beta)
-	}
-	return out, nil
+	folded, _, err := models.ApplyFolds(p, layerFolds(""))
+	return folded, err
 }
 
-func floats(p LayerParams, name string) ([]float32, error) {
-	t, ok := p[name]
-	if !ok {
-		return nil, fmt.Errorf("vit: missing parameter %q", name)
-	}
-	var out []float32
-	err := tensors.ConstFlatData[float32](t, func(flat []float32) { out = append([]float32(nil), flat...) })
-	if err != nil {
-		return nil, fmt.Errorf("vit: parameter %q: %w", name, err)
-	}
-	return out, nil
-}
+// BindLayer returns the BlockWeights whose nodes are nodes[prefix + name] (absent names stay nil).
+func BindLayer(nodes map[string]*graph.Node) BlockWeights { return bindLayer(nodes, "") }
 
-// BindLayer returns the BlockWeights whose nodes are nodes[name] (absent names stay nil).
-func BindLayer(nodes map[string]*graph.Node) BlockWeights {
+func bindLayer(nodes map[string]*graph.Node, prefix string) BlockWeights {
+	n := func(name string) *graph.Node { return nodes[prefix+name] }
 	return BlockWeights{
-		NormBefore: nodes[NormBeforeWeight], NormBeforeBias: nodes[NormBeforeBias],
-		Query: nodes[QueryWeight], QueryBias: nodes[QueryBias],
-		Key: nodes[KeyWeight], KeyBias: nodes[KeyBias],
-		Value: nodes[ValueWeight], ValueBias: nodes[ValueBias],
-		Out: nodes[OutWeight], OutBias: nodes[OutBias],
-		NormAfter: nodes[NormAfterWeight], NormAfterBias: nodes[NormAfterBias],
-		Up: nodes[UpWeight], UpBias: nodes[UpBias],
-		Down: nodes[DownWeight], DownBias: nodes[DownBias],
+		NormBefore: n(NormBeforeWeight), NormBeforeBias: n(NormBeforeBias),
+		Query: n(QueryWeight), QueryBias: n(QueryBias),
+		Key: n(KeyWeight), KeyBias: n(KeyBias),
+		Value: n(ValueWeight), ValueBias: n(ValueBias),
+		Out: n(OutWeight), OutBias: n(OutBias),
+		NormAfter: n(NormAfterWeight), NormAfterBias: n(NormAfterBias),
+		Up: n(UpWeight), UpBias: n(UpBias),
+		Down: n(DownWeight), DownBias: n(DownBias),
 	}
 }

@@ -1,0 +1,82 @@
+package models
+
+import (
+	"fmt"
+
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/memfit/memfit/msnorm"
+)
+
+// Linear names a linear layer's weight ([out, in]) and bias ([out], may be absent) parameters.
+type Linear struct{ Weight, Bias string }
+
+// Fold names a norm whose affine (Gamma, and Beta when the model has it) moves into the linear layers that
+// consume the norm's output, for MS-LN / MS-RMSNorm. PlusOne marks Gemma-style norms that scale by 1 + gamma.
+type Fold struct {
+	Gamma, Beta string
+	PlusOne     bool
+	Linears     []Linear
+}
+
+// ApplyFolds returns a copy of p in which each fold's affine is folded into its linear layers with msnorm.Fold
+// (W' = W diag(gamma), b' = b + W beta; a bias appears where beta is not zero) and the norm's own tensors are
+// removed; removed holds those norm tensors, which export needs to undo the folding. p is not modified.
+func ApplyFolds(p Params, folds []Fold) (folded, removed Params, err error) {
+	folded = Params{}
+	for name, t := range p {
+		folded[name] = t
+	}
+	removed = Params{}
+	for _, f := range folds {
+		gamma, err := p.Float32s(f.Gamma)
+		if err != nil {
+			return nil, nil, err
+		}
+		var beta []float32
+		if f.Beta != "" {
+			if _, ok := p[f.Beta]; ok {
+				if beta, err = p.Float32s(f.Beta); err != nil {
+					return nil, nil, err
+				}
+			}
+		}
+		for _, l := range f.Linears {
+			w, err := p.Float32s(l.Weight)
+			if err != nil {
+				return nil, nil, err
+			}
+			dims := p.Dims(l.Weight)
+			if len(dims) != 2 {
+				return nil, nil, fmt.Errorf("%s has shape %v, want [out, in]", l.Weight, dims)
+			}
+			var b []float32
+			if l.Bias != "" {
+				if _, ok := p[l.Bias]; ok {
+					if b, err = p.Float32s(l.Bias); err != nil {
+						return nil, nil, err
+					}
+				}
+			}
+			out, err := msnorm.Fold(msnorm.NormAffine{Gamma: gamma, Beta: beta, PlusOne: f.PlusOne},
+				msnorm.Dense{Out: dims[0], In: dims[1], W: w, B: b})
+			if err != nil {
+				return nil, nil, fmt.Errorf("folding %s into %s: %w", f.Gamma, l.Weight, err)
+			}
+			folded[l.Weight] = tensors.FromFlatDataAndDimensions(out.W, dims...)
+			if out.B != nil {
+				if l.Bias == "" {
+					return nil, nil, fmt.Errorf("folding %s into %s needs a bias, and the layer has no bias name", f.Beta, l.Weight)
+				}
+				folded[l.Bias] = tensors.FromFlatDataAndDimensions(out.B, dims[0])
+			}
+		}
+		for _, n := range []string{f.Gamma, f.Beta} {
+			if t, ok := p[n]; ok && n != "" {
+				removed[n] = t
+				delete(folded, n)
+			}
+		}
+	}
+	return folded, removed, nil
+}

@@ -1,0 +1,206 @@
+// Package hfconfig reads Hugging Face config.json files strictly: every field is either understood, known to be
+// irrelevant to memfit, or reported as unknown, and unsupported values are errors that name the field.
+package hfconfig
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// Fields is a decoded config.json object.
+type Fields map[string]json.RawMessage
+
+// Read reads dir/config.json (or the file itself when path is a file).
+func Read(path string) (Fields, string, error) {
+	file := path
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		file = filepath.Join(path, "config.json")
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, file, fmt.Errorf("%s: no config.json (is this a Hugging Face model folder?)", file)
+		}
+		return nil, file, err
+	}
+	f, err := Parse(data)
+	if err != nil {
+		return nil, file, fmt.Errorf("%s: %w", file, err)
+	}
+	return f, file, nil
+}
+
+// Parse decodes a config.json object.
+func Parse(data []byte) (Fields, error) {
+	var f Fields
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("config is not a JSON object: %v", err)
+	}
+	if f == nil {
+		return nil, errors.New("config is null")
+	}
+	return f, nil
+}
+
+// Decoder reads typed fields out of Fields and remembers which it consumed, so that Unknown can list the rest.
+type Decoder struct {
+	f    Fields
+	used map[string]bool
+	err  error
+}
+
+// NewDecoder returns a Decoder over f.
+func NewDecoder(f Fields) *Decoder { return &Decoder{f: f, used: map[string]bool{}} }
+
+// Has reports whether the field is present and not null.
+func (d *Decoder) Has(name string) bool {
+	raw, ok := d.f[name]
+	return ok && string(bytes.TrimSpace(raw)) != "null"
+}
+
+// Get decodes field name into out if present and not null; it reports whether it did. A type mismatch is
+// recorded as the Decoder's error.
+func (d *Decoder) Get(name string, out any) bool {
+	d.used[name] = true
+	if !d.Has(name) {
+		return false
+	}
+	if err := json.Unmarshal(d.f[name], out); err != nil {
+		d.fail(fmt.Errorf("field %q: %v", name, err))
+		return false
+	}
+	return true
+}
+
+// Require is Get for a field that must be present.
+func (d *Decoder) Require(name string, out any) {
+	if !d.Get(name, out) && d.err == nil {
+		d.fail(fmt.Errorf("field %q is missing", name))
+	}
+}
+
+// Ignore marks fields as known but irrelevant to memfit.
+func (d *Decoder) Ignore(names ...string) {
+	for _, n := range names {
+		d.used[n] = true
+	}
+}
+
+// Fail records err (the first one wins).
+func (d *Decoder) Fail(format string, args ...any) { d.fail(fmt.Errorf(format, args...)) }
+
+func (d *Decoder) fail(err error) {
+	if d.err == nil {
+		d.err = err
+	}
+}
+
+// Err returns the first error recorded.
+func (d *Decoder) Err() error { return d.err }
+
+// Unknown returns the fields neither decoded nor ignored, sorted.
+func (d *Decoder) Unknown() []string {
+	var out []string
+	for name := range d.f {
+		if !d.used[name] {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// CommonIgnored are PretrainedConfig fields that describe tooling, generation or export, not the network.
+var CommonIgnored = []string{
+	"_name_or_path", "transformers_version", "torch_dtype", "use_cache", "return_dict", "output_hidden_states",
+	"output_attentions", "torchscript", "chunk_size_feed_forward", "is_encoder_decoder", "is_decoder",
+	"add_cross_attention", "tie_encoder_decoder", "tokenizer_class", "prefix", "task_specific_params",
+	"problem_type", "finetuning_task", "initializer_range", "initializer_factor", "bad_words_ids",
+	"begin_suppress_tokens", "decoder_start_token_id", "diversity_penalty", "do_sample", "early_stopping",
+	"encoder_no_repeat_ngram_size", "exponential_decay_length_penalty", "forced_bos_token_id",
+	"forced_eos_token_id", "length_penalty", "max_length", "min_length", "no_repeat_ngram_size",
+	"num_beam_groups", "num_beams", "num_return_sequences", "output_scores", "remove_invalid_values",
+	"repetition_penalty", "return_dict_in_generate", "sep_token_id", "suppress_tokens", "temperature",
+	"top_k", "top_p", "typical_p", "pruned_heads", "cross_attention_hidden_size", "tf_legacy_loss",
+	"use_bfloat16", "quantization_config",
+}
+
+// Labels reads id2label / label2id / num_labels and returns the label names in id order (LABEL_i when only
+// num_labels is given).
+func Labels(d *Decoder) []string {
+	var id2label map[string]string
+	var numLabels int
+	hasMap := d.Get("id2label", &id2label)
+	hasNum := d.Get("num_labels", &numLabels)
+	d.Ignore("label2id")
+	if !hasMap {
+		if !hasNum {
+			return nil
+		}
+		labels := make([]string, numLabels)
+		for i := range labels {
+			labels[i] = fmt.Sprintf("LABEL_%d", i)
+		}
+		return labels
+	}
+	labels := make([]string, len(id2label))
+	for k, v := range id2label {
+		var i int
+		if _, err := fmt.Sscanf(k, "%d", &i); err != nil || i < 0 || i >= len(labels) {
+			d.Fail("field \"id2label\": key %q is not an id in 0..%d", k, len(labels)-1)
+			return nil
+		}
+		labels[i] = v
+	}
+	if hasNum && numLabels != len(labels) {
+		d.Fail("field \"num_labels\" is %d but id2label has %d entries", numLabels, len(labels))
+	}
+	return labels
+}
+
+// LabelFields returns the id2label and label2id objects for writing a config.
+func LabelFields(labels []string) (map[string]string, map[string]int) {
+	id2label := make(map[string]string, len(labels))
+	label2id := make(map[string]int, len(labels))
+	for i, l := range labels {
+		id2label[fmt.Sprint(i)] = l
+		label2id[l] = i
+	}
+	return id2label, label2id
+}
+
+// Architecture returns the single entry of "architectures" (empty when absent) and checks it is one of allowed.
+func Architecture(d *Decoder, allowed ...string) string {
+	var archs []string
+	if !d.Get("architectures", &archs) || len(archs) == 0 {
+		return ""
+	}
+	if len(archs) > 1 {
+		d.Fail("field \"architectures\" lists %d architectures, memfit supports one", len(archs))
+		return ""
+	}
+	for _, a := range allowed {
+		if archs[0] == a {
+			return a
+		}
+	}
+	d.Fail("field \"architectures\": %q is not supported (supported: %s)", archs[0], strings.Join(allowed, ", "))
+	return ""
+}
+
+// Marshal writes fields as indented JSON with sorted keys, as save_pretrained does.
+func Marshal(fields map[string]any) ([]byte, error) {
+	data, err := json.MarshalIndent(fields, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(data, '\n'), nil
+}

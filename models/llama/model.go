@@ -1,0 +1,322 @@
+package llama
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/memfit/memfit/approxbp"
+	"github.com/memfit/memfit/attention"
+	"github.com/memfit/memfit/engine"
+	"github.com/memfit/memfit/models"
+	"github.com/memfit/memfit/msnorm"
+)
+
+// Hugging Face parameter names.
+const (
+	EmbedTokens = "model.embed_tokens.weight"
+	FinalNorm   = "model.norm.weight"
+	LMHead      = "lm_head.weight"
+	Score       = "score.weight"
+
+	InputNorm = "input_layernorm.weight"
+	PostNorm  = "post_attention_layernorm.weight"
+	QProj     = "self_attn.q_proj"
+	KProj     = "self_attn.k_proj"
+	VProj     = "self_attn.v_proj"
+	OProj     = "self_attn.o_proj"
+	GateProj  = "mlp.gate_proj"
+	UpProj    = "mlp.up_proj"
+	DownProj  = "mlp.down_proj"
+)
+
+// LayerPrefix returns the name prefix of decoder layer i: "model.layers.{i}.".
+func LayerPrefix(i int) string { return fmt.Sprintf("model.layers.%d.", i) }
+
+// Options choose the memory-saving modes a model is built in. The same checkpoint runs in every combination.
+type Options struct {
+	// ApproxActivation uses ReSiLU2 (exact SiLU forward, 2-bit backward) in the gated MLP.
+	ApproxActivation bool
+	// MSNorm uses MS-RMSNorm: input_layernorm is folded into q/k/v, post_attention_layernorm into gate/up, and
+	// model.norm into the head when the head is not tied to the embeddings (a tied head keeps a plain RMSNorm).
+	MSNorm bool
+	// Attention is the attention kind.
+	Attention attention.Kind
+}
+
+// Model is a LLaMA (LlamaForCausalLM or LlamaForSequenceClassification) ready to be built into graphs.
+type Model struct {
+	Config  Config
+	Options Options
+	// Params are the graph's parameters by Hugging Face name; with MSNorm, folded.
+	Params models.Params
+	// Folded holds the original tensors of the norms removed by folding, for export.
+	Folded models.Params
+}
+
+// head returns the name of the output projection: lm_head, score, or the embeddings when tied.
+func (c Config) head() string {
+	switch {
+	case c.Architecture == ArchClassification:
+		return Score
+	case c.TieWordEmbeddings:
+		return EmbedTokens
+	}
+	return LMHead
+}
+
+// Shapes returns every parameter name of cfg's model with its shape.
+func Shapes(cfg Config) map[string][]int {
+	d, m := cfg.HiddenSize, cfg.IntermediateSize
+	q, kv := cfg.NumAttentionHeads*cfg.HeadDim, cfg.NumKeyValueHeads*cfg.HeadDim
+	s := map[string][]int{EmbedTokens: {cfg.VocabSize, d}, FinalNorm: {d}}
+	switch cfg.head() {
+	case Score:
+		s[Score] = []int{len(cfg.Labels), d}
+	case LMHead:
+		s[LMHead] = []int{cfg.VocabSize, d}
+	}
+	for i := 0; i < cfg.NumHiddenLayers; i++ {
+		pre := LayerPrefix(i)
+		s[pre+InputNorm] = []int{d}
+		s[pre+PostNorm] = []int{d}
+		for _, l := range []struct {
+			name    string
+			out, in int
+			bias    bool
+		}{{QProj, q, d, cfg.AttentionBias}, {KProj, kv, d, cfg.AttentionBias}, {VProj, kv, d, cfg.AttentionBias},
+			{OProj, d, q, cfg.AttentionBias}, {GateProj, m, d, cfg.MLPBias}, {UpProj, m, d, cfg.MLPBias}, {DownProj, d, m, cfg.MLPBias}} {
+			s[pre+l.name+".weight"] = []int{l.out, l.in}
+			if l.bias {
+				s[pre+l.name+".bias"] = []int{l.out}
+			}
+		}
+	}
+	return s
+}
+
+func linear(pre, name string) models.Linear {
+	return models.Linear{Weight: pre + name + ".weight", Bias: pre + name + ".bias"}
+}
+
+func folds(cfg Config) []models.Fold {
+	var out []models.Fold
+	for i := 0; i < cfg.NumHiddenLayers; i++ {
+		pre := LayerPrefix(i)
+		out = append(out,
+			models.Fold{Gamma: pre + InputNorm, Linears: []models.Linear{linear(pre, QProj), linear(pre, KProj), linear(pre, VProj)}},
+			models.Fold{Gamma: pre + PostNorm, Linears: []models.Linear{linear(pre, GateProj), linear(pre, UpProj)}})
+	}
+	if h := cfg.head(); h != EmbedTokens {
+		out = append(out, models.Fold{Gamma: FinalNorm, Linears: []models.Linear{{Weight: h}}})
+	}
+	return out
+}
+
+// New checks params against cfg and returns the model in the given modes, folding the norms when opts.MSNorm.
+func New(cfg Config, params models.Params, opts Options) (*Model, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := models.CheckShapes(params, Shapes(cfg)); err != nil {
+		return nil, err
+	}
+	m := &Model{Config: cfg, Options: opts, Params: params, Folded: models.Params{}}
+	if opts.MSNorm {
+		var err error
+		if m.Params, m.Folded, err = models.ApplyFolds(params, folds(cfg)); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// RandomParams returns freshly initialised parameters for cfg, as transformers' LLaMA initialisation does:
+// linear and embedding weights normal(0, 0.02), biases zero, RMSNorm weights one.
+func RandomParams(cfg Config, seed uint64) models.Params {
+	r := rand.New(rand.NewPCG(seed, 0x11a))
+	p := models.Params{}
+	for name, dims := range Shapes(cfg) {
+		n := 1
+		for _, d := range dims {
+			n *= d
+		}
+		data := make([]float32, n)
+		switch {
+		case len(dims) == 1 && (name == FinalNorm || hasSuffix(name, InputNorm) || hasSuffix(name, PostNorm)):
+			for i := range data {
+				data[i] = 1
+			}
+		case len(dims) == 1:
+		default:
+			for i := range data {
+				data[i] = float32(0.02 * r.NormFloat64())
+			}
+		}
+		p[name] = tensors.FromFlatDataAndDimensions(data, dims...)
+	}
+	return p
+}
+
+func hasSuffix(s, suffix string) bool { return len(s) >= len(suffix) && s[len(s)-len(suffix):] == suffix }
+
+// Outputs are the nodes a forward pass produces.
+type Outputs struct {
+	// Logits are [B, T, vocab] for the causal LM and [B, labels] for the classifier (pooled at each row's last
+	// non-pad token).
+	Logits *graph.Node
+	// Hidden are the token embeddings, every layer's output but the last, and the last layer's output after the
+	// final norm (transformers' hidden_states convention); the last is nil when the final norm was folded.
+	Hidden []*graph.Node
+	// PooledPositions are the classifier's token positions per row, [B] int32 (nil for the causal LM).
+	PooledPositions *graph.Node
+}
+
+// Forward builds the model on inputIDs [B, T] (integer token ids) with attentionMask [B, T] (1 for real tokens,
+// 0 for padding; nil when there is no padding). Positions are 0..T-1 in every row, as transformers uses by
+// default; a query sees the keys at positions up to its own that the mask keeps.
+func (m *Model) Forward(b models.Bound, inputIDs, attentionMask *graph.Node) Outputs {
+	cfg := m.Config
+	if inputIDs.Rank() != 2 || !inputIDs.DType().IsInt() {
+		panic(fmt.Sprintf("llama: input_ids must be integer [B, T], got %s", inputIDs.Shape()))
+	}
+	batch, seq := inputIDs.Shape().Dim(0), inputIDs.Shape().Dim(1)
+	if attentionMask != nil && (attentionMask.Rank() != 2 || attentionMask.Shape().Dim(0) != batch || attentionMask.Shape().Dim(1) != seq) {
+		panic(fmt.Sprintf("llama: attention_mask must be [%d, %d], got %s", batch, seq, attentionMask.Shape()))
+	}
+	x := embedTokens(b.Node(EmbedTokens), inputIDs)
+	out := Outputs{Hidden: []*graph.Node{x}}
+	rope := newRotary(inputIDs.Graph(), cfg, seq, x.DType())
+	mask := attention.Mask{Causal: true, KeyPadding: attentionMask}
+	for i := 0; i < cfg.NumHiddenLayers; i++ {
+		x = m.layer(b, LayerPrefix(i), x, rope, mask)
+		if i < cfg.NumHiddenLayers-1 {
+			out.Hidden = append(out.Hidden, x)
+		}
+	}
+	head := cfg.head()
+	folded := m.Options.MSNorm && head != EmbedTokens
+	if folded {
+		out.Hidden = append(out.Hidden, nil)
+	} else {
+		out.Hidden = append(out.Hidden, msnorm.RMSNorm(x, b.Node(FinalNorm), cfg.RMSNormEps, false))
+	}
+	finalNorm := func(x *graph.Node) *graph.Node {
+		if folded {
+			return msnorm.MSRMSNorm(x, cfg.RMSNormEps)
+		}
+		return msnorm.RMSNorm(x, b.Node(FinalNorm), cfg.RMSNormEps, false)
+	}
+	if cfg.Architecture == ArchClassification {
+		// The head reads one token per row, and the norm and the head act per token: pool first.
+		pos := lastTokenPositions(inputIDs, cfg.PadTokenID)
+		out.PooledPositions = pos
+		onehot := graph.InsertAxes(graph.OneHot(pos, seq, x.DType()), -1) // [B, T, 1]
+		pooled := graph.ReduceSum(graph.Mul(x, onehot), 1)
+		out.Logits = engine.Linear(finalNorm(pooled), b.Node(Score), nil)
+		return out
+	}
+	normed := out.Hidden[len(out.Hidden)-1]
+	if folded {
+		normed = finalNorm(x)
+	}
+	out.Logits = engine.Linear(normed, b.Node(head), nil)
+	return out
+}
+
+// layer applies decoder layer pre to x:
+//
+//	h = x + o_proj(Attention(RoPE(q_proj(n1)), RoPE(k_proj(n1)), v_proj(n1)))   n1 = RMSNorm(x)
+//	y = h + down_proj(SiLU(gate_proj(n2)) * up_proj(n2))                          n2 = RMSNorm(h)
+func (m *Model) layer(b models.Bound, pre string, x *graph.Node, rope rotary, mask attention.Mask) *graph.Node {
+	cfg := m.Config
+	node := func(name string) *graph.Node { return b.Node(pre + name) }
+	lin := func(in *graph.Node, name string) *graph.Node {
+		return engine.Linear(in, node(name+".weight"), node(name+".bias"))
+	}
+	norm := func(x *graph.Node, gamma string) *graph.Node {
+		if m.Options.MSNorm {
+			return msnorm.MSRMSNorm(x, cfg.RMSNormEps)
+		}
+		return msnorm.RMSNorm(x, node(gamma), cfg.RMSNormEps, false)
+	}
+	n1 := norm(x, InputNorm)
+	q := rope.apply(lin(n1, QProj), cfg.NumAttentionHeads)
+	k := rope.apply(lin(n1, KProj), cfg.NumKeyValueHeads)
+	v := lin(n1, VProj)
+	ctx := attention.Attention(m.Options.Attention, q, k, v, cfg.NumAttentionHeads, cfg.NumKeyValueHeads, mask)
+	h := graph.Add(x, lin(ctx, OProj))
+
+	n2 := norm(h, PostNorm)
+	act := approxbp.SiLU
+	if m.Options.ApproxActivation {
+		act = approxbp.ReSiLU2
+	}
+	gated := engine.SetKind(graph.Mul(act(lin(n2, GateProj)), lin(n2, UpProj)), engine.KindOther)
+	return graph.Add(h, lin(gated, DownProj))
+}
+
+// embedTokens looks the ids up in the embedding table [vocab, D] with a Gather (its gradient scatters into the
+// rows used).
+func embedTokens(table, ids *graph.Node) *graph.Node {
+	return graph.Gather(table, graph.InsertAxes(graph.ConvertDType(ids, dtypes.Int32), -1))
+}
+
+// lastTokenPositions returns, per row, the position before the first pad token, or the last position when the
+// row has none: transformers' (argmax(ids == pad) - 1) mod T.
+func lastTokenPositions(ids *graph.Node, pad int) *graph.Node {
+	g := ids.Graph()
+	seq := ids.Shape().Dim(1)
+	isPad := graph.Equal(graph.ConvertDType(ids, dtypes.Int32), graph.Scalar(g, dtypes.Int32, pad))
+	first := graph.ArgMax(graph.ConvertDType(isPad, dtypes.Int32), 1, dtypes.Int32)
+	return graph.Rem(graph.AddScalar(first, float64(seq-1)), graph.Scalar(g, dtypes.Int32, seq))
+}
+
+// rotary holds the cos and sin tables of rotary position embeddings for positions 0..T-1, [1, T, 1, Dh] each
+// (the two halves of a head share the same angles).
+type rotary struct {
+	cos, sin *graph.Node
+	dh       int
+}
+
+// newRotary builds the tables as transformers does: angle = position * inv_freq (float32), then cos and sin.
+func newRotary(g *graph.Graph, cfg Config, seq int, dtype dtypes.DType) rotary {
+	inv := cfg.InvFreq()
+	dh := cfg.HeadDim
+	cos := make([]float32, seq*dh)
+	sin := make([]float32, seq*dh)
+	for t := 0; t < seq; t++ {
+		for i, f := range inv {
+			angle := float64(float32(t) * f)
+			c, s := float32(math.Cos(angle)), float32(math.Sin(angle))
+			cos[t*dh+i], cos[t*dh+i+dh/2] = c, c
+			sin[t*dh+i], sin[t*dh+i+dh/2] = s, s
+		}
+	}
+	mk := func(v []float32) *graph.Node {
+		n := graph.Const(g, tensors.FromFlatDataAndDimensions(v, 1, seq, 1, dh))
+		if dtype != dtypes.Float32 {
+			n = graph.ConvertDType(n, dtype)
+		}
+		return n
+	}
+	return rotary{cos: mk(cos), sin: mk(sin), dh: dh}
+}
+
+// apply rotates x [B, T, heads*Dh] with the "rotate half" convention: x*cos + rotate_half(x)*sin, where
+// rotate_half(x) = concat(-x2, x1) for the halves x1, x2 of each head. The gradient flows through the
+// multiplications by constant tables, a negation, two slices and a concatenation: none keeps a tensor.
+func (r rotary) apply(x *graph.Node, heads int) *graph.Node {
+	b, t := x.Shape().Dim(0), x.Shape().Dim(1)
+	x4 := graph.Reshape(x, b, t, heads, r.dh)
+	half := r.dh / 2
+	x1 := engine.SliceAxis(x4, 3, 0, half)
+	x2 := engine.SliceAxis(x4, 3, half, r.dh)
+	rot := graph.Concatenate([]*graph.Node{graph.Neg(x2), x1}, 3)
+	y := graph.Add(graph.Mul(x4, r.cos), graph.Mul(rot, r.sin))
+	return graph.Reshape(y, b, t, heads*r.dh)
+}

@@ -1,0 +1,240 @@
+package vit
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/memfit/memfit/attention"
+	"github.com/memfit/memfit/engine"
+	"github.com/memfit/memfit/models"
+	"github.com/memfit/memfit/msnorm"
+)
+
+// Hugging Face names of the parameters outside the encoder layers.
+const (
+	ClsToken          = "vit.embeddings.cls_token"
+	PositionEmbedding = "vit.embeddings.position_embeddings"
+	PatchWeight       = "vit.embeddings.patch_embeddings.projection.weight"
+	PatchBias         = "vit.embeddings.patch_embeddings.projection.bias"
+	FinalNormWeight   = "vit.layernorm.weight"
+	FinalNormBias     = "vit.layernorm.bias"
+	ClassifierWeight  = "classifier.weight"
+	ClassifierBias    = "classifier.bias"
+)
+
+// LayerPrefix returns the name prefix of encoder layer i: "vit.encoder.layer.{i}.".
+func LayerPrefix(i int) string { return fmt.Sprintf("vit.encoder.layer.%d.", i) }
+
+// Options choose the memory-saving modes a model is built in. The same checkpoint runs in every combination.
+type Options struct {
+	// ApproxActivation uses ReGELU2 (exact GELU forward, 2-bit backward).
+	ApproxActivation bool
+	// MSNorm uses MS-LN: every LayerNorm whose output feeds linear layers is folded into them at load time.
+	MSNorm bool
+	// Attention is the attention kind.
+	Attention attention.Kind
+}
+
+// Model is a ViT (ViTModel or ViTForImageClassification) ready to be built into graphs.
+type Model struct {
+	Config  Config
+	Options Options
+	// Params are the graph's parameters by Hugging Face name; with MSNorm, folded (the folded norms' tensors
+	// are absent and the linear layers they fed carry the folded weights and biases).
+	Params models.Params
+	// Folded holds the original tensors of the norms removed by folding (empty without MSNorm), for export.
+	Folded models.Params
+}
+
+// Shapes returns every parameter name of cfg's model with its shape.
+func Shapes(cfg Config) map[string][]int {
+	d, m, c, p := cfg.HiddenSize, cfg.IntermediateSize, cfg.NumChannels, cfg.PatchSize
+	s := map[string][]int{
+		ClsToken:          {1, 1, d},
+		PositionEmbedding: {1, cfg.NumPatches() + 1, d},
+		PatchWeight:       {d, c, p, p},
+		PatchBias:         {d},
+		FinalNormWeight:   {d},
+		FinalNormBias:     {d},
+	}
+	for i := 0; i < cfg.NumHiddenLayers; i++ {
+		pre := LayerPrefix(i)
+		for name, dims := range map[string][]int{
+			NormBeforeWeight: {d}, NormBeforeBias: {d},
+			QueryWeight: {d, d}, KeyWeight: {d, d}, ValueWeight: {d, d},
+			OutWeight: {d, d}, OutBias: {d},
+			NormAfterWeight: {d}, NormAfterBias: {d},
+			UpWeight: {m, d}, UpBias: {m}, DownWeight: {d, m}, DownBias: {d},
+		} {
+			s[pre+name] = dims
+		}
+		if cfg.QKVBias {
+			s[pre+QueryBias], s[pre+KeyBias], s[pre+ValueBias] = []int{d}, []int{d}, []int{d}
+		}
+	}
+	if cfg.Architecture == ArchClassification {
+		s[ClassifierWeight] = []int{len(cfg.Labels), d}
+		s[ClassifierBias] = []int{len(cfg.Labels)}
+	}
+	return s
+}
+
+// folds lists the MS-LN folds of cfg's model.
+func folds(cfg Config) []models.Fold {
+	var out []models.Fold
+	for i := 0; i < cfg.NumHiddenLayers; i++ {
+		out = append(out, layerFolds(LayerPrefix(i))...)
+	}
+	if cfg.Architecture == ArchClassification {
+		out = append(out, models.Fold{Gamma: FinalNormWeight, Beta: FinalNormBias,
+			Linears: []models.Linear{{Weight: ClassifierWeight, Bias: ClassifierBias}}})
+	}
+	return out
+}
+
+// New checks params against cfg (every expected name present with its shape, nothing else, all float32) and
+// returns the model in the given modes, folding the norms when opts.MSNorm.
+func New(cfg Config, params models.Params, opts Options) (*Model, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := models.CheckShapes(params, Shapes(cfg)); err != nil {
+		return nil, err
+	}
+	m := &Model{Config: cfg, Options: opts, Params: params, Folded: models.Params{}}
+	if opts.MSNorm {
+		var err error
+		if m.Params, m.Folded, err = models.ApplyFolds(params, folds(cfg)); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// RandomParams returns freshly initialised parameters for cfg, as transformers' ViT initialisation does:
+// linear, patch and embedding weights normal(0, 0.02) (transformers truncates at 2 standard deviations; so does
+// this), biases zero, LayerNorm weights one.
+func RandomParams(cfg Config, seed uint64) models.Params {
+	r := rand.New(rand.NewPCG(seed, 0x717))
+	p := models.Params{}
+	for name, dims := range Shapes(cfg) {
+		n := 1
+		for _, d := range dims {
+			n *= d
+		}
+		data := make([]float32, n)
+		switch {
+		case isNormWeight(name):
+			for i := range data {
+				data[i] = 1
+			}
+		case len(dims) == 1:
+			// biases: zero
+		default:
+			for i := range data {
+				v := r.NormFloat64()
+				for math.Abs(v) > 2 {
+					v = r.NormFloat64()
+				}
+				data[i] = float32(0.02 * v)
+			}
+		}
+		p[name] = tensors.FromFlatDataAndDimensions(data, dims...)
+	}
+	return p
+}
+
+func isNormWeight(name string) bool {
+	return hasSuffix(name, NormBeforeWeight) || hasSuffix(name, NormAfterWeight) || name == FinalNormWeight
+}
+
+func hasSuffix(s, suffix string) bool { return len(s) >= len(suffix) && s[len(s)-len(suffix):] == suffix }
+
+// Outputs are the nodes a forward pass produces. Unused ones cost nothing: only what a compiled graph outputs
+// is executed.
+type Outputs struct {
+	// Logits are [B, labels] (nil for ViTModel).
+	Logits *graph.Node
+	// Hidden are the embeddings and every layer's output, [B, tokens, hidden] (as transformers'
+	// hidden_states: the last one before the final LayerNorm).
+	Hidden []*graph.Node
+	// LastHidden is the final LayerNorm's output [B, tokens, hidden] (nil when that norm was folded into the
+	// classifier).
+	LastHidden *graph.Node
+}
+
+// Forward builds the model on pixels [B, channels, height, width] (NCHW, float32, normalised as the model
+// expects), with its parameters from b (see models.Bind). Images whose size differs from the configuration's
+// get position embeddings interpolated bicubically, as transformers' interpolate_pos_encoding does.
+func (m *Model) Forward(b models.Bound, pixels *graph.Node) Outputs {
+	cfg := m.Config
+	if pixels.Rank() != 4 || pixels.Shape().Dim(1) != cfg.NumChannels {
+		panic(fmt.Sprintf("vit: pixel_values must be [B, %d, H, W], got %s", cfg.NumChannels, pixels.Shape()))
+	}
+	x := embed(b, pixels, cfg)
+	out := Outputs{Hidden: []*graph.Node{x}}
+	opt := BlockOptions{Heads: cfg.NumAttentionHeads, Eps: cfg.LayerNormEps, ApproxActivation: m.Options.ApproxActivation,
+		MSNorm: m.Options.MSNorm, Attention: m.Options.Attention}
+	for i := 0; i < cfg.NumHiddenLayers; i++ {
+		x = Block(x, bindLayer(b.Nodes, LayerPrefix(i)), opt)
+		out.Hidden = append(out.Hidden, x)
+	}
+	if gamma := b.Node(FinalNormWeight); gamma != nil {
+		out.LastHidden = msnorm.LayerNorm(x, gamma, b.Node(FinalNormBias), cfg.LayerNormEps)
+	}
+	if cfg.Architecture != ArchClassification {
+		return out
+	}
+	// The classifier reads the CLS token only, and LayerNorm is per token: normalise just that row.
+	cls := graph.Reshape(engine.SliceAxis(x, 1, 0, 1), x.Shape().Dim(0), cfg.HiddenSize)
+	var normed *graph.Node
+	if m.Options.MSNorm {
+		normed = msnorm.MSLayerNorm(cls, cfg.LayerNormEps)
+	} else {
+		normed = msnorm.LayerNorm(cls, b.Node(FinalNormWeight), b.Node(FinalNormBias), cfg.LayerNormEps)
+	}
+	out.Logits = engine.Linear(normed, b.Node(ClassifierWeight), b.Node(ClassifierBias))
+	return out
+}
+
+// embed returns the CLS token and the patch embeddings plus position embeddings, [B, 1 + patches, hidden].
+// The patch projection (a convolution with stride = kernel = patch size) is a matmul over flattened patches:
+// patch (r, c) of the image is row r * (W/P) + c, its pixels flattened in (channel, y, x) order, matching the
+// [hidden, C, P, P] weight reshaped to [hidden, C*P*P].
+func embed(b models.Bound, pixels *graph.Node, cfg Config) *graph.Node {
+	batch, c, h, w := pixels.Shape().Dim(0), pixels.Shape().Dim(1), pixels.Shape().Dim(2), pixels.Shape().Dim(3)
+	p := cfg.PatchSize
+	if h%p != 0 || w%p != 0 {
+		panic(fmt.Sprintf("vit: image %dx%d is not a multiple of the patch size %d", h, w, p))
+	}
+	gh, gw := h/p, w/p
+	patches := graph.Reshape(pixels, batch, c, gh, p, gw, p)
+	patches = graph.TransposeAllDims(patches, 0, 2, 4, 1, 3, 5)
+	patches = graph.Reshape(patches, batch, gh*gw, c*p*p)
+	kernel := graph.Reshape(b.Node(PatchWeight), cfg.HiddenSize, c*p*p)
+	emb := engine.Linear(patches, kernel, b.Node(PatchBias))
+	cls := graph.BroadcastToDims(b.Node(ClsToken), batch, 1, cfg.HiddenSize)
+	x := graph.Concatenate([]*graph.Node{cls, emb}, 1)
+	return graph.Add(x, positions(b.Node(PositionEmbedding), cfg, gh, gw))
+}
+
+// positions returns the position embeddings for a gh x gw patch grid: as stored when the grid matches the
+// configuration, otherwise the CLS position followed by the patch positions interpolated bicubically
+// (torch.nn.functional.interpolate, mode "bicubic", align_corners False), which is a fixed linear map applied
+// as a matmul, so the gradient reaches the stored embeddings.
+func positions(pos *graph.Node, cfg Config, gh, gw int) *graph.Node {
+	side := cfg.ImageSize / cfg.PatchSize
+	if gh == side && gw == side {
+		return pos
+	}
+	d := cfg.HiddenSize
+	clsPos := engine.SliceAxis(pos, 1, 0, 1)
+	grid := graph.Reshape(engine.SliceAxis(pos, 1, 1, side*side+1), side*side, d)
+	m := bicubic2D(side, side, gh, gw)
+	interp := engine.DotGeneral(graph.Const(pos.Graph(), m), []int{1}, nil, grid, []int{0}, nil) // [gh*gw, d]
+	return graph.Concatenate([]*graph.Node{clsPos, graph.Reshape(interp, 1, gh*gw, d)}, 1)
+}
