@@ -155,3 +155,28 @@ func MaxRelDiff(a, b []float32, floor float64) float64 {
 	}
 	return m
 }
+
+// RunBuilt builds a graph with build, which creates its own parameters (graph.Parameter, models.Bind, ...) and
+// returns the outputs and the input tensors in parameter-creation order; then it compiles, runs and returns the
+// outputs as flat float32 data together with the graph.
+func RunBuilt(t testing.TB, build func(g *graph.Graph) (outputs []*graph.Node, inputs []*tensors.Tensor)) ([][]float32, *graph.Graph) {
+	t.Helper()
+	var result [][]float32
+	var g *graph.Graph
+	err := engine.Try(func() {
+		g = graph.NewGraph(Backend(t), t.Name())
+		outs, inputs := build(g)
+		g.Compile(outs...)
+		args := make([]any, len(inputs))
+		for i, in := range inputs {
+			args[i] = in
+		}
+		for _, r := range g.Run(args...) {
+			result = append(result, Float32s(r))
+		}
+	})
+	if err != nil {
+		t.Fatalf("graph failed: %v", err)
+	}
+	return result, g
+}

@@ -281,8 +281,10 @@ func (c Config) InvFreq() []float32 {
 	half := c.HeadDim / 2
 	out := make([]float32, half)
 	for i := range out {
+		// torch: 1.0 / (base ** (arange(0, dim, 2).float() / dim)), every step rounded to float32.
 		exp := float32(2*i) / float32(c.HeadDim)
-		out[i] = float32(1 / math.Pow(c.RopeTheta, float64(exp)))
+		p := float32(math.Pow(c.RopeTheta, float64(exp)))
+		out[i] = 1 / p
 	}
 	if s := c.RopeScaling; s != nil {
 		lowWavelen := float64(s.OriginalMaxPositionEmbeddings) / s.LowFreqFactor

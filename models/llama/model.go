@@ -162,7 +162,9 @@ func RandomParams(cfg Config, seed uint64) models.Params {
 	return p
 }
 
-func hasSuffix(s, suffix string) bool { return len(s) >= len(suffix) && s[len(s)-len(suffix):] == suffix }
+func hasSuffix(s, suffix string) bool {
+	return len(s) >= len(suffix) && s[len(s)-len(suffix):] == suffix
+}
 
 // Outputs are the nodes a forward pass produces.
 type Outputs struct {

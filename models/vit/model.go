@@ -152,7 +152,9 @@ func isNormWeight(name string) bool {
 	return hasSuffix(name, NormBeforeWeight) || hasSuffix(name, NormAfterWeight) || name == FinalNormWeight
 }
 
-func hasSuffix(s, suffix string) bool { return len(s) >= len(suffix) && s[len(s)-len(suffix):] == suffix }
+func hasSuffix(s, suffix string) bool {
+	return len(s) >= len(suffix) && s[len(s)-len(suffix):] == suffix
+}
 
 // Outputs are the nodes a forward pass produces. Unused ones cost nothing: only what a compiled graph outputs
 // is executed.

@@ -1,0 +1,144 @@
+package llama_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/memfit/memfit/attention"
+	"github.com/memfit/memfit/engine"
+	"github.com/memfit/memfit/internal/gtest"
+	"github.com/memfit/memfit/loss"
+	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/models"
+	"github.com/memfit/memfit/models/llama"
+)
+
+// randomish returns parameters with non-trivial norms (1 ± 0.1), so folding is really exercised.
+func randomish(cfg llama.Config, seed uint64) models.Params {
+	p := llama.RandomParams(cfg, seed)
+	for name, t := range p {
+		if t.Rank() == 1 {
+			noise := gtest.Rand(seed+uint64(len(name)), t.Shape().Size(), 0.1)
+			for i := range noise {
+				noise[i]++
+			}
+			p[name] = tensors.FromFlatDataAndDimensions(noise, t.Shape().Dimensions...)
+		}
+	}
+	return p
+}
+
+type stepResult struct {
+	values  [][]float32
+	g       *graph.Graph
+	outputs []*graph.Node
+}
+
+// step runs logits, loss and the gradients of every parameter the model has in its original (unfolded) form.
+func step(t *testing.T, cfg llama.Config, params models.Params, opts llama.Options, ids, mask, labels *tensors.Tensor) stepResult {
+	t.Helper()
+	m, err := llama.New(cfg, params, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res stepResult
+	values, g := gtest.RunBuilt(t, func(g *graph.Graph) ([]*graph.Node, []*tensors.Tensor) {
+		idsN := graph.Parameter(g, "input_ids", ids.Shape())
+		maskN := graph.Parameter(g, "attention_mask", mask.Shape())
+		labelsN := graph.Parameter(g, "labels", labels.Shape())
+		bound := models.Bind(g, m.Params)
+		out := m.Forward(bound, idsN, maskN)
+		var l *graph.Node
+		if cfg.Architecture == llama.ArchClassification {
+			l = loss.CrossEntropy(out.Logits, labelsN, loss.IgnoreIndex)
+		} else {
+			// Next-token loss: logits[:, :-1] against labels[:, 1:].
+			n := out.Logits.Shape().Dim(1)
+			l = loss.CrossEntropy(engine.SliceAxis(out.Logits, 1, 0, n-1), engine.SliceAxis(labelsN, 1, 1, n), loss.IgnoreIndex)
+		}
+		grads := engine.Gradient(l, bound.List()...)
+		res.outputs = append([]*graph.Node{out.Logits, l}, grads...)
+		return res.outputs, append([]*tensors.Tensor{ids, mask, labels}, bound.Inputs(m.Params)...)
+	})
+	res.values, res.g = values, g
+	return res
+}
+
+func tinyInputs() (ids, mask, labels *tensors.Tensor) {
+	idData := []int32{5, 9, 17, 3, 200, 41, 7, 8, 99, 13, 2, 61, 1, 250, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0}
+	maskData := make([]int32, len(idData))
+	for i, v := range idData {
+		if v != 0 {
+			maskData[i] = 1
+		}
+	}
+	return tensors.FromFlatDataAndDimensions(idData, 2, 12), tensors.FromFlatDataAndDimensions(maskData, 2, 12),
+		tensors.FromFlatDataAndDimensions(idData, 2, 12)
+}
+
+// TestModesAgree: the same checkpoint gives the same logits and loss in every mode, both attention kinds; the
+// input-side gradients agree exactly (MS-RMSNorm and memory-efficient attention are exact) except with ReSiLU2.
+func TestModesAgree(t *testing.T) {
+	cfg, err := llama.Preset("tiny", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := randomish(cfg, 1)
+	ids, mask, labels := tinyInputs()
+	base := step(t, cfg, params, llama.Options{}, ids, mask, labels)
+	for _, approx := range []bool{false, true} {
+		for _, ms := range []bool{false, true} {
+			for _, kind := range []attention.Kind{attention.KindStandard, attention.KindMemoryEfficient} {
+				name := fmt.Sprintf("approx=%v ms=%v %s", approx, ms, kind)
+				r := step(t, cfg, params, llama.Options{ApproxActivation: approx, MSNorm: ms, Attention: kind}, ids, mask, labels)
+				if d := gtest.MaxRelDiff(r.values[0], base.values[0], 1); d > 1e-5 {
+					t.Errorf("%s: logits differ by %g", name, d)
+				}
+				if d := gtest.MaxRelDiff(r.values[1], base.values[1], 1); d > 1e-6 {
+					t.Errorf("%s: loss differs by %g", name, d)
+				}
+				if !approx && !ms {
+					for i := 2; i < len(r.values); i++ {
+						if d := gtest.MaxRelDiff(r.values[i], base.values[i], 1e-3); d > 1e-4 {
+							t.Errorf("%s: gradient %d differs by %g", name, i-2, d)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestReSiLU2AndMSNormKeepLess: the saved-activation list of a causal-LM step loses the gate projection's output
+// (the SiLU input) with ReSiLU2 and the norm affine outputs with MS-RMSNorm.
+func TestReSiLU2AndMSNormKeepLess(t *testing.T) {
+	cfg, _ := llama.Preset("tiny", 0)
+	params := randomish(cfg, 2)
+	ids, mask, labels := tinyInputs()
+	byMode := map[string]*memory.SavedReport{}
+	for _, mode := range []llama.Options{{}, {ApproxActivation: true}, {MSNorm: true}, {ApproxActivation: true, MSNorm: true}} {
+		r := step(t, cfg, params, mode, ids, mask, labels)
+		saved, err := memory.Saved(r.g, r.outputs...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		byMode[fmt.Sprintf("%v/%v", mode.ApproxActivation, mode.MSNorm)] = saved
+	}
+	hidden := func(s *memory.SavedReport) int { return len(s.Find(2, 12, cfg.IntermediateSize)) }
+	if h0, h1 := hidden(byMode["false/false"]), hidden(byMode["true/false"]); h0 != 4*cfg.NumHiddenLayers || h1 != h0-cfg.NumHiddenLayers {
+		t.Errorf("ReSiLU2 keeps %d [B, T, intermediate] tensors, plain %d: want 4 and 3 per layer (ReSiLU2 drops the SiLU input)", h1, h0)
+	}
+	plain, ms := byMode["false/false"], byMode["false/true"]
+	d := int64(2 * 12 * cfg.HiddenSize * 4)
+	// Per layer, MS-RMSNorm drops the two affine outputs; the final norm is folded into lm_head too.
+	if want := int64(2*cfg.NumHiddenLayers+1) * d; plain.Total-ms.Total != want {
+		t.Errorf("MS-RMSNorm saves %d bytes, want %d", plain.Total-ms.Total, want)
+	}
+	both := byMode["true/true"]
+	if !(both.Total < ms.Total && both.Total < byMode["true/false"].Total) {
+		t.Errorf("combined %d not below each alone (%d, %d)", both.Total, ms.Total, byMode["true/false"].Total)
+	}
+}
