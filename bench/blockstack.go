@@ -19,6 +19,7 @@ import (
 
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/models/vit"
 )
 
@@ -105,7 +106,7 @@ func BuildStep(backend backends.Backend, cfg StackConfig, v Variant) (*Step, err
 				weights = append(weights, n)
 				step.Inputs = append(step.Inputs, params[name])
 			}
-			h = vit.Block(h, vit.BindLayer(nodes), vit.BlockOptions{Heads: cfg.Heads, Eps: 1e-12,
+			h = vit.Block(h, models.Bound{Nodes: nodes}, "", vit.BlockOptions{Heads: cfg.Heads, Eps: 1e-12,
 				ApproxActivation: v.ApproxActivation, MSNorm: v.MSNorm})
 		}
 		loss := graph.ReduceAllSum(graph.Mul(h, targetNode))

@@ -9,6 +9,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/memfit/memfit/engine"
 )
 
 // Params holds a model's tensors by their Hugging Face name ("vit.encoder.layer.0.attention.attention.query.weight").
@@ -49,12 +51,33 @@ func (p Params) Dims(name string) []int {
 	return nil
 }
 
+// LinearHook applies the linear layer at module path (the Hugging Face module name, e.g.
+// "model.layers.0.self_attn.q_proj") to x, given its weight [out, in] and bias [out] (nil when absent). Adapters
+// (LoRA and custom ones) are hooks that add their branch to the base layer; models never know which is in use.
+type LinearHook func(path string, x, weight, bias *graph.Node) *graph.Node
+
 // Bound are a model's parameters as graph parameters: one node per name, created in sorted name order.
 type Bound struct {
 	// Names are the parameter names in the order their graph parameters were created (sorted).
 	Names []string
 	// Nodes maps each name to its graph parameter.
 	Nodes map[string]*graph.Node
+	// Linear, when not nil, replaces engine.Linear for every linear layer the model applies through Bound.Linear.
+	Linear LinearHook
+}
+
+// ApplyLinear applies the linear layer at module path (weights path+".weight", optional path+".bias") to x,
+// through the hook when one is set. It panics (a graph-building error) when the weight is missing.
+func (b Bound) ApplyLinear(path string, x *graph.Node) *graph.Node {
+	w := b.Nodes[path+".weight"]
+	if w == nil {
+		panic(fmt.Sprintf("models: no weight for linear layer %q", path))
+	}
+	bias := b.Nodes[path+".bias"]
+	if b.Linear != nil {
+		return b.Linear(path, x, w, bias)
+	}
+	return engine.Linear(x, w, bias)
 }
 
 // Bind creates one graph parameter per tensor of p (named after it, in sorted order) and returns them. Feed the

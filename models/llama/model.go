@@ -219,14 +219,19 @@ func (m *Model) Forward(b models.Bound, inputIDs, attentionMask *graph.Node) Out
 		out.PooledPositions = pos
 		onehot := graph.InsertAxes(graph.OneHot(pos, seq, x.DType()), -1) // [B, T, 1]
 		pooled := graph.ReduceSum(graph.Mul(x, onehot), 1)
-		out.Logits = engine.Linear(finalNorm(pooled), b.Node(Score), nil)
+		out.Logits = b.ApplyLinear("score", finalNorm(pooled))
 		return out
 	}
 	normed := out.Hidden[len(out.Hidden)-1]
 	if folded {
 		normed = finalNorm(x)
 	}
-	out.Logits = engine.Linear(normed, b.Node(head), nil)
+	if head == EmbedTokens {
+		// Tied head: the embedding table is not a linear layer of its own, adapters do not apply.
+		out.Logits = engine.Linear(normed, b.Node(EmbedTokens), nil)
+	} else {
+		out.Logits = b.ApplyLinear("lm_head", normed)
+	}
 	return out
 }
 
@@ -237,9 +242,7 @@ func (m *Model) Forward(b models.Bound, inputIDs, attentionMask *graph.Node) Out
 func (m *Model) layer(b models.Bound, pre string, x *graph.Node, rope rotary, mask attention.Mask) *graph.Node {
 	cfg := m.Config
 	node := func(name string) *graph.Node { return b.Node(pre + name) }
-	lin := func(in *graph.Node, name string) *graph.Node {
-		return engine.Linear(in, node(name+".weight"), node(name+".bias"))
-	}
+	lin := func(in *graph.Node, name string) *graph.Node { return b.ApplyLinear(pre+name, in) }
 	norm := func(x *graph.Node, gamma string) *graph.Node {
 		if m.Options.MSNorm {
 			return msnorm.MSRMSNorm(x, cfg.RMSNormEps)

@@ -9,24 +9,9 @@ import (
 
 	"github.com/memfit/memfit/approxbp"
 	"github.com/memfit/memfit/attention"
-	"github.com/memfit/memfit/engine"
+	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/msnorm"
 )
-
-// BlockWeights are the graph nodes of one ViT encoder layer, named after the Hugging Face parameters
-// (vit.encoder.layer.{i}.*). Linear weights are [out, in]. With BlockOptions.MSNorm the norm weights and biases
-// must be nil: they are folded into Query/Key/Value (layernorm_before) and Up (layernorm_after) beforehand with
-// msnorm.Fold, and those layers then carry the folded biases.
-type BlockWeights struct {
-	NormBefore, NormBeforeBias *graph.Node // layernorm_before.{weight,bias}
-	Query, QueryBias           *graph.Node // attention.attention.query
-	Key, KeyBias               *graph.Node // attention.attention.key
-	Value, ValueBias           *graph.Node // attention.attention.value
-	Out, OutBias               *graph.Node // attention.output.dense
-	NormAfter, NormAfterBias   *graph.Node // layernorm_after.{weight,bias}
-	Up, UpBias                 *graph.Node // intermediate.dense
-	Down, DownBias             *graph.Node // output.dense
-}
 
 // BlockOptions choose the block's shape and memory-saving modes.
 type BlockOptions struct {
@@ -40,39 +25,47 @@ type BlockOptions struct {
 	Attention attention.Kind
 }
 
-// Block applies one pre-LN ViT encoder layer to x [B, N, D]:
+// Block applies one pre-LN ViT encoder layer to x [B, N, D], with the parameters of b whose names start with
+// prefix (see LayerPrefix; the names after it are the Hugging Face ones, QueryWeight etc.):
 //
 //	h = x + Out(Attention(Q(LN1(x)), K(LN1(x)), V(LN1(x))))
 //	y = h + Down(GELU(Up(LN2(h))))
-func Block(x *graph.Node, w BlockWeights, opt BlockOptions) *graph.Node {
-	if opt.MSNorm && (w.NormBefore != nil || w.NormAfter != nil || w.NormBeforeBias != nil || w.NormAfterBias != nil) {
-		panic("vit.Block: with MSNorm the norm weights must be folded into the next linear layers and passed as nil")
+//
+// With opt.MSNorm the layer's norm tensors must be absent: they were folded into query/key/value
+// (layernorm_before) and intermediate.dense (layernorm_after) with msnorm.Fold, see FoldLayer. Linear layers go
+// through b.ApplyLinear, so adapters see them by their module paths.
+func Block(x *graph.Node, b models.Bound, prefix string, opt BlockOptions) *graph.Node {
+	node := func(name string) *graph.Node { return b.Node(prefix + name) }
+	hasNorms := node(NormBeforeWeight) != nil || node(NormAfterWeight) != nil || node(NormBeforeBias) != nil || node(NormAfterBias) != nil
+	if opt.MSNorm && hasNorms {
+		panic("vit.Block: with MSNorm the norm weights must be folded into the next linear layers, not passed")
 	}
-	if !opt.MSNorm && (w.NormBefore == nil || w.NormAfter == nil) {
+	if !opt.MSNorm && (node(NormBeforeWeight) == nil || node(NormAfterWeight) == nil) {
 		panic("vit.Block: LayerNorm weights are missing")
 	}
 	if opt.Heads <= 0 {
 		panic(fmt.Sprintf("vit.Block: heads must be positive, got %d", opt.Heads))
 	}
-	norm := func(x, gamma, beta *graph.Node) *graph.Node {
+	norm := func(x *graph.Node, gamma, beta string) *graph.Node {
 		if opt.MSNorm {
 			return msnorm.MSLayerNorm(x, opt.Eps)
 		}
-		return msnorm.LayerNorm(x, gamma, beta, opt.Eps)
+		return msnorm.LayerNorm(x, node(gamma), node(beta), opt.Eps)
 	}
+	lin := func(name string, x *graph.Node) *graph.Node { return b.ApplyLinear(prefix+name, x) }
 	act := approxbp.GELU
 	if opt.ApproxActivation {
 		act = approxbp.ReGELU2
 	}
 
-	n1 := norm(x, w.NormBefore, w.NormBeforeBias)
-	q := engine.Linear(n1, w.Query, w.QueryBias)
-	k := engine.Linear(n1, w.Key, w.KeyBias)
-	v := engine.Linear(n1, w.Value, w.ValueBias)
+	n1 := norm(x, NormBeforeWeight, NormBeforeBias)
+	q := lin(Query, n1)
+	k := lin(Key, n1)
+	v := lin(Value, n1)
 	ctx := attention.Attention(opt.Attention, q, k, v, opt.Heads, opt.Heads, attention.Mask{})
-	h := graph.Add(x, engine.Linear(ctx, w.Out, w.OutBias))
+	h := graph.Add(x, lin(Out, ctx))
 
-	n2 := norm(h, w.NormAfter, w.NormAfterBias)
-	m := act(engine.Linear(n2, w.Up, w.UpBias))
-	return graph.Add(h, engine.Linear(m, w.Down, w.DownBias))
+	n2 := norm(h, NormAfterWeight, NormAfterBias)
+	m := act(lin(Up, n2))
+	return graph.Add(h, lin(Down, m))
 }

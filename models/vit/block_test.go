@@ -11,6 +11,7 @@ import (
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/internal/gtest"
 	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/models/vit"
 )
 
@@ -40,7 +41,7 @@ func buildStep(t *testing.T, params vit.LayerParams, opt vit.BlockOptions, x, ta
 		for i, n := range names {
 			nodes[n] = p[2+i]
 		}
-		b.out = vit.Block(p[0], vit.BindLayer(nodes), opt)
+		b.out = vit.Block(p[0], models.Bound{Nodes: nodes}, "", opt)
 		loss := graph.ReduceAllSum(graph.Mul(b.out, p[1]))
 		wrt := append([]*graph.Node{p[0]}, p[2:]...)
 		grads := engine.Gradient(loss, wrt...)

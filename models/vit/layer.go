@@ -3,10 +3,20 @@ package vit
 import (
 	"math/rand/v2"
 
-	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"github.com/memfit/memfit/models"
+)
+
+// Hugging Face module paths of one encoder layer's linear layers, relative to "vit.encoder.layer.{i}." (their
+// parameters are <path>.weight and <path>.bias).
+const (
+	Query = "attention.attention.query"
+	Key   = "attention.attention.key"
+	Value = "attention.attention.value"
+	Out   = "attention.output.dense"
+	Up    = "intermediate.dense"
+	Down  = "output.dense"
 )
 
 // Hugging Face parameter names of one encoder layer, relative to "vit.encoder.layer.{i}.".
@@ -82,21 +92,4 @@ func layerFolds(prefix string) []models.Fold {
 func FoldLayer(p LayerParams) (LayerParams, error) {
 	folded, _, err := models.ApplyFolds(p, layerFolds(""))
 	return folded, err
-}
-
-// BindLayer returns the BlockWeights whose nodes are nodes[prefix + name] (absent names stay nil).
-func BindLayer(nodes map[string]*graph.Node) BlockWeights { return bindLayer(nodes, "") }
-
-func bindLayer(nodes map[string]*graph.Node, prefix string) BlockWeights {
-	n := func(name string) *graph.Node { return nodes[prefix+name] }
-	return BlockWeights{
-		NormBefore: n(NormBeforeWeight), NormBeforeBias: n(NormBeforeBias),
-		Query: n(QueryWeight), QueryBias: n(QueryBias),
-		Key: n(KeyWeight), KeyBias: n(KeyBias),
-		Value: n(ValueWeight), ValueBias: n(ValueBias),
-		Out: n(OutWeight), OutBias: n(OutBias),
-		NormAfter: n(NormAfterWeight), NormAfterBias: n(NormAfterBias),
-		Up: n(UpWeight), UpBias: n(UpBias),
-		Down: n(DownWeight), DownBias: n(DownBias),
-	}
 }

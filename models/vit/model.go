@@ -182,7 +182,7 @@ func (m *Model) Forward(b models.Bound, pixels *graph.Node) Outputs {
 	opt := BlockOptions{Heads: cfg.NumAttentionHeads, Eps: cfg.LayerNormEps, ApproxActivation: m.Options.ApproxActivation,
 		MSNorm: m.Options.MSNorm, Attention: m.Options.Attention}
 	for i := 0; i < cfg.NumHiddenLayers; i++ {
-		x = Block(x, bindLayer(b.Nodes, LayerPrefix(i)), opt)
+		x = Block(x, b, LayerPrefix(i), opt)
 		out.Hidden = append(out.Hidden, x)
 	}
 	if gamma := b.Node(FinalNormWeight); gamma != nil {
@@ -199,7 +199,7 @@ func (m *Model) Forward(b models.Bound, pixels *graph.Node) Outputs {
 	} else {
 		normed = msnorm.LayerNorm(cls, b.Node(FinalNormWeight), b.Node(FinalNormBias), cfg.LayerNormEps)
 	}
-	out.Logits = engine.Linear(normed, b.Node(ClassifierWeight), b.Node(ClassifierBias))
+	out.Logits = b.ApplyLinear("classifier", normed)
 	return out
 }
 
@@ -218,7 +218,7 @@ func embed(b models.Bound, pixels *graph.Node, cfg Config) *graph.Node {
 	patches = graph.TransposeAllDims(patches, 0, 2, 4, 1, 3, 5)
 	patches = graph.Reshape(patches, batch, gh*gw, c*p*p)
 	kernel := graph.Reshape(b.Node(PatchWeight), cfg.HiddenSize, c*p*p)
-	emb := engine.Linear(patches, kernel, b.Node(PatchBias))
+	emb := engine.Linear(patches, kernel, b.Node(PatchBias)) // a convolution: adapters do not apply
 	cls := graph.BroadcastToDims(b.Node(ClsToken), batch, 1, cfg.HiddenSize)
 	x := graph.Concatenate([]*graph.Node{cls, emb}, 1)
 	return graph.Add(x, positions(b.Node(PositionEmbedding), cfg, gh, gw))
