@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 )
@@ -34,4 +35,32 @@ func CheckShapes(p Params, want map[string][]int) error {
 		}
 	}
 	return nil
+}
+
+// LinearLayer describes one linear layer of a model: its module path (parameters <Path>.weight [Out, In] and,
+// when HasBias, <Path>.bias [Out]).
+type LinearLayer struct {
+	Path    string
+	In, Out int
+	HasBias bool
+	// Head marks the output projection (lm_head, score, classifier), which "all-linear" adapter targets leave
+	// out, as PEFT does.
+	Head bool
+}
+
+// LinearLayers lists the linear layers among shapes (2-D weights named <path>.weight that the model applies
+// through Bound.ApplyLinear), sorted by path; heads are the paths in heads, and skip lists 2-D weights that are
+// not linear layers (embeddings, convolutions reshaped).
+func LinearLayers(shapes map[string][]int, heads []string, skip ...string) []LinearLayer {
+	var out []LinearLayer
+	for name, dims := range shapes {
+		if len(dims) != 2 || !strings.HasSuffix(name, ".weight") || slices.Contains(skip, name) {
+			continue
+		}
+		path := strings.TrimSuffix(name, ".weight")
+		_, hasBias := shapes[path+".bias"]
+		out = append(out, LinearLayer{Path: path, Out: dims[0], In: dims[1], HasBias: hasBias, Head: slices.Contains(heads, path)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
 }

@@ -325,3 +325,9 @@ func (r rotary) apply(x *graph.Node, heads int) *graph.Node {
 	y := graph.Add(graph.Mul(x4, r.cos), graph.Mul(rot, r.sin))
 	return graph.Reshape(y, b, t, heads*r.dh)
 }
+
+// LinearLayers lists cfg's linear layers (q/k/v/o and gate/up/down projections of every layer, and lm_head or
+// score as the head); the embedding table is not listed, nor is it when tied to the head.
+func LinearLayers(cfg Config) []models.LinearLayer {
+	return models.LinearLayers(Shapes(cfg), []string{"lm_head", "score"}, EmbedTokens)
+}

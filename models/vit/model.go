@@ -240,3 +240,9 @@ func positions(pos *graph.Node, cfg Config, gh, gw int) *graph.Node {
 	interp := engine.DotGeneral(graph.Const(pos.Graph(), m), []int{1}, nil, grid, []int{0}, nil) // [gh*gw, d]
 	return graph.Concatenate([]*graph.Node{clsPos, graph.Reshape(interp, 1, gh*gw, d)}, 1)
 }
+
+// LinearLayers lists cfg's linear layers (query, key, value, output and MLP projections of every layer, and the
+// classifier as the head); the patch projection is a convolution and is not listed.
+func LinearLayers(cfg Config) []models.LinearLayer {
+	return models.LinearLayers(Shapes(cfg), []string{"classifier"}, PatchWeight)
+}
