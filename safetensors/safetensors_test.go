@@ -209,10 +209,10 @@ func TestConversions(t *testing.T) {
 	}{
 		{1, 0x3f80, 0x3c00}, {-2, 0xc000, 0xc000}, {0, 0, 0}, {float32(math.Inf(1)), 0x7f80, 0x7c00},
 		{65504, 0x4780, 0x7bff}, {65520, 0x4780, 0x7c00}, // f16 max, and the first value rounding to f16 inf
-		{5.9604645e-08, 0x3380, 0x0001},                   // smallest f16 subnormal
-		{1.00390625, 0x3f80, 0x3c04},                      // 1 + 2^-8: bf16 tie rounds to even (down)
-		{1.01171875, 0x3f82, 0x3c0c},                      // 1 + 3*2^-8: bf16 tie rounds to even (up)
-		{6.1035156e-05, 0x3880, 0x0400},                   // smallest f16 normal
+		{5.9604645e-08, 0x3380, 0x0001}, // smallest f16 subnormal
+		{1.00390625, 0x3f80, 0x3c04},    // 1 + 2^-8: bf16 tie rounds to even (down)
+		{1.01171875, 0x3f82, 0x3c0c},    // 1 + 3*2^-8: bf16 tie rounds to even (up)
+		{6.1035156e-05, 0x3880, 0x0400}, // smallest f16 normal
 	} {
 		if got := safetensors.F32ToBF16(tc.f); got != tc.bf16 {
 			t.Errorf("F32ToBF16(%g) = %#04x, want %#04x", tc.f, got, tc.bf16)
