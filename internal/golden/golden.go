@@ -72,24 +72,38 @@ func Load(t testing.TB, name string) *File {
 	return &File{Dir: dir, Fields: fields}
 }
 
-// Raw returns the raw JSON at a path of object keys ("outputs", "logits").
+// Raw returns the raw JSON at a path of object keys and list indices ("outputs", "hidden_states", "0").
 func (f *File) Raw(t testing.TB, path ...string) json.RawMessage {
 	t.Helper()
-	cur := f.Fields
+	cur := json.RawMessage(nil)
 	for i, key := range path {
-		raw, ok := cur[key]
-		if !ok {
-			t.Fatalf("golden %s: no key %v", f.Dir, path[:i+1])
+		var next json.RawMessage
+		if i == 0 {
+			raw, ok := f.Fields[key]
+			if !ok {
+				t.Fatalf("golden %s: no key %v", f.Dir, path[:i+1])
+			}
+			next = raw
+		} else if idx, err := strconv.Atoi(key); err == nil {
+			var list []json.RawMessage
+			if err := json.Unmarshal(cur, &list); err != nil || idx < 0 || idx >= len(list) {
+				t.Fatalf("golden %s: %v is not a list with index %d", f.Dir, path[:i], idx)
+			}
+			next = list[idx]
+		} else {
+			var obj map[string]json.RawMessage
+			if err := json.Unmarshal(cur, &obj); err != nil {
+				t.Fatalf("golden %s: %v is not an object: %v", f.Dir, path[:i], err)
+			}
+			raw, ok := obj[key]
+			if !ok {
+				t.Fatalf("golden %s: no key %v", f.Dir, path[:i+1])
+			}
+			next = raw
 		}
-		if i == len(path)-1 {
-			return raw
-		}
-		cur = nil
-		if err := json.Unmarshal(raw, &cur); err != nil {
-			t.Fatalf("golden %s: %v is not an object: %v", f.Dir, path[:i+1], err)
-		}
+		cur = next
 	}
-	return nil
+	return cur
 }
 
 // Array decodes the nested list at path.

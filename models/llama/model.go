@@ -331,3 +331,23 @@ func (r rotary) apply(x *graph.Node, heads int) *graph.Node {
 func LinearLayers(cfg Config) []models.LinearLayer {
 	return models.LinearLayers(Shapes(cfg), []string{"lm_head", "score"}, EmbedTokens)
 }
+
+// Load reads a LLaMA model folder (config.json and safetensors weights) and returns the model in the given
+// modes. A tied head may also be stored as lm_head.weight (it is then ignored: the embeddings are the head).
+func Load(dir string, opts Options) (*Model, error) {
+	cfg, err := LoadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	params, err := models.LoadParams(dir, Shapes(cfg), models.LoadOptions{Ignore: func(n string) bool {
+		return cfg.TieWordEmbeddings && n == LMHead
+	}})
+	if err != nil {
+		return nil, err
+	}
+	m, err := New(cfg, params, opts)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	return m, nil
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/msnorm"
+	"github.com/memfit/memfit/safetensors"
 )
 
 // Hugging Face names of the parameters outside the encoder layers.
@@ -245,4 +246,50 @@ func positions(pos *graph.Node, cfg Config, gh, gw int) *graph.Node {
 // classifier as the head); the patch projection is a convolution and is not listed.
 func LinearLayers(cfg Config) []models.LinearLayer {
 	return models.LinearLayers(Shapes(cfg), []string{"classifier"}, PatchWeight)
+}
+
+// Load reads a ViT model folder (config.json and safetensors weights) and returns the model in the given modes.
+// ViTModel checkpoints saved without the "vit." prefix are accepted, and their pooler is skipped (memfit's
+// ViTModel returns hidden states only).
+func Load(dir string, opts Options) (*Model, error) {
+	cfg, err := LoadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	shapes := Shapes(cfg)
+	lo := models.LoadOptions{Ignore: func(n string) bool {
+		return hasPrefix(n, "vit.pooler.") || hasPrefix(n, "pooler.")
+	}}
+	if cfg.Architecture == ArchModel && !checkpointHas(dir, ClsToken) {
+		lo.Rename = func(n string) string { return trimPrefix(n, "vit.") }
+	}
+	params, err := models.LoadParams(dir, shapes, lo)
+	if err != nil {
+		return nil, err
+	}
+	m, err := New(cfg, params, opts)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	return m, nil
+}
+
+func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
+func trimPrefix(s, p string) string {
+	if hasPrefix(s, p) {
+		return s[len(p):]
+	}
+	return s
+}
+
+// checkpointHas reports whether the checkpoint in dir has a tensor (false when it cannot be opened: the load
+// that follows reports that).
+func checkpointHas(dir, name string) bool {
+	c, err := safetensors.OpenCheckpoint(dir)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	_, ok := c.Info(name)
+	return ok
 }
