@@ -42,7 +42,7 @@ made with -tags xla.`,
 	}
 	root.PersistentFlags().StringVar(&opts.Backend, "backend", "",
 		`"go" (pure Go, default) or "xla:<plugin name or absolute .so path>"; default $`+engine.BackendEnv)
-	root.AddCommand(newBenchCommand(opts), newApproxBPCommand(opts))
+	root.AddCommand(newBenchCommand(opts), newApproxBPCommand(opts), newInitCommand(opts), newLogitsCommand(opts))
 	return root
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sort"
 
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
@@ -122,7 +123,14 @@ func New(cfg Config, params models.Params, opts Options) (*Model, error) {
 func RandomParams(cfg Config, seed uint64) models.Params {
 	r := rand.New(rand.NewPCG(seed, 0x717))
 	p := models.Params{}
-	for name, dims := range Shapes(cfg) {
+	shapes := Shapes(cfg)
+	names := make([]string, 0, len(shapes))
+	for name := range shapes {
+		names = append(names, name)
+	}
+	sort.Strings(names) // draw in a fixed order: the same seed gives the same weights
+	for _, name := range names {
+		dims := shapes[name]
 		n := 1
 		for _, d := range dims {
 			n *= d

@@ -1,0 +1,85 @@
+package cli
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/memfit/memfit/models/auto"
+)
+
+func newInitCommand(_ *Options) *cobra.Command {
+	var arch, preset, out string
+	var seed uint64
+	var numLabels int
+	var shardMB int64
+	cmd := &cobra.Command{
+		Use:   "init --arch vit|llama --preset NAME --out DIR",
+		Short: "Write a random-init Hugging Face checkpoint with real model shapes",
+		Long: `Writes config.json and model.safetensors (sharded with an index above --max-shard-mb) for a randomly
+initialised model, initialised as transformers does. Presets: vit: tiny, vit-b16; llama: tiny, llama-1b
+(TinyLlama-1.1B shapes), llama-7b. --num-labels makes a classifier (ViTForImageClassification,
+LlamaForSequenceClassification); without it ViT is a ViTModel and LLaMA a causal LM.`,
+		Example: `  finetune init --arch vit --preset tiny --num-labels 10 --out /tmp/vit-tiny
+  finetune init --arch llama --preset llama-1b --out /tmp/llama-1b --seed 7`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if out == "" {
+				return fmt.Errorf("--out is required")
+			}
+			if err := auto.Init(arch, preset, numLabels, seed, out, shardMB<<20); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s (%s %s)\n", out, arch, preset)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&arch, "arch", "", "architecture: vit or llama")
+	f.StringVar(&preset, "preset", "tiny", "shape preset")
+	f.StringVar(&out, "out", "", "output folder")
+	f.Uint64Var(&seed, "seed", 0, "random seed")
+	f.IntVar(&numLabels, "num-labels", 0, "number of classes (0: ViTModel / causal LM)")
+	f.Int64Var(&shardMB, "max-shard-mb", 0, "shard the weights above this many MiB (0: one file)")
+	_ = cmd.MarkFlagRequired("arch")
+	return cmd
+}
+
+func newLogitsCommand(opts *Options) *cobra.Command {
+	var model, inputs string
+	cmd := &cobra.Command{
+		Use:   "logits --model DIR --inputs FILE.json",
+		Short: "Run a model on JSON inputs and print {\"logits\": [...]}",
+		Long: `Loads a Hugging Face model folder (ViT or LLaMA) and prints its logits as JSON nested lists. The inputs file
+holds input_ids (and optionally attention_mask) for LLaMA or pixel_values (NCHW) for ViT, as nested lists, either
+at the top level or under "inputs" (the layout of the golden files).`,
+		Example: `  finetune logits --model ../shared/data/golden/llama_a --inputs ../shared/data/golden/llama_a/golden.json`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if model == "" || inputs == "" {
+				return fmt.Errorf("--model and --inputs are required")
+			}
+			in, err := auto.ReadInputs(inputs)
+			if err != nil {
+				return err
+			}
+			backend, err := opts.NewBackend()
+			if err != nil {
+				return err
+			}
+			logits, err := auto.Logits(backend, model, in)
+			if err != nil {
+				return err
+			}
+			data, err := auto.NestedJSON(logits)
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "{\"logits\": %s}\n", data)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&model, "model", "", "model folder (config.json + safetensors)")
+	cmd.Flags().StringVar(&inputs, "inputs", "", "inputs JSON file")
+	return cmd
+}
