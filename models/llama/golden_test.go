@@ -140,6 +140,8 @@ func TestGoldenCausalLM(t *testing.T) {
 func TestGoldenBF16Weights(t *testing.T) {
 	g := golden.Load(t, "llama_a")
 	r := runGolden(t, g, "model-bf16.safetensors", llama.Options{}, g.Array(t, "labels"), nil)
+	t.Logf("bf16 weights: logits rel diff %.2g, loss diff %.2g", golden.RelMaxDiff(r.logits, g.Array(t, "bf16", "outputs", "logits").Float32s()),
+		math.Abs(float64(r.loss[0])-g.Array(t, "bf16", "outputs", "loss").Values[0]))
 	if d := golden.RelMaxDiff(r.logits, g.Array(t, "bf16", "outputs", "logits").Float32s()); d > 1e-4 {
 		t.Errorf("bf16-weight logits differ by %g (relative)", d)
 	}
@@ -161,6 +163,8 @@ func TestGoldenSequenceClassification(t *testing.T) {
 			names = gradNames
 		}
 		r := runGolden(t, g, "", llama.Options{MSNorm: ms}, g.Array(t, "labels"), names)
+		t.Logf("ms=%v: logits rel diff %.2g, loss diff %.2g", ms, golden.RelMaxDiff(r.logits, g.Array(t, "outputs", "logits").Float32s()),
+			math.Abs(float64(r.loss[0])-g.Array(t, "outputs", "loss").Values[0]))
 		if d := golden.RelMaxDiff(r.logits, g.Array(t, "outputs", "logits").Float32s()); d > 1e-4 {
 			t.Errorf("ms=%v: logits differ by %g (relative)", ms, d)
 		}
@@ -171,7 +175,9 @@ func TestGoldenSequenceClassification(t *testing.T) {
 			t.Errorf("pooled positions %v", r.pooled)
 		}
 		for _, n := range names {
-			if d := golden.RelMaxDiff(r.grads[n], g.Array(t, "grads", n).Float32s()); d > 1e-4 {
+			d := golden.RelMaxDiff(r.grads[n], g.Array(t, "grads", n).Float32s())
+			t.Logf("grad %s rel diff %.2g", n, d)
+			if d > 1e-4 {
 				t.Errorf("gradient of %s differs by %g (relative)", n, d)
 			}
 		}

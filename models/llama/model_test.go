@@ -142,3 +142,40 @@ func TestReSiLU2AndMSNormKeepLess(t *testing.T) {
 		t.Errorf("combined %d not below each alone (%d, %d)", both.Total, ms.Total, byMode["true/false"].Total)
 	}
 }
+
+// TestTiedHead: with tie_word_embeddings the embedding table is the head (no lm_head parameter), MS-RMSNorm
+// keeps the final norm plain (folding it would untie the head) and gives the same logits, and a checkpoint that
+// also stores the tied lm_head loads.
+func TestTiedHead(t *testing.T) {
+	cfg, _ := llama.Preset("tiny", 0)
+	cfg.TieWordEmbeddings = true
+	params := randomish(cfg, 9)
+	if _, ok := params[llama.LMHead]; ok {
+		t.Fatal("a tied model has an lm_head parameter")
+	}
+	ids, mask, labels := tinyInputs()
+	plain := step(t, cfg, params, llama.Options{}, ids, mask, labels)
+	ms := step(t, cfg, params, llama.Options{MSNorm: true, ApproxActivation: true}, ids, mask, labels)
+	if d := gtest.MaxRelDiff(ms.values[0], plain.values[0], 1); d > 1e-5 {
+		t.Errorf("tied head: MS-norm logits differ by %g", d)
+	}
+	m, err := llama.New(cfg, params, llama.Options{MSNorm: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m.Params[llama.FinalNorm]; !ok {
+		t.Error("the final norm was folded into a tied head")
+	}
+	dir := t.TempDir()
+	config, _ := cfg.JSON()
+	withHead := models.Params{llama.LMHead: params[llama.EmbedTokens]}
+	for n, v := range params {
+		withHead[n] = v
+	}
+	if err := models.SaveCheckpoint(dir, config, withHead, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := llama.Load(dir, llama.Options{}); err != nil {
+		t.Errorf("checkpoint with a stored tied lm_head: %v", err)
+	}
+}
