@@ -93,22 +93,38 @@ func (s *Set) split(name string) (string, string) {
 	return "", name
 }
 
-// Hook returns the models.LinearHook that applies the adapters, reading their tensors from b (the Set's Params
-// bound to the graph with models.Bind). Layers without an adapter get the plain engine.Linear.
-func (s *Set) Hook(b models.Bound) models.LinearHook {
-	return func(path string, x, weight, bias *graph.Node) *graph.Node {
+// Hook returns the models.LinearHook that applies the adapters. It reads the base layer and the adapter tensors
+// from the Bound it is called with, so bind the Set's Params too and merge them into the model's Bound
+// (models.Bind + Bound.Merge). Layers without an adapter get the plain engine.Linear.
+func (s *Set) Hook() models.LinearHook {
+	return func(b models.Bound, path string, x *graph.Node) *graph.Node {
+		weight, bias := b.Nodes[path+".weight"], b.Nodes[path+".bias"]
 		a, ok := s.Adapters[path]
 		if !ok {
 			return engine.Linear(x, weight, bias)
 		}
 		params := map[string]*graph.Node{}
-		for name, n := range b.Nodes {
-			if strings.HasPrefix(name, path+".") {
-				params[name[len(path)+1:]] = n
+		for _, suffix := range s.suffixes(path) {
+			n := b.Nodes[path+"."+suffix]
+			if n == nil {
+				panic(fmt.Sprintf("lora: adapter tensor %s.%s is not bound", path, suffix))
 			}
+			params[suffix] = n
 		}
 		return a.Forward(s.Layers[path], x, weight, bias, params)
 	}
+}
+
+// suffixes returns the adapter tensor suffixes of the layer at path.
+func (s *Set) suffixes(path string) []string {
+	var out []string
+	for name := range s.Params {
+		if p, suffix := s.split(name); p == path {
+			out = append(out, suffix)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // shorthands maps short target names to the module-name suffixes of ViT and LLaMA.

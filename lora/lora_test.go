@@ -135,7 +135,8 @@ func TestZeroBKeepsBaseLogits(t *testing.T) {
 			inputs := append([]*tensors.Tensor{ids}, base.Inputs(m.Params)...)
 			if withLoRA {
 				ad := models.Bind(g, set.Params)
-				base.Linear = set.Hook(ad)
+				base = base.Merge(ad)
+				base.Linear = set.Hook()
 				inputs = append(inputs, ad.Inputs(set.Params)...)
 			}
 			return []*graph.Node{m.Forward(base, idsN, nil).Logits}, inputs

@@ -5,6 +5,7 @@ package models
 import (
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
@@ -52,9 +53,10 @@ func (p Params) Dims(name string) []int {
 }
 
 // LinearHook applies the linear layer at module path (the Hugging Face module name, e.g.
-// "model.layers.0.self_attn.q_proj") to x, given its weight [out, in] and bias [out] (nil when absent). Adapters
-// (LoRA and custom ones) are hooks that add their branch to the base layer; models never know which is in use.
-type LinearHook func(path string, x, weight, bias *graph.Node) *graph.Node
+// "model.layers.0.self_attn.q_proj") to x, reading the layer's weight (<path>.weight [out, in]), bias and any
+// adapter tensors from b. Adapters (LoRA and custom ones) are hooks that add their branch to the base layer;
+// models never know which is in use.
+type LinearHook func(b Bound, path string, x *graph.Node) *graph.Node
 
 // Bound are a model's parameters as graph parameters: one node per name, created in sorted name order.
 type Bound struct {
@@ -69,15 +71,54 @@ type Bound struct {
 // ApplyLinear applies the linear layer at module path (weights path+".weight", optional path+".bias") to x,
 // through the hook when one is set. It panics (a graph-building error) when the weight is missing.
 func (b Bound) ApplyLinear(path string, x *graph.Node) *graph.Node {
-	w := b.Nodes[path+".weight"]
-	if w == nil {
+	if b.Nodes[path+".weight"] == nil {
 		panic(fmt.Sprintf("models: no weight for linear layer %q", path))
 	}
-	bias := b.Nodes[path+".bias"]
 	if b.Linear != nil {
-		return b.Linear(path, x, w, bias)
+		return b.Linear(b, path, x)
 	}
-	return engine.Linear(x, w, bias)
+	return engine.Linear(x, b.Nodes[path+".weight"], b.Nodes[path+".bias"])
+}
+
+// Merge returns a Bound holding the nodes of b and of others (their names must not collide) and b's hook.
+func (b Bound) Merge(others ...Bound) Bound {
+	out := Bound{Names: append([]string(nil), b.Names...), Nodes: map[string]*graph.Node{}, Linear: b.Linear}
+	for n, v := range b.Nodes {
+		out.Nodes[n] = v
+	}
+	for _, o := range others {
+		for _, n := range o.Names {
+			if _, dup := out.Nodes[n]; dup {
+				panic(fmt.Sprintf("models: parameter %q bound twice", n))
+			}
+			out.Names = append(out.Names, n)
+			out.Nodes[n] = o.Nodes[n]
+		}
+	}
+	return out
+}
+
+// Checkpointed applies block to x with the parameters of b whose names start with prefix, recomputing the
+// block in the backward pass instead of keeping its activations (gradient checkpointing, engine.Checkpoint).
+// block receives a Bound over the same names (and b's hook), whose nodes it must use.
+func (b Bound) Checkpointed(prefix string, x *graph.Node, block func(b Bound, x *graph.Node) *graph.Node) *graph.Node {
+	var names []string
+	for _, n := range b.Names {
+		if strings.HasPrefix(n, prefix) {
+			names = append(names, n)
+		}
+	}
+	inputs := []*graph.Node{x}
+	for _, n := range names {
+		inputs = append(inputs, b.Nodes[n])
+	}
+	return engine.Checkpoint(func(in []*graph.Node) *graph.Node {
+		sub := Bound{Names: names, Nodes: map[string]*graph.Node{}, Linear: b.Linear}
+		for i, n := range names {
+			sub.Nodes[n] = in[1+i]
+		}
+		return block(sub, in[0])
+	}, inputs...)
 }
 
 // Bind creates one graph parameter per tensor of p (named after it, in sorted order) and returns them. Feed the

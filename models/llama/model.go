@@ -47,6 +47,9 @@ type Options struct {
 	MSNorm bool
 	// Attention is the attention kind.
 	Attention attention.Kind
+	// GradCheckpoint recomputes each decoder layer in the backward pass instead of keeping its activations
+	// (gradient checkpointing per block; only the layers' inputs are kept).
+	GradCheckpoint bool
 }
 
 // Model is a LLaMA (LlamaForCausalLM or LlamaForSequenceClassification) ready to be built into graphs.
@@ -203,7 +206,12 @@ func (m *Model) Forward(b models.Bound, inputIDs, attentionMask *graph.Node) Out
 	rope := newRotary(inputIDs.Graph(), cfg, seq, x.DType())
 	mask := attention.Mask{Causal: true, KeyPadding: attentionMask}
 	for i := 0; i < cfg.NumHiddenLayers; i++ {
-		x = m.layer(b, LayerPrefix(i), x, rope, mask)
+		prefix := LayerPrefix(i)
+		if m.Options.GradCheckpoint {
+			x = b.Checkpointed(prefix, x, func(b models.Bound, x *graph.Node) *graph.Node { return m.layer(b, prefix, x, rope, mask) })
+		} else {
+			x = m.layer(b, prefix, x, rope, mask)
+		}
 		if i < cfg.NumHiddenLayers-1 {
 			out.Hidden = append(out.Hidden, x)
 		}

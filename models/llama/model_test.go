@@ -112,6 +112,25 @@ func TestModesAgree(t *testing.T) {
 	}
 }
 
+// TestGradCheckpointExact: checkpointing every layer gives the same loss and gradients and keeps less.
+func TestGradCheckpointExact(t *testing.T) {
+	cfg, _ := llama.Preset("tiny", 0)
+	params := randomish(cfg, 4)
+	ids, mask, labels := tinyInputs()
+	plain := step(t, cfg, params, llama.Options{}, ids, mask, labels)
+	ckpt := step(t, cfg, params, llama.Options{GradCheckpoint: true}, ids, mask, labels)
+	for i := range plain.values {
+		if d := gtest.MaxRelDiff(ckpt.values[i], plain.values[i], 1e-3); d > 1e-4 {
+			t.Errorf("output %d differs by %g with checkpointing", i, d)
+		}
+	}
+	sp, _ := memory.Saved(plain.g, plain.outputs...)
+	sc, _ := memory.Saved(ckpt.g, ckpt.outputs...)
+	if sc.Total >= sp.Total/2 {
+		t.Errorf("checkpointing keeps %d bytes, plain %d: want far less", sc.Total, sp.Total)
+	}
+}
+
 // TestReSiLU2AndMSNormKeepLess: the saved-activation list of a causal-LM step loses the gate projection's output
 // (the SiLU input) with ReSiLU2 and the norm affine outputs with MS-RMSNorm.
 func TestReSiLU2AndMSNormKeepLess(t *testing.T) {

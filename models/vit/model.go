@@ -39,6 +39,9 @@ type Options struct {
 	MSNorm bool
 	// Attention is the attention kind.
 	Attention attention.Kind
+	// GradCheckpoint recomputes each encoder layer in the backward pass instead of keeping its activations
+	// (gradient checkpointing per block; only the layers' inputs are kept).
+	GradCheckpoint bool
 }
 
 // Model is a ViT (ViTModel or ViTForImageClassification) ready to be built into graphs.
@@ -191,7 +194,12 @@ func (m *Model) Forward(b models.Bound, pixels *graph.Node) Outputs {
 	opt := BlockOptions{Heads: cfg.NumAttentionHeads, Eps: cfg.LayerNormEps, ApproxActivation: m.Options.ApproxActivation,
 		MSNorm: m.Options.MSNorm, Attention: m.Options.Attention}
 	for i := 0; i < cfg.NumHiddenLayers; i++ {
-		x = Block(x, b, LayerPrefix(i), opt)
+		prefix := LayerPrefix(i)
+		if m.Options.GradCheckpoint {
+			x = b.Checkpointed(prefix, x, func(b models.Bound, x *graph.Node) *graph.Node { return Block(x, b, prefix, opt) })
+		} else {
+			x = Block(x, b, prefix, opt)
+		}
 		out.Hidden = append(out.Hidden, x)
 	}
 	if gamma := b.Node(FinalNormWeight); gamma != nil {
