@@ -1,0 +1,152 @@
+package finetune
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/memfit/memfit/lora"
+)
+
+// Methods of fine-tuning.
+const (
+	MethodFull   = "full"    // every model parameter trains
+	MethodLoRA   = "lora"    // LoRA adapters train, the base is frozen
+	MethodLoRAFA = "lora-fa" // LoRA with A frozen: only B trains
+)
+
+// Config configures training. Its YAML/JSON keys are the snake_case names below.
+type Config struct {
+	// Method is full, lora or lora-fa.
+	Method string `json:"method" yaml:"method"`
+	// LoRA settings (lora and lora-fa).
+	LoRARank   int      `json:"lora_r" yaml:"lora_r"`
+	LoRAAlpha  float64  `json:"lora_alpha" yaml:"lora_alpha"`
+	RSLoRA     bool     `json:"rslora" yaml:"rslora"`
+	LoRATarget []string `json:"lora_targets" yaml:"lora_targets"`
+	// TrainModules are module-path prefixes of base parameters that train too (e.g. "classifier" or "score" for
+	// a new head next to LoRA adapters).
+	TrainModules []string `json:"train_modules" yaml:"train_modules"`
+
+	// Optimizer is adamw or sgd.
+	Optimizer   string  `json:"optimizer" yaml:"optimizer"`
+	LR          float64 `json:"lr" yaml:"lr"`
+	WeightDecay float64 `json:"weight_decay" yaml:"weight_decay"`
+	Beta1       float64 `json:"beta1" yaml:"beta1"`
+	Beta2       float64 `json:"beta2" yaml:"beta2"`
+	Eps         float64 `json:"eps" yaml:"eps"`
+	Momentum    float64 `json:"momentum" yaml:"momentum"`
+	// Schedule is constant, linear or cosine (decaying to 0 at Steps), after WarmupSteps of linear warm-up.
+	Schedule    string  `json:"schedule" yaml:"schedule"`
+	WarmupSteps int     `json:"warmup_steps" yaml:"warmup_steps"`
+	ClipNorm    float64 `json:"clip_norm" yaml:"clip_norm"`
+
+	// Steps is the number of optimizer steps; each takes AccumSteps batches (gradient accumulation).
+	Steps      int `json:"steps" yaml:"steps"`
+	AccumSteps int `json:"accum_steps" yaml:"accum_steps"`
+	// Seed drives every random choice (adapter init, data order).
+	Seed uint64 `json:"seed" yaml:"seed"`
+	// ComputeDType is float32 or bfloat16 (bfloat16 compute with float32 master weights and optimizer state).
+	ComputeDType string `json:"compute_dtype" yaml:"compute_dtype"`
+
+	// LogEvery writes a metrics line every this many steps; CheckpointEvery saves a checkpoint every this many
+	// steps (0: only at the end).
+	LogEvery        int `json:"log_every" yaml:"log_every"`
+	CheckpointEvery int `json:"checkpoint_every" yaml:"checkpoint_every"`
+}
+
+// Defaults returns a config with the usual settings: LoRA r=8, alpha=16 on q,v; AdamW lr 1e-4, betas
+// (0.9, 0.999), eps 1e-8, no weight decay; constant schedule; no clipping; float32.
+func Defaults() Config {
+	return Config{Method: MethodLoRA, LoRARank: 8, LoRAAlpha: 16, LoRATarget: []string{"q", "v"},
+		Optimizer: "adamw", LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Schedule: "constant",
+		Steps: 100, AccumSteps: 1, ComputeDType: "float32", LogEvery: 10}
+}
+
+// Validate checks the whole config; every problem names its key.
+func (c Config) Validate() error {
+	var errs []string
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
+	switch c.Method {
+	case MethodFull:
+		if c.LoRARank != 0 || len(c.LoRATarget) != 0 {
+			bad("method %q takes no lora_r / lora_targets (they apply to lora and lora-fa)", c.Method)
+		}
+	case MethodLoRA, MethodLoRAFA:
+		if err := (lora.Config{Rank: c.LoRARank, Alpha: c.LoRAAlpha}).Validate(); err != nil {
+			bad("%v", err)
+		}
+		if len(c.LoRATarget) == 0 {
+			bad("lora_targets is empty (use e.g. q,v or all-linear)")
+		}
+	default:
+		bad("method must be full, lora or lora-fa, got %q", c.Method)
+	}
+	switch c.Optimizer {
+	case "adamw":
+		if !(c.Beta1 >= 0 && c.Beta1 < 1) || !(c.Beta2 >= 0 && c.Beta2 < 1) || !(c.Eps > 0) {
+			bad("adamw needs 0 <= beta1, beta2 < 1 and eps > 0 (got %g, %g, %g)", c.Beta1, c.Beta2, c.Eps)
+		}
+	case "sgd":
+		if c.Momentum < 0 || c.Momentum >= 1 {
+			bad("momentum must be in [0, 1), got %g", c.Momentum)
+		}
+	default:
+		bad("optimizer must be adamw or sgd, got %q", c.Optimizer)
+	}
+	if !(c.LR > 0) || math.IsInf(c.LR, 0) {
+		bad("lr must be positive, got %g", c.LR)
+	}
+	if c.WeightDecay < 0 {
+		bad("weight_decay must not be negative, got %g", c.WeightDecay)
+	}
+	switch c.Schedule {
+	case "constant", "linear", "cosine":
+	default:
+		bad("schedule must be constant, linear or cosine, got %q", c.Schedule)
+	}
+	if c.WarmupSteps < 0 || c.WarmupSteps > c.Steps {
+		bad("warmup_steps must be in [0, steps], got %d", c.WarmupSteps)
+	}
+	if c.ClipNorm < 0 {
+		bad("clip_norm must not be negative, got %g", c.ClipNorm)
+	}
+	if c.Steps <= 0 {
+		bad("steps must be positive, got %d", c.Steps)
+	}
+	if c.AccumSteps <= 0 {
+		bad("accum_steps must be positive, got %d", c.AccumSteps)
+	}
+	switch c.ComputeDType {
+	case "float32", "bfloat16":
+	default:
+		bad("compute_dtype must be float32 or bfloat16, got %q", c.ComputeDType)
+	}
+	if c.LogEvery < 0 || c.CheckpointEvery < 0 {
+		bad("log_every and checkpoint_every must not be negative")
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("invalid training config: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// LearningRate returns the learning rate for optimizer step (0-based): linear warm-up from lr/warmup over the
+// first WarmupSteps steps, then constant, linear decay to 0, or cosine decay to 0 at Steps.
+func (c Config) LearningRate(step int) float64 {
+	if step < c.WarmupSteps {
+		return c.LR * float64(step+1) / float64(c.WarmupSteps)
+	}
+	span := c.Steps - c.WarmupSteps
+	if span <= 0 {
+		return c.LR
+	}
+	progress := float64(step-c.WarmupSteps) / float64(span)
+	switch c.Schedule {
+	case "linear":
+		return c.LR * (1 - progress)
+	case "cosine":
+		return c.LR * 0.5 * (1 + math.Cos(math.Pi*progress))
+	}
+	return c.LR
+}

@@ -1,0 +1,154 @@
+package finetune
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+)
+
+// Batch is one batch of model inputs by name ("pixel_values", "input_ids", "labels", ...).
+type Batch map[string]*tensors.Tensor
+
+// Size returns the batch size (the first dimension of its tensors), or 0 for an empty batch.
+func (b Batch) Size() int {
+	for _, t := range b {
+		if t.Rank() > 0 {
+			return t.Shape().Dim(0)
+		}
+	}
+	return 0
+}
+
+// Iterator yields batches without end (epochs follow each other) and can save and restore its position, so a
+// resumed run sees exactly the batches it would have seen.
+type Iterator interface {
+	// Next returns the next batch.
+	Next() (Batch, error)
+	// State returns the iterator's position as JSON.
+	State() (json.RawMessage, error)
+	// Restore moves the iterator to a position returned by State.
+	Restore(json.RawMessage) error
+}
+
+// Examples is an in-memory dataset: tensors whose first axis indexes examples (every tensor has the same
+// number of examples).
+type Examples map[string]*tensors.Tensor
+
+// Len returns the number of examples.
+func (e Examples) Len() int { return Batch(e).Size() }
+
+// Loader batches Examples in a shuffled order that is drawn again each epoch from (Seed, epoch): batches of
+// BatchSize examples; the last incomplete batch of an epoch is dropped so every batch has the same shape.
+type Loader struct {
+	Data      Examples
+	BatchSize int
+	Seed      uint64
+	// Shuffle orders each epoch randomly; without it the order is 0..N-1.
+	Shuffle bool
+
+	epoch, pos int
+	order      []int
+}
+
+// NewLoader returns a loader over data.
+func NewLoader(data Examples, batchSize int, seed uint64, shuffle bool) (*Loader, error) {
+	n := data.Len()
+	if n == 0 {
+		return nil, fmt.Errorf("the dataset is empty")
+	}
+	for name, t := range data {
+		if t.Rank() == 0 || t.Shape().Dim(0) != n {
+			return nil, fmt.Errorf("dataset tensor %q has shape %s: every tensor needs the %d examples on its first axis", name, t.Shape(), n)
+		}
+	}
+	if batchSize <= 0 || batchSize > n {
+		return nil, fmt.Errorf("batch size %d must be in 1..%d (the dataset size)", batchSize, n)
+	}
+	l := &Loader{Data: data, BatchSize: batchSize, Seed: seed, Shuffle: shuffle}
+	l.startEpoch(0)
+	return l, nil
+}
+
+func (l *Loader) startEpoch(epoch int) {
+	n := l.Data.Len()
+	l.epoch, l.pos = epoch, 0
+	l.order = make([]int, n)
+	for i := range l.order {
+		l.order[i] = i
+	}
+	if l.Shuffle {
+		r := rand.New(rand.NewPCG(l.Seed, uint64(epoch)))
+		r.Shuffle(n, func(i, j int) { l.order[i], l.order[j] = l.order[j], l.order[i] })
+	}
+}
+
+// Next returns the next batch.
+func (l *Loader) Next() (Batch, error) {
+	if l.pos+l.BatchSize > len(l.order) {
+		l.startEpoch(l.epoch + 1)
+	}
+	idx := l.order[l.pos : l.pos+l.BatchSize]
+	l.pos += l.BatchSize
+	b := Batch{}
+	for name, t := range l.Data {
+		g, err := gatherRows(t, idx)
+		if err != nil {
+			return nil, fmt.Errorf("dataset tensor %q: %w", name, err)
+		}
+		b[name] = g
+	}
+	return b, nil
+}
+
+// Epoch returns the current epoch (0-based).
+func (l *Loader) Epoch() int { return l.epoch }
+
+type loaderState struct {
+	Epoch, Pos int
+	Seed       uint64
+}
+
+// State returns the position (epoch and offset).
+func (l *Loader) State() (json.RawMessage, error) {
+	return json.Marshal(loaderState{Epoch: l.epoch, Pos: l.pos, Seed: l.Seed})
+}
+
+// Restore moves to a saved position.
+func (l *Loader) Restore(state json.RawMessage) error {
+	var s loaderState
+	if err := json.Unmarshal(state, &s); err != nil {
+		return fmt.Errorf("data position: %w", err)
+	}
+	if s.Seed != l.Seed || s.Pos < 0 || s.Pos > l.Data.Len() {
+		return fmt.Errorf("data position %+v does not fit this dataset (seed %d, %d examples)", s, l.Seed, l.Data.Len())
+	}
+	l.startEpoch(s.Epoch)
+	l.pos = s.Pos
+	return nil
+}
+
+// gatherRows copies rows idx of t (first axis) into a new tensor.
+func gatherRows(t *tensors.Tensor, idx []int) (*tensors.Tensor, error) {
+	dims := append([]int(nil), t.Shape().Dimensions...)
+	rowBytes := t.Shape().Memory() / uintptr(dims[0])
+	dims[0] = len(idx)
+	out := tensors.FromShape(shapes.Make(t.DType(), dims...))
+	if out.Shape().Size() == 0 {
+		return out, nil
+	}
+	var err error
+	cerr := t.ConstBytes(func(src []byte) {
+		err = out.MutableBytes(func(dst []byte) {
+			for i, r := range idx {
+				copy(dst[uintptr(i)*rowBytes:uintptr(i+1)*rowBytes], src[uintptr(r)*rowBytes:uintptr(r+1)*rowBytes])
+			}
+		})
+	})
+	if cerr != nil {
+		return nil, cerr
+	}
+	return out, err
+}

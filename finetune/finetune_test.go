@@ -1,0 +1,370 @@
+package finetune_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/internal/gtest"
+	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/vit"
+)
+
+// imageTask returns a tiny ViT classifier and a synthetic 3-class image set (class c = channel c brighter).
+func imageTask(t *testing.T, opts vit.Options) (finetune.Model, finetune.Examples) {
+	cfg, err := vit.Preset("tiny", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := vit.New(cfg, vit.RandomParams(cfg, 1), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 24
+	r := rand.New(rand.NewPCG(5, 6))
+	px := make([]float32, n*3*32*32)
+	labels := make([]int32, n)
+	for i := 0; i < n; i++ {
+		c := i % 3
+		labels[i] = int32(c)
+		for ch := 0; ch < 3; ch++ {
+			for k := 0; k < 32*32; k++ {
+				v := float32(r.NormFloat64() * 0.3)
+				if ch == c {
+					v += 1
+				}
+				px[(i*3+ch)*1024+k] = v
+			}
+		}
+	}
+	return finetune.ViT{Model: m}, finetune.Examples{
+		"pixel_values": tensors.FromFlatDataAndDimensions(px, n, 3, 32, 32),
+		"labels":       tensors.FromFlatDataAndDimensions(labels, n),
+	}
+}
+
+// textTask returns a tiny causal LM and sequences following t[i+1] = (5 t[i] + 3) mod 64.
+func textTask(t *testing.T, opts llama.Options) (finetune.Model, finetune.Examples) {
+	cfg, err := llama.Preset("tiny", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := llama.New(cfg, llama.RandomParams(cfg, 2), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n, seq = 16, 12
+	ids := make([]int32, n*seq)
+	mask := make([]int32, n*seq)
+	for i := 0; i < n; i++ {
+		tok := int32(i*3 + 1)
+		for j := 0; j < seq; j++ {
+			ids[i*seq+j] = tok
+			mask[i*seq+j] = 1
+			tok = (5*tok + 3) % 64
+		}
+	}
+	idsT := tensors.FromFlatDataAndDimensions(ids, n, seq)
+	return finetune.Llama{Model: m}, finetune.Examples{
+		"input_ids": idsT, "attention_mask": tensors.FromFlatDataAndDimensions(mask, n, seq),
+		"labels": tensors.FromFlatDataAndDimensions(append([]int32(nil), ids...), n, seq),
+	}
+}
+
+func config(method string, steps int) finetune.Config {
+	c := finetune.Defaults()
+	c.Method = method
+	c.Steps = steps
+	c.LR = 3e-3
+	c.LoRATarget = []string{"all-linear"}
+	if method == finetune.MethodFull {
+		c.LoRARank, c.LoRATarget, c.LR = 0, nil, 1e-3
+	}
+	return c
+}
+
+func fit(t *testing.T, model finetune.Model, data finetune.Examples, cfg finetune.Config, batch int) ([]finetune.StepStats, *finetune.Trainer) {
+	t.Helper()
+	tr, err := finetune.New(model, cfg, gtest.Backend(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	loader, err := finetune.NewLoader(data, batch, cfg.Seed, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stats []finetune.StepStats
+	err = tr.Fit(context.Background(), loader, "", nil, finetune.Hooks{OnStep: func(s finetune.StepStats) { stats = append(stats, s) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stats, tr
+}
+
+func firstLast(stats []finetune.StepStats, k int) (float64, float64) {
+	var a, b float64
+	for i := 0; i < k; i++ {
+		a += stats[i].Loss / float64(k)
+		b += stats[len(stats)-1-i].Loss / float64(k)
+	}
+	return a, b
+}
+
+// TestLossGoesDown: for each method, plain and with the approximate activation + MS-norm, the loss of a tiny
+// model on a tiny task falls clearly.
+func TestLossGoesDown(t *testing.T) {
+	for _, method := range []string{finetune.MethodFull, finetune.MethodLoRA, finetune.MethodLoRAFA} {
+		for _, saving := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/saving=%v", method, saving), func(t *testing.T) {
+				cfg := config(method, 30)
+				if method != finetune.MethodFull {
+					cfg.TrainModules = []string{"classifier"} // a new head trains next to the adapters
+				}
+				model, data := imageTask(t, vit.Options{ApproxActivation: saving, MSNorm: saving})
+				stats, _ := fit(t, model, data, cfg, 6)
+				a, b := firstLast(stats, 4)
+				t.Logf("vit loss %.3f -> %.3f, saved %d bytes", a, b, stats[0].SavedActivationBytes)
+				if b > 0.5*a {
+					t.Errorf("ViT loss %.3f -> %.3f: did not fall by half", a, b)
+				}
+				cfg = config(method, 30)
+				if method != finetune.MethodFull {
+					cfg.TrainModules = []string{"lm_head"} // the output layer trains next to the adapters
+				}
+				lm, text := textTask(t, llama.Options{ApproxActivation: saving, MSNorm: saving})
+				stats, _ = fit(t, lm, text, cfg, 4)
+				a, b = firstLast(stats, 4)
+				t.Logf("llama loss %.3f -> %.3f", a, b)
+				if b > 0.8*a {
+					t.Errorf("LLaMA loss %.3f -> %.3f: did not fall by a fifth", a, b)
+				}
+			})
+		}
+	}
+}
+
+func tensorsEqual(t *testing.T, a, b *tensors.Tensor) bool {
+	var x, y []byte
+	_ = a.ConstBytes(func(d []byte) { x = append([]byte(nil), d...) })
+	_ = b.ConstBytes(func(d []byte) { y = append([]byte(nil), d...) })
+	return bytes.Equal(x, y)
+}
+
+// TestResumeIsExact: N steps in one go and N/2 + save + resume + N/2 give identical losses and weights, with
+// gradient accumulation, a schedule and clipping in play.
+func TestResumeIsExact(t *testing.T) {
+	cfg := config(finetune.MethodLoRA, 8)
+	cfg.AccumSteps, cfg.Schedule, cfg.WarmupSteps, cfg.ClipNorm, cfg.WeightDecay = 2, "cosine", 2, 0.5, 0.01
+	cfg.TrainModules = []string{"classifier"}
+	model, data := imageTask(t, vit.Options{})
+	whole, trWhole := fit(t, model, data, cfg, 4)
+
+	out := t.TempDir()
+	half := cfg
+	half.Steps = 4
+	tr, _ := finetune.New(model, cfg, gtest.Backend(t))
+	loader, _ := finetune.NewLoader(data, 4, cfg.Seed, true)
+	var stats []finetune.StepStats
+	hooks := finetune.Hooks{OnStep: func(s finetune.StepStats) { stats = append(stats, s) }}
+	ctx, cancel := context.WithCancel(context.Background())
+	hooks2 := hooks
+	hooks2.OnStep = func(s finetune.StepStats) {
+		stats = append(stats, s)
+		if s.Step == 4 {
+			cancel() // stop after step 4, with a checkpoint
+		}
+	}
+	if err := tr.Fit(ctx, loader, out, nil, hooks2); !errors.Is(err, context.Canceled) {
+		t.Fatalf("first half: %v", err)
+	}
+	loader2, _ := finetune.NewLoader(data, 4, cfg.Seed, true)
+	tr2, err := finetune.Resume(out, model, gtest.Backend(t), loader2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr2.Step != 4 {
+		t.Fatalf("resumed at step %d", tr2.Step)
+	}
+	if err := tr2.Fit(context.Background(), loader2, out, nil, hooks); err != nil {
+		t.Fatal(err)
+	}
+	if len(stats) != len(whole) {
+		t.Fatalf("%d steps, want %d", len(stats), len(whole))
+	}
+	for i := range whole {
+		if stats[i].Loss != whole[i].Loss || stats[i].LR != whole[i].LR {
+			t.Errorf("step %d: loss %v lr %v, uninterrupted run %v %v", i+1, stats[i].Loss, stats[i].LR, whole[i].Loss, whole[i].LR)
+		}
+	}
+	for n, p := range trWhole.Train {
+		if !tensorsEqual(t, p, tr2.Train[n]) {
+			t.Errorf("%s differs after resume", n)
+		}
+	}
+	for n, m := range trWhole.M {
+		if !tensorsEqual(t, m, tr2.M[n]) {
+			t.Errorf("optimizer moment of %s differs after resume", n)
+		}
+	}
+}
+
+// failingIterator is a loader whose position cannot be saved: Save fails after writing some files.
+type failingIterator struct{ *finetune.Loader }
+
+func (failingIterator) State() (json.RawMessage, error) { return nil, errors.New("disk full") }
+
+// TestInterruptedSaveKeepsPrevious: a save that fails half-way leaves no partial checkpoint, the previous one
+// still loads and "latest" still names it.
+func TestInterruptedSaveKeepsPrevious(t *testing.T) {
+	cfg := config(finetune.MethodLoRA, 2)
+	cfg.TrainModules = []string{"classifier"}
+	model, data := imageTask(t, vit.Options{})
+	out := t.TempDir()
+	tr, _ := finetune.New(model, cfg, gtest.Backend(t))
+	loader, _ := finetune.NewLoader(data, 4, cfg.Seed, true)
+	if err := tr.Fit(context.Background(), loader, out, nil, finetune.Hooks{}); err != nil {
+		t.Fatal(err)
+	}
+	good, err := finetune.LatestCheckpoint(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Config.Steps = 3
+	err = tr.Fit(context.Background(), failingIterator{loader}, out, nil, finetune.Hooks{})
+	if err == nil || !strings.Contains(err.Error(), "disk full") {
+		t.Fatalf("save error %v", err)
+	}
+	entries, _ := os.ReadDir(out)
+	for _, e := range entries {
+		if strings.Contains(e.Name(), "checkpoint-3") || strings.Contains(e.Name(), "tmp") {
+			t.Errorf("partial checkpoint left behind: %s", e.Name())
+		}
+	}
+	if latest, _ := finetune.LatestCheckpoint(out); latest != good {
+		t.Errorf("latest is %s, want %s", latest, good)
+	}
+	if _, err := finetune.Resume(out, model, gtest.Backend(t), nil); err != nil {
+		t.Errorf("previous checkpoint no longer loads: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(good, finetune.TrainableFile)); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestNonFiniteLossStops: a diverging run stops with ErrNonFinite and a clear message, parameters untouched.
+func TestNonFiniteLossStops(t *testing.T) {
+	cfg := config(finetune.MethodFull, 50)
+	cfg.LR = 1e6
+	cfg.Optimizer = "sgd"
+	model, data := imageTask(t, vit.Options{})
+	tr, _ := finetune.New(model, cfg, gtest.Backend(t))
+	loader, _ := finetune.NewLoader(data, 6, 1, true)
+	before := map[string]*tensors.Tensor{}
+	err := tr.Fit(context.Background(), loader, "", nil, finetune.Hooks{OnStep: func(finetune.StepStats) {
+		for n, p := range tr.Train {
+			before[n] = p
+		}
+	}})
+	if !errors.Is(err, finetune.ErrNonFinite) || !strings.Contains(err.Error(), "lower the learning rate") {
+		t.Fatalf("error %v, want a non-finite loss error", err)
+	}
+	for n, p := range before {
+		if p != tr.Train[n] {
+			t.Errorf("%s changed in the failed step", n)
+		}
+	}
+}
+
+// TestAccumulationMatchesBigBatch: two accumulated batches of 3 give the same step as one batch of 6.
+func TestAccumulationMatchesBigBatch(t *testing.T) {
+	model, data := imageTask(t, vit.Options{})
+	cfg := config(finetune.MethodFull, 1)
+	big, _ := finetune.New(model, cfg, gtest.Backend(t))
+	l6, _ := finetune.NewLoader(data, 6, 9, false)
+	b6, _ := l6.Next()
+	s6, err := big.TrainStep([]finetune.Batch{b6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.AccumSteps = 2
+	small, _ := finetune.New(model, cfg, gtest.Backend(t))
+	l3, _ := finetune.NewLoader(data, 3, 9, false)
+	b3a, _ := l3.Next()
+	b3b, _ := l3.Next()
+	s3, err := small.TrainStep([]finetune.Batch{b3a, b3b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(s3.Loss-s6.Loss) > 1e-5 || math.Abs(s3.GradNorm-s6.GradNorm) > 1e-4*s6.GradNorm {
+		t.Errorf("accumulated loss %g / norm %g, big batch %g / %g", s3.Loss, s3.GradNorm, s6.Loss, s6.GradNorm)
+	}
+	for n, p := range big.Train {
+		if d := gtest.MaxAbsDiff(gtest.Float32s(p), gtest.Float32s(small.Train[n])); d > 1e-6 {
+			t.Errorf("%s differs by %g", n, d)
+		}
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	for _, tc := range []struct {
+		edit func(*finetune.Config)
+		want string
+	}{
+		{func(c *finetune.Config) { c.Method = "qlora2" }, "method"},
+		{func(c *finetune.Config) { c.LoRARank = 0 }, "rank"},
+		{func(c *finetune.Config) { c.Method = finetune.MethodFull }, "takes no lora_r"},
+		{func(c *finetune.Config) { c.LR = -1 }, "lr"},
+		{func(c *finetune.Config) { c.Schedule = "step" }, "schedule"},
+		{func(c *finetune.Config) { c.WarmupSteps = 1000 }, "warmup_steps"},
+		{func(c *finetune.Config) { c.ComputeDType = "float16" }, "compute_dtype"},
+		{func(c *finetune.Config) { c.LoRATarget = nil }, "lora_targets"},
+	} {
+		c := finetune.Defaults()
+		tc.edit(&c)
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("error %v, want one line mentioning %q", err, tc.want)
+		}
+	}
+	model, _ := imageTask(t, vit.Options{})
+	c := finetune.Defaults()
+	c.LoRATarget = []string{"self_attn.q_proj"} // a LLaMA name on a ViT
+	if _, err := finetune.New(model, c, gtest.Backend(t)); err == nil || !strings.Contains(err.Error(), "matches no linear layer") {
+		t.Errorf("LLaMA target on a ViT: %v", err)
+	}
+	c = finetune.Defaults()
+	c.TrainModules = []string{"head"}
+	if _, err := finetune.New(model, c, gtest.Backend(t)); err == nil {
+		t.Error("unknown train module accepted")
+	}
+}
+
+func TestSchedules(t *testing.T) {
+	c := finetune.Defaults()
+	c.LR, c.Steps, c.WarmupSteps = 1, 10, 2
+	for _, tc := range []struct {
+		schedule string
+		step     int
+		want     float64
+	}{
+		{"constant", 0, 0.5}, {"constant", 1, 1}, {"constant", 9, 1},
+		{"linear", 2, 1}, {"linear", 6, 0.5}, {"linear", 9, 0.125},
+		{"cosine", 2, 1}, {"cosine", 6, 0.5}, {"cosine", 10, 0},
+	} {
+		c.Schedule = tc.schedule
+		if got := c.LearningRate(tc.step); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("%s step %d: lr %g, want %g", tc.schedule, tc.step, got, tc.want)
+		}
+	}
+}

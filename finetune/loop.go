@@ -1,0 +1,108 @@
+package finetune
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+// Hooks observe a training run.
+type Hooks struct {
+	// OnStep is called after every optimizer step.
+	OnStep func(StepStats)
+	// OnCheckpoint is called after a checkpoint is written.
+	OnCheckpoint func(dir string)
+}
+
+// Fit trains until Config.Steps optimizer steps are done (continuing from t.Step after a resume), drawing
+// Config.AccumSteps batches from data per step. Every LogEvery steps (and at the last step) a line is appended
+// to metrics (JSONL, when metrics is not nil); every CheckpointEvery steps and at the end a checkpoint is
+// written to outDir/checkpoint-<step> (when outDir is not empty). ctx cancellation stops after the current
+// step with a checkpoint.
+func (t *Trainer) Fit(ctx context.Context, data Iterator, outDir string, metrics io.Writer, hooks Hooks) error {
+	enc := (*json.Encoder)(nil)
+	if metrics != nil {
+		enc = json.NewEncoder(metrics)
+	}
+	for t.Step < t.Config.Steps {
+		batches := make([]Batch, t.Config.AccumSteps)
+		for i := range batches {
+			b, err := data.Next()
+			if err != nil {
+				return fmt.Errorf("reading batch: %w", err)
+			}
+			batches[i] = b
+		}
+		stats, err := t.TrainStep(batches)
+		if err != nil {
+			return err
+		}
+		if hooks.OnStep != nil {
+			hooks.OnStep(stats)
+		}
+		last := t.Step == t.Config.Steps
+		if enc != nil && (last || (t.Config.LogEvery > 0 && t.Step%t.Config.LogEvery == 0)) {
+			if err := enc.Encode(stats); err != nil {
+				return fmt.Errorf("writing metrics: %w", err)
+			}
+		}
+		stop := ctx.Err() != nil
+		if outDir != "" && (last || stop || (t.Config.CheckpointEvery > 0 && t.Step%t.Config.CheckpointEvery == 0)) {
+			dir := filepath.Join(outDir, fmt.Sprintf("checkpoint-%d", t.Step))
+			if err := t.Save(dir, data); err != nil {
+				return err
+			}
+			if err := writeLatest(outDir, filepath.Base(dir)); err != nil {
+				return err
+			}
+			if hooks.OnCheckpoint != nil {
+				hooks.OnCheckpoint(dir)
+			}
+		}
+		if stop {
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// LatestFile names the file in an output folder that holds the name of the newest checkpoint.
+const LatestFile = "latest"
+
+func writeLatest(outDir, name string) error {
+	tmp, err := os.CreateTemp(outDir, ".latest-*")
+	if err != nil {
+		return err
+	}
+	if _, err := tmp.WriteString(name + "\n"); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	tmp.Close()
+	return os.Rename(tmp.Name(), filepath.Join(outDir, LatestFile))
+}
+
+// LatestCheckpoint returns the newest complete checkpoint folder under outDir.
+func LatestCheckpoint(outDir string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(outDir, LatestFile))
+	if err != nil {
+		return "", fmt.Errorf("no checkpoint in %s: %w", outDir, err)
+	}
+	name := string(data)
+	for len(name) > 0 && (name[len(name)-1] == '\n' || name[len(name)-1] == ' ') {
+		name = name[:len(name)-1]
+	}
+	if name == "" || filepath.Base(name) != name {
+		return "", fmt.Errorf("%s: invalid checkpoint name %q", filepath.Join(outDir, LatestFile), name)
+	}
+	return filepath.Join(outDir, name), nil
+}

@@ -1,0 +1,237 @@
+package finetune
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/memfit/memfit/models"
+	"github.com/memfit/memfit/safetensors"
+)
+
+// Files of a training checkpoint folder.
+const (
+	StateFile     = "trainer_state.json"
+	TrainableFile = "trainable.safetensors"
+	OptimizerFile = "optimizer.safetensors"
+)
+
+// savedState is trainer_state.json.
+type savedState struct {
+	Version int             `json:"version"`
+	Step    int             `json:"step"`
+	Config  Config          `json:"config"`
+	Data    json.RawMessage `json:"data_position"`
+	// ModelFingerprint hashes the base parameters' names, shapes and bytes, so a resume on another base model is
+	// refused.
+	ModelFingerprint string `json:"model_fingerprint"`
+}
+
+// Save writes a checkpoint of the run to dir: the trainable tensors, the optimizer state, the step, the config
+// and the data position. It is written to a temporary folder renamed into place, so a crash during the save
+// leaves the previous checkpoints intact and never a half-written one.
+func (t *Trainer) Save(dir string, data Iterator) error {
+	parent := filepath.Dir(dir)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(dir)+".tmp-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	var pos json.RawMessage
+	if data != nil {
+		if pos, err = data.State(); err != nil {
+			return fmt.Errorf("saving the data position: %w", err)
+		}
+	}
+	fp, err := t.fingerprint()
+	if err != nil {
+		return err
+	}
+	state, err := json.MarshalIndent(savedState{Version: 1, Step: t.Step, Config: t.Config, Data: pos, ModelFingerprint: fp}, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(tmp, StateFile), append(state, '\n'), 0o644); err != nil {
+		return err
+	}
+	if err := safetensors.WriteTensors(filepath.Join(tmp, TrainableFile), t.Train, "", nil); err != nil {
+		return err
+	}
+	opt := map[string]*tensors.Tensor{}
+	for n, m := range t.M {
+		opt["m."+n] = m
+	}
+	for n, v := range t.V {
+		opt["v."+n] = v
+	}
+	if err := safetensors.WriteTensors(filepath.Join(tmp, OptimizerFile), opt, "", nil); err != nil {
+		return err
+	}
+	if _, err := os.Stat(dir); err == nil {
+		if err := os.RemoveAll(dir); err != nil {
+			return err
+		}
+	}
+	return os.Rename(tmp, dir)
+}
+
+// fingerprint hashes the names and shapes of the model's parameters and, for the frozen ones, samples of their
+// bytes (the first and last 4 KiB of each: enough to tell checkpoints apart without reading gigabytes).
+func (t *Trainer) fingerprint() (string, error) {
+	p := t.Model.Params()
+	h := sha256.New()
+	for _, n := range p.Names() {
+		fmt.Fprintf(h, "%s%v;", n, p[n].Shape())
+		if t.trainsBase(n) || p[n].Shape().Size() == 0 {
+			continue
+		}
+		err := p[n].ConstBytes(func(b []byte) {
+			const sample = 4096
+			if len(b) <= 2*sample {
+				h.Write(b)
+				return
+			}
+			h.Write(b[:sample])
+			h.Write(b[len(b)-sample:])
+		})
+		if err != nil {
+			return "", err
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// trainsBase reports whether base parameter name is trained (its bytes change during training, so the
+// fingerprint leaves them out).
+func (t *Trainer) trainsBase(name string) bool {
+	_, ok := t.Train[name]
+	return ok
+}
+
+// Resume continues a run from the checkpoint folder dir (or an output folder, whose latest checkpoint is
+// used): model must be the same base model, loaded with the same options, and data the same dataset (its
+// position is restored). The trainer's config is the saved one.
+func Resume(dir string, model Model, backend backends.Backend, data Iterator) (*Trainer, error) {
+	if _, err := os.Stat(filepath.Join(dir, StateFile)); errors.Is(err, fs.ErrNotExist) {
+		latest, lerr := LatestCheckpoint(dir)
+		if lerr != nil {
+			return nil, fmt.Errorf("%s is neither a checkpoint nor an output folder with one: %w", dir, lerr)
+		}
+		dir = latest
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, StateFile))
+	if err != nil {
+		return nil, err
+	}
+	var s savedState
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, StateFile), err)
+	}
+	if s.Version != 1 {
+		return nil, fmt.Errorf("%s: unknown checkpoint version %d", dir, s.Version)
+	}
+	t, err := New(model, s.Config, backend)
+	if err != nil {
+		return nil, err
+	}
+	fp, err := t.fingerprint()
+	if err != nil {
+		return nil, err
+	}
+	if fp != s.ModelFingerprint {
+		return nil, fmt.Errorf("%s was trained from a different base model (or other model options)", dir)
+	}
+	train, err := readAll(filepath.Join(dir, TrainableFile))
+	if err != nil {
+		return nil, err
+	}
+	if err := sameNames(t.Train, train, "trainable tensors"); err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	opt, err := readAll(filepath.Join(dir, OptimizerFile))
+	if err != nil {
+		return nil, err
+	}
+	m, v := models.Params{}, models.Params{}
+	for n, x := range opt {
+		switch {
+		case len(n) > 2 && n[:2] == "m.":
+			m[n[2:]] = x
+		case len(n) > 2 && n[:2] == "v.":
+			v[n[2:]] = x
+		default:
+			return nil, fmt.Errorf("%s: unexpected optimizer tensor %q", dir, n)
+		}
+	}
+	if err := sameNames(t.M, m, "optimizer moments"); err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	if err := sameNames(t.V, v, "optimizer second moments"); err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	t.Train, t.M, t.V, t.Step = train, m, v, s.Step
+	if data != nil && len(s.Data) > 0 {
+		if err := data.Restore(s.Data); err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+func readAll(path string) (models.Params, error) {
+	f, err := safetensors.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := models.Params{}
+	for _, n := range f.Names() {
+		if out[n], err = f.TensorAs(n, dtypes.Float32); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func sameNames(want, got models.Params, what string) error {
+	wn, gn := want.Names(), got.Names()
+	sort.Strings(wn)
+	sort.Strings(gn)
+	if len(wn) != len(gn) {
+		return fmt.Errorf("the checkpoint has %d %s, the run expects %d", len(gn), what, len(wn))
+	}
+	for i := range wn {
+		if wn[i] != gn[i] {
+			return fmt.Errorf("%s: the checkpoint has %q where the run expects %q", what, gn[i], wn[i])
+		}
+		if !sameDims(want[wn[i]].Shape().Dimensions, got[gn[i]].Shape().Dimensions) {
+			return fmt.Errorf("%s: %q has shape %v, the run expects %v", what, wn[i], got[gn[i]].Shape(), want[wn[i]].Shape())
+		}
+	}
+	return nil
+}
+
+func sameDims(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,425 @@
+package finetune
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/memfit/memfit/engine"
+	"github.com/memfit/memfit/lora"
+	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/models"
+)
+
+// Trainer trains a model: it owns the trainable parameters (float32 master copies), the frozen ones, the
+// optimizer state and the step count.
+type Trainer struct {
+	Config  Config
+	Model   Model
+	Backend backends.Backend
+	// Adapters are the LoRA adapters (nil for full fine-tuning).
+	Adapters *lora.Set
+
+	// Train holds the trainable tensors (adapter tensors named "<module path>.<suffix>" and trained base
+	// parameters by their names), float32.
+	Train models.Params
+	// Frozen holds the other tensors, in the compute dtype.
+	Frozen models.Params
+	// M and V are the optimizer state of each trainable tensor (AdamW moments; SGD uses M as the momentum
+	// buffer).
+	M, V models.Params
+	// Step counts the optimizer steps done.
+	Step int
+
+	gradSteps map[string]*gradStep
+	update    *updateStep
+}
+
+// StepStats describes one optimizer step.
+type StepStats struct {
+	Step     int     `json:"step"`
+	Loss     float64 `json:"loss"`
+	LR       float64 `json:"lr"`
+	GradNorm float64 `json:"grad_norm"`
+	// Examples and Tokens processed (tokens: real tokens of text batches, from attention_mask or input_ids).
+	Examples int `json:"examples"`
+	Tokens   int `json:"tokens,omitempty"`
+	// Seconds is the wall time of the step (gradient computations and the update).
+	Seconds float64 `json:"seconds"`
+	// SavedActivationBytes is the exact saved-activation size of the gradient step (training-graph walk).
+	SavedActivationBytes int64 `json:"saved_activation_bytes"`
+	// PeakBytes is the peak memory of the gradient step and PeakMethod how it was obtained.
+	PeakBytes  int64  `json:"peak_bytes"`
+	PeakMethod string `json:"peak_method"`
+}
+
+// ErrNonFinite is returned when a loss or gradient norm is NaN or infinite; the parameters are left as they
+// were before the step.
+var ErrNonFinite = errors.New("non-finite loss")
+
+// New prepares training of model with cfg on backend: adapters are created and initialised from cfg.Seed
+// (lora, lora-fa), trainable tensors are chosen, the frozen ones converted to the compute dtype, and the
+// optimizer state zeroed.
+func New(model Model, cfg Config, backend backends.Backend) (*Trainer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	t := &Trainer{Config: cfg, Model: model, Backend: backend, Train: models.Params{}, Frozen: models.Params{},
+		M: models.Params{}, V: models.Params{}, gradSteps: map[string]*gradStep{}}
+	params := model.Params()
+	trainBase := func(name string) bool {
+		if cfg.Method == MethodFull {
+			return true
+		}
+		for _, prefix := range cfg.TrainModules {
+			if name == prefix || strings.HasPrefix(name, prefix+".") {
+				return true
+			}
+		}
+		return false
+	}
+	for _, prefix := range cfg.TrainModules {
+		found := false
+		for name := range params {
+			found = found || name == prefix || strings.HasPrefix(name, prefix+".")
+		}
+		if !found {
+			return nil, fmt.Errorf("train_modules: no parameter of the model starts with %q", prefix)
+		}
+	}
+	if cfg.Method != MethodFull {
+		newAdapter, err := lora.New(lora.Config{Rank: cfg.LoRARank, Alpha: cfg.LoRAAlpha, RSLoRA: cfg.RSLoRA, FrozenA: cfg.Method == MethodLoRAFA})
+		if err != nil {
+			return nil, err
+		}
+		if t.Adapters, err = lora.NewSet(model.LinearLayers(), cfg.LoRATarget, newAdapter, cfg.Seed); err != nil {
+			return nil, err
+		}
+	}
+	compute := t.computeDType()
+	for name, p := range params {
+		if trainBase(name) {
+			t.Train[name] = p
+		} else {
+			frozen, err := convert(p, compute)
+			if err != nil {
+				return nil, fmt.Errorf("parameter %q: %w", name, err)
+			}
+			t.Frozen[name] = frozen
+		}
+	}
+	if t.Adapters != nil {
+		trainable := t.Adapters.Trainable()
+		for name, p := range t.Adapters.Params {
+			if slices.Contains(trainable, name) {
+				t.Train[name] = p
+			} else {
+				frozen, err := convert(p, compute)
+				if err != nil {
+					return nil, err
+				}
+				t.Frozen[name] = frozen
+			}
+		}
+	}
+	if len(t.Train) == 0 {
+		return nil, fmt.Errorf("nothing to train: no trainable parameter")
+	}
+	for name, p := range t.Train {
+		t.M[name] = zerosLike(p)
+		if cfg.Optimizer == "adamw" {
+			t.V[name] = zerosLike(p)
+		}
+	}
+	return t, nil
+}
+
+func (t *Trainer) computeDType() dtypes.DType {
+	if t.Config.ComputeDType == "bfloat16" {
+		return dtypes.BFloat16
+	}
+	return dtypes.Float32
+}
+
+// TrainableCount returns the number of trainable scalars.
+func (t *Trainer) TrainableCount() int {
+	n := 0
+	for _, p := range t.Train {
+		n += p.Shape().Size()
+	}
+	return n
+}
+
+func zerosLike(p *tensors.Tensor) *tensors.Tensor {
+	return tensors.FromShape(shapes.Make(dtypes.Float32, p.Shape().Dimensions...))
+}
+
+// convert returns p in dtype (p itself when it already is).
+func convert(p *tensors.Tensor, dtype dtypes.DType) (*tensors.Tensor, error) {
+	if p.DType() == dtype {
+		return p, nil
+	}
+	if p.DType() != dtypes.Float32 || dtype != dtypes.BFloat16 {
+		return nil, fmt.Errorf("cannot convert %s to %s", p.DType(), dtype)
+	}
+	var flat []float32
+	if err := tensors.ConstFlatData[float32](p, func(f []float32) { flat = f }); err != nil {
+		return nil, err
+	}
+	out := tensors.FromShape(shapes.Make(dtypes.BFloat16, p.Shape().Dimensions...))
+	if len(flat) == 0 {
+		return out, nil
+	}
+	err := out.MutableBytes(func(b []byte) {
+		for i, v := range flat {
+			h := bf16(v)
+			b[2*i], b[2*i+1] = byte(h), byte(h>>8)
+		}
+	})
+	return out, err
+}
+
+func bf16(f float32) uint16 {
+	bits := math.Float32bits(f)
+	if f != f {
+		return uint16(bits>>16) | 0x40
+	}
+	return uint16((bits + 0x7fff + (bits>>16)&1) >> 16)
+}
+
+// gradStep is a compiled gradient computation for one batch signature.
+type gradStep struct {
+	g           *graph.Graph
+	outputs     []*graph.Node
+	batchNames  []string
+	frozenNames []string
+	trainNames  []string
+	saved       *memory.SavedReport
+	peak        *memory.Peak
+}
+
+func batchSignature(b Batch) string {
+	names := make([]string, 0, len(b))
+	for n := range b {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var sb strings.Builder
+	for _, n := range names {
+		fmt.Fprintf(&sb, "%s%s;", n, b[n].Shape())
+	}
+	return sb.String()
+}
+
+// gradFor returns the compiled gradient step for the batch's shapes, building it on first use.
+func (t *Trainer) gradFor(b Batch) (*gradStep, error) {
+	sig := batchSignature(b)
+	if gs, ok := t.gradSteps[sig]; ok {
+		return gs, nil
+	}
+	for _, name := range t.Model.BatchInputs() {
+		if _, ok := b[name]; !ok {
+			return nil, fmt.Errorf("batch has no %q (the model needs %v)", name, t.Model.BatchInputs())
+		}
+	}
+	gs := &gradStep{batchNames: sortedKeys(b), frozenNames: t.Frozen.Names(), trainNames: t.Train.Names()}
+	compute := t.computeDType()
+	err := engine.Try(func() {
+		g := graph.NewGraph(t.Backend, "train-step")
+		batch := map[string]*graph.Node{}
+		for _, n := range gs.batchNames {
+			batch[n] = graph.Parameter(g, "batch."+n, b[n].Shape())
+		}
+		bound := models.Bound{Nodes: map[string]*graph.Node{}}
+		for _, n := range gs.frozenNames {
+			bound.Nodes[n] = graph.Parameter(g, n, t.Frozen[n].Shape())
+			bound.Names = append(bound.Names, n)
+		}
+		trainNodes := make([]*graph.Node, len(gs.trainNames))
+		for i, n := range gs.trainNames {
+			trainNodes[i] = graph.Parameter(g, n, t.Train[n].Shape())
+			node := trainNodes[i]
+			if compute != dtypes.Float32 {
+				node = graph.ConvertDType(node, compute)
+			}
+			bound.Nodes[n] = node
+			bound.Names = append(bound.Names, n)
+		}
+		sort.Strings(bound.Names)
+		if t.Adapters != nil {
+			bound.Linear = t.Adapters.Hook()
+		}
+		if compute != dtypes.Float32 {
+			for n, node := range batch {
+				if node.DType() == dtypes.Float32 {
+					batch[n] = graph.ConvertDType(node, compute)
+				}
+			}
+		}
+		loss := t.Model.Loss(bound, batch)
+		grads := engine.Gradient(loss, trainNodes...)
+		gs.outputs = append([]*graph.Node{loss}, grads...)
+		g.Compile(gs.outputs...)
+		gs.g = g
+	})
+	if err != nil {
+		return nil, fmt.Errorf("building the training step: %w", err)
+	}
+	saved, err := memory.Saved(gs.g, gs.outputs...)
+	if err != nil {
+		return nil, err
+	}
+	gs.saved = saved
+	t.gradSteps[sig] = gs
+	return gs, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// runGrad runs the gradient step on b and returns the loss and the gradients by trainable name.
+func (t *Trainer) runGrad(gs *gradStep, b Batch) (float64, map[string]*tensors.Tensor, error) {
+	args := make([]any, 0, len(gs.batchNames)+len(gs.frozenNames)+len(gs.trainNames))
+	for _, n := range gs.batchNames {
+		args = append(args, b[n])
+	}
+	for _, n := range gs.frozenNames {
+		args = append(args, t.Frozen[n])
+	}
+	for _, n := range gs.trainNames {
+		args = append(args, t.Train[n])
+	}
+	var outs []*tensors.Tensor
+	run := func() error {
+		return engine.Try(func() { outs = gs.g.Run(args...) })
+	}
+	var err error
+	if gs.peak == nil {
+		var p memory.Peak
+		p, err = memory.MeasurePeak(gs.g, run)
+		if err == nil {
+			gs.peak = &p
+		}
+	} else {
+		err = run()
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	lossT := outs[0]
+	var loss float64
+	lossT.MustConstFlatData(func(f any) { loss = float64(f.([]float32)[0]) })
+	lossT.MustFinalizeAll()
+	grads := map[string]*tensors.Tensor{}
+	for i, n := range gs.trainNames {
+		grads[n] = outs[1+i]
+	}
+	return loss, grads, nil
+}
+
+// TrainStep runs one optimizer step over the micro-batches (gradient accumulation: the gradients are averaged
+// over them; pass Config.AccumSteps batches). On a non-finite loss it returns an error wrapping ErrNonFinite and
+// changes nothing.
+func (t *Trainer) TrainStep(batches []Batch) (StepStats, error) {
+	if len(batches) == 0 {
+		return StepStats{}, fmt.Errorf("no batches for the step")
+	}
+	start := time.Now()
+	stats := StepStats{Step: t.Step + 1, LR: t.Config.LearningRate(t.Step)}
+	var acc map[string][]float32
+	for _, b := range batches {
+		gs, err := t.gradFor(b)
+		if err != nil {
+			return stats, err
+		}
+		loss, grads, err := t.runGrad(gs, b)
+		if err != nil {
+			return stats, err
+		}
+		if math.IsNaN(loss) || math.IsInf(loss, 0) {
+			freeAll(grads)
+			return stats, fmt.Errorf("%w at step %d (loss %v, lr %g): lower the learning rate or check the data", ErrNonFinite, stats.Step, loss, stats.LR)
+		}
+		stats.Loss += loss / float64(len(batches))
+		stats.Examples += b.Size()
+		stats.Tokens += tokens(b)
+		stats.SavedActivationBytes = max(stats.SavedActivationBytes, gs.saved.Total)
+		if gs.peak != nil && gs.peak.Bytes > stats.PeakBytes {
+			stats.PeakBytes, stats.PeakMethod = gs.peak.Bytes, string(gs.peak.Method)
+		}
+		if acc == nil {
+			acc = map[string][]float32{}
+		}
+		for n, g := range grads {
+			tensors.MustConstFlatData[float32](g, func(f []float32) {
+				if acc[n] == nil {
+					acc[n] = make([]float32, len(f))
+				}
+				for i, v := range f {
+					acc[n][i] += v / float32(len(batches))
+				}
+			})
+			g.MustFinalizeAll()
+		}
+	}
+	norm, err := t.applyUpdate(acc, stats.LR)
+	if err != nil {
+		return stats, err
+	}
+	stats.GradNorm = norm
+	stats.Seconds = time.Since(start).Seconds()
+	return stats, nil
+}
+
+func tokens(b Batch) int {
+	t := b["attention_mask"]
+	if t == nil {
+		t = b["input_ids"]
+		if t == nil {
+			return 0
+		}
+		return t.Shape().Size()
+	}
+	n := 0
+	t.MustConstFlatData(func(f any) {
+		switch v := f.(type) {
+		case []int32:
+			for _, x := range v {
+				if x != 0 {
+					n++
+				}
+			}
+		case []int64:
+			for _, x := range v {
+				if x != 0 {
+					n++
+				}
+			}
+		default:
+			n = t.Shape().Size()
+		}
+	})
+	return n
+}
+
+func freeAll(ts map[string]*tensors.Tensor) {
+	for _, t := range ts {
+		t.MustFinalizeAll()
+	}
+}
