@@ -27,6 +27,14 @@ type Model interface {
 	BatchInputs() []string
 	// Loss builds the mean loss of a batch from the bound parameters and the batch's nodes by name.
 	Loss(b models.Bound, batch map[string]*graph.Node) *graph.Node
+	// Logits builds the model's logits for a batch (labels are not needed).
+	Logits(b models.Bound, batch map[string]*graph.Node) *graph.Node
+	// Folds lists the norm folds MS-norm applies (the folded norms' tensors are in Folded when it is on).
+	Folds() []models.Fold
+	// Task returns PEFT's task_type for the model ("CAUSAL_LM", "SEQ_CLS" or "" for none).
+	Task() string
+	// Shapes returns the architecture's parameter names and shapes, as in its Hugging Face checkpoint.
+	Shapes() map[string][]int
 	// Folded returns the norm tensors removed by MS-norm folding (empty without it), for export.
 	Folded() models.Params
 	// Config returns the model's config.json bytes.
@@ -48,12 +56,26 @@ func (m ViT) BatchInputs() []string { return []string{"labels", "pixel_values"} 
 
 // Loss is the mean cross entropy of the logits against the labels.
 func (m ViT) Loss(b models.Bound, batch map[string]*graph.Node) *graph.Node {
+	return loss.CrossEntropy(toF32(m.Logits(b, batch)), batch["labels"], loss.IgnoreIndex)
+}
+
+// Logits returns the classifier's logits [B, labels].
+func (m ViT) Logits(b models.Bound, batch map[string]*graph.Node) *graph.Node {
 	out := m.Forward(b, batch["pixel_values"])
 	if out.Logits == nil {
 		panic(fmt.Errorf("finetune: a ViTModel has no classifier to train; use ViTForImageClassification (init with --num-labels)"))
 	}
-	return loss.CrossEntropy(toF32(out.Logits), batch["labels"], loss.IgnoreIndex)
+	return out.Logits
 }
+
+// Folds lists the model's MS-LN folds.
+func (m ViT) Folds() []models.Fold { return vit.Folds(m.Config) }
+
+// Task returns "" (PEFT has no image-classification task type).
+func (m ViT) Task() string { return "" }
+
+// Shapes returns the checkpoint's parameter shapes.
+func (m ViT) Shapes() map[string][]int { return vit.Shapes(m.Config) }
 
 // Folded returns the norm tensors removed by folding.
 func (m ViT) Folded() models.Params { return m.Model.Folded }
@@ -75,10 +97,28 @@ func (m Llama) LinearLayers() []models.LinearLayer { return llama.LinearLayers(m
 // BatchInputs returns attention_mask, input_ids and labels.
 func (m Llama) BatchInputs() []string { return []string{"attention_mask", "input_ids", "labels"} }
 
+// Logits returns the logits: [B, T, vocab] for the causal LM, [B, labels] for the classifier.
+func (m Llama) Logits(b models.Bound, batch map[string]*graph.Node) *graph.Node {
+	return m.Forward(b, batch["input_ids"], batch["attention_mask"]).Logits
+}
+
+// Folds lists the model's MS-RMSNorm folds.
+func (m Llama) Folds() []models.Fold { return llama.Folds(m.Config) }
+
+// Task returns CAUSAL_LM or SEQ_CLS.
+func (m Llama) Task() string {
+	if m.Config.Architecture == llama.ArchClassification {
+		return "SEQ_CLS"
+	}
+	return "CAUSAL_LM"
+}
+
+// Shapes returns the checkpoint's parameter shapes.
+func (m Llama) Shapes() map[string][]int { return llama.Shapes(m.Config) }
+
 // Loss is the next-token cross entropy (causal LM) or the classification cross entropy.
 func (m Llama) Loss(b models.Bound, batch map[string]*graph.Node) *graph.Node {
-	out := m.Forward(b, batch["input_ids"], batch["attention_mask"])
-	logits := toF32(out.Logits)
+	logits := toF32(m.Logits(b, batch))
 	labels := batch["labels"]
 	if m.Config.Architecture == llama.ArchClassification {
 		return loss.CrossEntropy(logits, labels, loss.IgnoreIndex)

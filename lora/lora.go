@@ -55,10 +55,11 @@ func New(cfg Config) (func(models.LinearLayer) Adapter, error) {
 	return func(models.LinearLayer) Adapter { return &LoRA{Config: cfg} }, nil
 }
 
-// PEFT key suffixes of the two LoRA matrices.
+// PEFT key suffixes of the two LoRA matrices, and of the optional bias of B (PEFT's lora_bias).
 const (
-	SuffixA = "lora_A.weight"
-	SuffixB = "lora_B.weight"
+	SuffixA     = "lora_A.weight"
+	SuffixB     = "lora_B.weight"
+	SuffixBBias = "lora_B.bias"
 )
 
 // Type returns "LORA".
@@ -82,22 +83,22 @@ func (l *LoRA) Init(layer models.LinearLayer, r *rand.Rand) (map[string]*tensors
 	}, nil
 }
 
-// Trainable: B always, A unless LoRA-FA.
+// Trainable: B (and its bias, when present) always, A unless LoRA-FA.
 func (l *LoRA) Trainable(suffix string) bool {
-	return suffix == SuffixB || (suffix == SuffixA && !l.Config.FrozenA)
+	return suffix == SuffixB || suffix == SuffixBBias || (suffix == SuffixA && !l.Config.FrozenA)
 }
 
-// Forward returns W x + b + scale · B (A x). Backward (through engine.Linear's matmul gradients): the base
-// matmul keeps x only if W is trained; A's gradient needs x (shared with a memory-sharing norm's output when
-// the layer follows one); B's gradient needs A x (rank r per token). With LoRA-FA, A is frozen and only A x is
-// kept.
+// Forward returns W x + b + scale · (B (A x) + b_B), b_B being present only for adapters imported or exported
+// with PEFT's lora_bias. Backward (through engine.Linear's matmul gradients): the base matmul keeps x only if W
+// is trained; A's gradient needs x (shared with a memory-sharing norm's output when the layer follows one); B's
+// gradient needs A x (rank r per token). With LoRA-FA, A is frozen and only A x is kept.
 func (l *LoRA) Forward(layer models.LinearLayer, x, weight, bias *graph.Node, p map[string]*graph.Node) *graph.Node {
 	a, b := p[SuffixA], p[SuffixB]
 	if a == nil || b == nil {
 		panic(fmt.Sprintf("lora: layer %s is missing %s or %s", layer.Path, SuffixA, SuffixB))
 	}
 	base := engine.Linear(x, weight, bias)
-	update := engine.Linear(engine.Linear(x, a, nil), b, nil)
+	update := engine.Linear(engine.Linear(x, a, nil), b, p[SuffixBBias])
 	return graph.Add(base, graph.MulScalar(update, l.Config.Scale()))
 }
 

@@ -107,7 +107,8 @@ func linear(pre, name string) models.Linear {
 	return models.Linear{Weight: pre + name + ".weight", Bias: pre + name + ".bias"}
 }
 
-func folds(cfg Config) []models.Fold {
+// Folds lists the MS-RMSNorm folds of cfg's model: which norm's weight goes into which linear layers.
+func Folds(cfg Config) []models.Fold {
 	var out []models.Fold
 	for i := 0; i < cfg.NumHiddenLayers; i++ {
 		pre := LayerPrefix(i)
@@ -132,7 +133,7 @@ func New(cfg Config, params models.Params, opts Options) (*Model, error) {
 	m := &Model{Config: cfg, Options: opts, Params: params, Folded: models.Params{}}
 	if opts.MSNorm {
 		var err error
-		if m.Params, m.Folded, err = models.ApplyFolds(params, folds(cfg)); err != nil {
+		if m.Params, m.Folded, err = models.ApplyFolds(params, Folds(cfg)); err != nil {
 			return nil, err
 		}
 	}

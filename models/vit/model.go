@@ -88,8 +88,8 @@ func Shapes(cfg Config) map[string][]int {
 	return s
 }
 
-// folds lists the MS-LN folds of cfg's model.
-func folds(cfg Config) []models.Fold {
+// Folds lists the MS-LN folds of cfg's model: which norm's affine goes into which linear layers.
+func Folds(cfg Config) []models.Fold {
 	var out []models.Fold
 	for i := 0; i < cfg.NumHiddenLayers; i++ {
 		out = append(out, layerFolds(LayerPrefix(i))...)
@@ -113,7 +113,7 @@ func New(cfg Config, params models.Params, opts Options) (*Model, error) {
 	m := &Model{Config: cfg, Options: opts, Params: params, Folded: models.Params{}}
 	if opts.MSNorm {
 		var err error
-		if m.Params, m.Folded, err = models.ApplyFolds(params, folds(cfg)); err != nil {
+		if m.Params, m.Folded, err = models.ApplyFolds(params, Folds(cfg)); err != nil {
 			return nil, err
 		}
 	}

@@ -1,0 +1,190 @@
+package finetune_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/internal/gtest"
+	"github.com/memfit/memfit/models"
+	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/vit"
+	"github.com/memfit/memfit/safetensors"
+)
+
+// randomNorms gives the norms non-trivial weights and biases so folding matters.
+func randomNorms(p models.Params) {
+	for name, t := range p {
+		if strings.Contains(name, "norm") || strings.Contains(name, "layernorm") {
+			v := gtest.Rand(uint64(len(name)*7), t.Shape().Size(), 0.2)
+			if strings.HasSuffix(name, "weight") {
+				for i := range v {
+					v[i]++
+				}
+			}
+			p[name] = tensors.FromFlatDataAndDimensions(v, t.Shape().Dimensions...)
+		}
+	}
+}
+
+// TestExportRoundTrip: after LoRA training with MS-norm (folded base), (1) the exported PEFT adapter imported
+// into the plain model, (2) the merged checkpoint loaded as a plain model, both give the trained model's logits;
+// and the adapter files have PEFT's keys and config.
+func TestExportRoundTrip(t *testing.T) {
+	type arch struct {
+		name    string
+		model   func(ms bool) finetune.Model
+		plain   func(dir string) (finetune.Model, error)
+		data    finetune.Examples
+		modules []string
+	}
+	vcfg, _ := vit.Preset("tiny", 3)
+	vparams := vit.RandomParams(vcfg, 11)
+	randomNorms(vparams)
+	lcfg, _ := llama.Preset("tiny", 0)
+	lparams := llama.RandomParams(lcfg, 12)
+	randomNorms(lparams)
+	_, images := imageTask(t, vit.Options{})
+	_, text := textTask(t, llama.Options{})
+	archs := []arch{
+		{"vit", func(ms bool) finetune.Model {
+			m, err := vit.New(vcfg, vparams, vit.Options{MSNorm: ms, ApproxActivation: ms})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return finetune.ViT{Model: m}
+		}, func(dir string) (finetune.Model, error) {
+			m, err := vit.Load(dir, vit.Options{})
+			return finetune.ViT{Model: m}, err
+		}, images, []string{"classifier"}},
+		{"llama", func(ms bool) finetune.Model {
+			m, err := llama.New(lcfg, lparams, llama.Options{MSNorm: ms, ApproxActivation: ms})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return finetune.Llama{Model: m}
+		}, func(dir string) (finetune.Model, error) {
+			m, err := llama.Load(dir, llama.Options{})
+			return finetune.Llama{Model: m}, err
+		}, text, []string{"lm_head"}},
+	}
+	for _, a := range archs {
+		t.Run(a.name, func(t *testing.T) {
+			cfg := config(finetune.MethodLoRA, 5)
+			cfg.LoRATarget = []string{"all-linear"}
+			cfg.TrainModules = a.modules
+			model := a.model(true)
+			tr, err := finetune.New(model, cfg, gtest.Backend(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			loader, _ := finetune.NewLoader(a.data, 4, 3, true)
+			if err := tr.Fit(context.Background(), loader, "", nil, finetune.Hooks{}); err != nil {
+				t.Fatal(err)
+			}
+			batch, _ := loader.Next()
+			delete(batch, "labels")
+			want, err := tr.Logits(batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantV := gtest.Float32s(want)
+
+			// PEFT adapter into the plain (unfolded) model.
+			adir := filepath.Join(t.TempDir(), "adapter")
+			if err := tr.ExportAdapter(adir, "memfit/"+a.name+"-tiny"); err != nil {
+				t.Fatal(err)
+			}
+			plain := a.model(false)
+			set, _, err := finetune.ImportAdapter(adir, plain)
+			if err != nil {
+				t.Fatal(err)
+			}
+			modules, err := finetune.ImportModules(adir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			params := models.Params{}
+			for n, v := range plain.Params() {
+				params[n] = v
+			}
+			for n, v := range modules {
+				params[n] = v
+			}
+			got, err := finetune.Logits(gtest.Backend(t), plain, params, set, batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := gtest.MaxRelDiff(gtest.Float32s(got), wantV, 1); d > 1e-4 {
+				t.Errorf("exported adapter on the plain model: logits differ by %g", d)
+			}
+			checkPEFTFiles(t, adir, a.modules)
+
+			// Merged checkpoint loaded by the stock model code.
+			mdir := filepath.Join(t.TempDir(), "merged")
+			if err := tr.ExportMerged(mdir); err != nil {
+				t.Fatal(err)
+			}
+			merged, err := a.plain(mdir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err = finetune.Logits(gtest.Backend(t), merged, nil, nil, batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := gtest.MaxRelDiff(gtest.Float32s(got), wantV, 1); d > 1e-4 {
+				t.Errorf("merged checkpoint: logits differ by %g", d)
+			}
+		})
+	}
+}
+
+func checkPEFTFiles(t *testing.T, dir string, modules []string) {
+	t.Helper()
+	f, err := safetensors.Open(filepath.Join(dir, finetune.AdapterWeights))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var aKeys, bKeys int
+	for _, k := range f.Names() {
+		if !strings.HasPrefix(k, "base_model.model.") {
+			t.Errorf("key %q lacks the base_model.model. prefix", k)
+		}
+		switch {
+		case strings.HasSuffix(k, ".lora_A.weight"):
+			aKeys++
+		case strings.HasSuffix(k, ".lora_B.weight"):
+			bKeys++
+		}
+	}
+	if aKeys == 0 || aKeys != bKeys {
+		t.Errorf("%d lora_A and %d lora_B keys", aKeys, bKeys)
+	}
+	if f.Metadata()["format"] != "pt" {
+		t.Errorf("metadata %v", f.Metadata())
+	}
+	raw, _ := os.ReadFile(filepath.Join(dir, finetune.AdapterConfig))
+	var cfg map[string]any
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"peft_type", "r", "lora_alpha", "target_modules", "base_model_name_or_path", "task_type", "bias"} {
+		if _, ok := cfg[key]; !ok {
+			t.Errorf("adapter_config.json lacks %q", key)
+		}
+	}
+	if cfg["peft_type"] != "LORA" || cfg["bias"] != "none" {
+		t.Errorf("config %v", cfg)
+	}
+	if ms, _ := cfg["modules_to_save"].([]any); len(ms) != len(modules) {
+		t.Errorf("modules_to_save %v, want %v", cfg["modules_to_save"], modules)
+	}
+}
