@@ -3,6 +3,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -42,9 +43,18 @@ made with -tags xla.`,
 	}
 	root.PersistentFlags().StringVar(&opts.Backend, "backend", "",
 		`"go" (pure Go, default) or "xla:<plugin name or absolute .so path>"; default $`+engine.BackendEnv)
-	root.AddCommand(newBenchCommand(opts), newApproxBPCommand(opts), newInitCommand(opts), newLogitsCommand(opts))
+	root.AddCommand(newBenchCommand(opts), newApproxBPCommand(opts), newInitCommand(opts), newLogitsCommand(opts),
+		newTrainCommand(opts), newExportCommand(opts))
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	return root
 }
+
+// Exit codes of Main.
+const (
+	ExitOK      = 0 // success
+	ExitFailure = 1 // the work failed (bad files, a diverging run, ...)
+	ExitUsage   = 2 // the command was called wrongly (unknown flag, contradictory or invalid settings)
+)
 
 // Main runs the finetune command with args and returns the process exit code. Errors are printed as one line.
 func Main(args []string, stdout, stderr io.Writer) int {
@@ -52,13 +62,18 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	if err := root.Execute(); err != nil {
-		msg := err.Error()
-		if os.Getenv("MEMFIT_DEBUG") == "" {
-			msg = strings.SplitN(msg, "\n", 2)[0]
-		}
-		fmt.Fprintf(stderr, "finetune: %s\n", msg)
-		return 1
+	err := root.Execute()
+	if err == nil {
+		return ExitOK
 	}
-	return 0
+	msg := err.Error()
+	if os.Getenv("MEMFIT_DEBUG") == "" {
+		msg = strings.SplitN(msg, "\n", 2)[0]
+	}
+	fmt.Fprintf(stderr, "finetune: %s\n", msg)
+	var ue usageError
+	if errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "unknown flag") {
+		return ExitUsage
+	}
+	return ExitFailure
 }

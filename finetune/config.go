@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/memfit/memfit/attention"
 	"github.com/memfit/memfit/lora"
 )
 
@@ -53,6 +54,14 @@ type Config struct {
 	// steps (0: only at the end).
 	LogEvery        int `json:"log_every" yaml:"log_every"`
 	CheckpointEvery int `json:"checkpoint_every" yaml:"checkpoint_every"`
+
+	// Model options, applied when the model is loaded (they must match on resume).
+	ApproxAct bool   `json:"approx_act" yaml:"approx_act"`
+	MSNorm    bool   `json:"ms_norm" yaml:"ms_norm"`
+	GradCkpt  bool   `json:"grad_ckpt" yaml:"grad_ckpt"`
+	Attention string `json:"attention" yaml:"attention"`
+	// BatchSize is the number of examples per micro-batch.
+	BatchSize int `json:"batch_size" yaml:"batch_size"`
 }
 
 // Defaults returns a config with the usual settings: LoRA r=8, alpha=16 on q,v; AdamW lr 1e-4, betas
@@ -60,7 +69,7 @@ type Config struct {
 func Defaults() Config {
 	return Config{Method: MethodLoRA, LoRARank: 8, LoRAAlpha: 16, LoRATarget: []string{"q", "v"},
 		Optimizer: "adamw", LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Schedule: "constant",
-		Steps: 100, AccumSteps: 1, ComputeDType: "float32", LogEvery: 10}
+		Steps: 100, AccumSteps: 1, ComputeDType: "float32", LogEvery: 10, Attention: "standard", BatchSize: 8}
 }
 
 // Validate checks the whole config; every problem names its key.
@@ -124,6 +133,12 @@ func (c Config) Validate() error {
 	}
 	if c.LogEvery < 0 || c.CheckpointEvery < 0 {
 		bad("log_every and checkpoint_every must not be negative")
+	}
+	if _, err := attention.ParseKind(c.Attention); err != nil {
+		bad("attention: %v", err)
+	}
+	if c.BatchSize <= 0 {
+		bad("batch_size must be positive, got %d", c.BatchSize)
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("invalid training config: %s", strings.Join(errs, "; "))

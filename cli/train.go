@@ -1,0 +1,278 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"golang.org/x/term"
+	"sigs.k8s.io/yaml"
+
+	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/memory"
+)
+
+// usageError marks errors in how a command was called (exit code 2).
+type usageError struct{ error }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// trainFlags binds the training config's fields to flags; only flags the user set override the config file.
+func trainFlags(f *pflag.FlagSet, c *finetune.Config) {
+	f.StringVar(&c.Method, "method", c.Method, "full, lora or lora-fa")
+	f.IntVar(&c.LoRARank, "lora-r", c.LoRARank, "LoRA rank")
+	f.Float64Var(&c.LoRAAlpha, "lora-alpha", c.LoRAAlpha, "LoRA alpha (scale alpha/r)")
+	f.BoolVar(&c.RSLoRA, "rslora", c.RSLoRA, "rank-stabilised scale alpha/sqrt(r)")
+	f.StringSliceVar(&c.LoRATarget, "lora-targets", c.LoRATarget, "layers to adapt: q,k,v,o,gate,up,down,attn,mlp, all-linear or module names")
+	f.StringSliceVar(&c.TrainModules, "train-modules", c.TrainModules, "base modules that train next to the adapters (e.g. classifier, score)")
+	f.BoolVar(&c.ApproxAct, "approx-act", c.ApproxAct, "ReGELU2/ReSiLU2: exact activation forward, 2-bit backward")
+	f.BoolVar(&c.MSNorm, "ms-norm", c.MSNorm, "MS-LN/MS-RMSNorm: fold norm affines into the next linear layers")
+	f.BoolVar(&c.GradCkpt, "grad-ckpt", c.GradCkpt, "gradient checkpointing per block (recompute in backward)")
+	f.StringVar(&c.Attention, "attention", c.Attention, "standard or memory-efficient")
+	f.StringVar(&c.Optimizer, "optimizer", c.Optimizer, "adamw or sgd")
+	f.Float64Var(&c.LR, "lr", c.LR, "learning rate")
+	f.Float64Var(&c.WeightDecay, "weight-decay", c.WeightDecay, "weight decay (decoupled for adamw)")
+	f.StringVar(&c.Schedule, "schedule", c.Schedule, "constant, linear or cosine")
+	f.IntVar(&c.WarmupSteps, "warmup", c.WarmupSteps, "linear warm-up steps")
+	f.Float64Var(&c.ClipNorm, "clip-norm", c.ClipNorm, "clip the gradients' global norm (0: off)")
+	f.IntVar(&c.Steps, "steps", c.Steps, "optimizer steps")
+	f.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "examples per micro-batch")
+	f.IntVar(&c.AccumSteps, "accum", c.AccumSteps, "micro-batches per optimizer step (gradient accumulation)")
+	f.Uint64Var(&c.Seed, "seed", c.Seed, "random seed (adapter init, data order)")
+	f.StringVar(&c.ComputeDType, "compute-dtype", c.ComputeDType, "float32 or bfloat16 (float32 master weights)")
+	f.IntVar(&c.LogEvery, "log-every", c.LogEvery, "write a metrics line every N steps")
+	f.IntVar(&c.CheckpointEvery, "checkpoint-every", c.CheckpointEvery, "checkpoint every N steps (0: at the end)")
+}
+
+func newTrainCommand(opts *Options) *cobra.Command {
+	var model, data, out, configFile string
+	var resume bool
+	flagCfg := finetune.Defaults()
+	cmd := &cobra.Command{
+		Use:   "train --model DIR --data FILE --out DIR [flags]",
+		Short: "Fine-tune a model (full, LoRA or LoRA-FA) with the memory-saving options",
+		Long: `Trains a Hugging Face model folder on a dataset stored as safetensors (one tensor per model input with the
+examples on the first axis: pixel_values and labels for ViT; input_ids, attention_mask and labels for LLaMA).
+Settings come from the defaults, then --config (YAML with the same keys as the flags, snake_case), then the flags
+given; the whole config is validated and printed before any compute. The output folder receives run.yaml,
+metrics.jsonl (one line per logging step), checkpoints (checkpoint-N, "latest") and, for LoRA runs, the PEFT
+adapter in adapter/. --resume continues the run in --out from its latest checkpoint exactly (weights, optimizer,
+schedule, step and data position).`,
+		Example: `  finetune train --model /tmp/vit-tiny --data train.safetensors --out runs/vit --method lora --lora-targets q,v \
+    --train-modules classifier --approx-act --ms-norm --steps 200 --lr 1e-3
+  finetune train --out runs/vit --resume --steps 400`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if out == "" {
+				return usagef("--out is required")
+			}
+			var spec finetune.RunSpec
+			if resume {
+				var err error
+				if spec, err = finetune.ReadRunSpec(out); err != nil {
+					return err
+				}
+				changed := 0
+				cmd.Flags().Visit(func(f *pflag.Flag) {
+					switch f.Name {
+					case "out", "resume", "backend":
+					case "steps":
+						spec.Config.Steps = flagCfg.Steps
+					default:
+						changed++
+					}
+				})
+				if changed > 0 || model != "" || data != "" || configFile != "" {
+					return usagef("--resume continues the saved run: only --steps may change")
+				}
+			} else {
+				if model == "" || data == "" {
+					return usagef("--model and --data are required (or --resume)")
+				}
+				cfg := finetune.Defaults()
+				if configFile != "" {
+					var err error
+					if cfg, err = finetune.ReadConfigFile(configFile, cfg); err != nil {
+						return usageError{err}
+					}
+				}
+				cmd.Flags().Visit(func(f *pflag.Flag) { applyFlag(&cfg, &flagCfg, f.Name) })
+				if cfg.Method == finetune.MethodFull && !cmd.Flags().Changed("lora-r") && !cmd.Flags().Changed("lora-targets") {
+					cfg.LoRARank, cfg.LoRATarget = 0, nil // the LoRA defaults do not apply to full fine-tuning
+				}
+				spec = finetune.RunSpec{Model: abs(model), Data: abs(data), Config: cfg}
+			}
+			if err := spec.Config.Validate(); err != nil {
+				return usageError{err}
+			}
+			resolved, _ := yaml.Marshal(spec)
+			fmt.Fprintf(cmd.ErrOrStderr(), "# resolved run\n%s", resolved)
+			return runTraining(cmd, opts, spec, out, resume)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&model, "model", "", "base model folder (config.json + safetensors)")
+	f.StringVar(&data, "data", "", "training examples (safetensors)")
+	f.StringVar(&out, "out", "", "output folder")
+	f.StringVar(&configFile, "config", "", "YAML config file (keys as the flags, snake_case)")
+	f.BoolVar(&resume, "resume", false, "continue the run in --out from its latest checkpoint")
+	trainFlags(f, &flagCfg)
+	return cmd
+}
+
+// applyFlag copies the flag's field from the flag-bound config into cfg.
+func applyFlag(cfg, flags *finetune.Config, name string) {
+	switch name {
+	case "method":
+		cfg.Method = flags.Method
+	case "lora-r":
+		cfg.LoRARank = flags.LoRARank
+	case "lora-alpha":
+		cfg.LoRAAlpha = flags.LoRAAlpha
+	case "rslora":
+		cfg.RSLoRA = flags.RSLoRA
+	case "lora-targets":
+		cfg.LoRATarget = flags.LoRATarget
+	case "train-modules":
+		cfg.TrainModules = flags.TrainModules
+	case "approx-act":
+		cfg.ApproxAct = flags.ApproxAct
+	case "ms-norm":
+		cfg.MSNorm = flags.MSNorm
+	case "grad-ckpt":
+		cfg.GradCkpt = flags.GradCkpt
+	case "attention":
+		cfg.Attention = flags.Attention
+	case "optimizer":
+		cfg.Optimizer = flags.Optimizer
+	case "lr":
+		cfg.LR = flags.LR
+	case "weight-decay":
+		cfg.WeightDecay = flags.WeightDecay
+	case "schedule":
+		cfg.Schedule = flags.Schedule
+	case "warmup":
+		cfg.WarmupSteps = flags.WarmupSteps
+	case "clip-norm":
+		cfg.ClipNorm = flags.ClipNorm
+	case "steps":
+		cfg.Steps = flags.Steps
+	case "batch-size":
+		cfg.BatchSize = flags.BatchSize
+	case "accum":
+		cfg.AccumSteps = flags.AccumSteps
+	case "seed":
+		cfg.Seed = flags.Seed
+	case "compute-dtype":
+		cfg.ComputeDType = flags.ComputeDType
+	case "log-every":
+		cfg.LogEvery = flags.LogEvery
+	case "checkpoint-every":
+		cfg.CheckpointEvery = flags.CheckpointEvery
+	}
+}
+
+func abs(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
+}
+
+func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out string, resume bool) error {
+	model, err := finetune.LoadModel(spec.Model, spec.Config)
+	if err != nil {
+		return err
+	}
+	examples, err := finetune.LoadExamples(spec.Data, model)
+	if err != nil {
+		return err
+	}
+	loader, err := finetune.NewLoader(examples, spec.Config.BatchSize, spec.Config.Seed, true)
+	if err != nil {
+		return err
+	}
+	backend, err := opts.NewBackend()
+	if err != nil {
+		return err
+	}
+	var tr *finetune.Trainer
+	if resume {
+		if tr, err = finetune.Resume(out, model, backend, loader); err != nil {
+			return err
+		}
+		tr.Config.Steps = spec.Config.Steps
+		if err := tr.Config.Validate(); err != nil {
+			return usageError{err}
+		}
+	} else {
+		if tr, err = finetune.New(model, spec.Config, backend); err != nil {
+			return usageError{err}
+		}
+	}
+	if err := finetune.WriteRunSpec(out, spec); err != nil {
+		return err
+	}
+	metrics, err := os.OpenFile(filepath.Join(out, "metrics.jsonl"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	defer metrics.Close()
+	stderr := cmd.ErrOrStderr()
+	fmt.Fprintf(stderr, "training %d trainable parameters, step %d -> %d\n", tr.TrainableCount(), tr.Step, tr.Config.Steps)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	progress := newProgress(stderr, tr.Config.Steps, tr.Step)
+	err = tr.Fit(ctx, loader, out, metrics, finetune.Hooks{OnStep: progress})
+	if errors.Is(err, context.Canceled) {
+		fmt.Fprintf(stderr, "\ninterrupted: checkpoint written at step %d; continue with --resume\n", tr.Step)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stderr)
+	if tr.Adapters != nil {
+		dir := filepath.Join(out, "adapter")
+		if err := tr.ExportAdapter(dir, spec.Model); err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "adapter written to %s\n", dir)
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "run finished at step %d in %s\n", tr.Step, out)
+	return nil
+}
+
+// newProgress returns a step hook that draws a progress bar on a terminal, or prints a line per step otherwise.
+func newProgress(w io.Writer, steps, start int) func(finetune.StepStats) {
+	f, isFile := w.(*os.File)
+	if isFile && term.IsTerminal(int(f.Fd())) {
+		bar := progressbar.NewOptions(steps, progressbar.OptionSetWriter(w), progressbar.OptionShowCount(),
+			progressbar.OptionSetWidth(30), progressbar.OptionThrottle(0))
+		_ = bar.Set(start)
+		return func(s finetune.StepStats) {
+			bar.Describe(describe(s))
+			_ = bar.Set(s.Step)
+		}
+	}
+	return func(s finetune.StepStats) { fmt.Fprintf(w, "step %d/%d %s\n", s.Step, steps, describe(s)) }
+}
+
+func describe(s finetune.StepStats) string {
+	rate := fmt.Sprintf("%.1f ex/s", float64(s.Examples)/s.Seconds)
+	if s.Tokens > 0 {
+		rate = fmt.Sprintf("%.0f tok/s", float64(s.Tokens)/s.Seconds)
+	}
+	return strings.Join([]string{fmt.Sprintf("loss %.4f", s.Loss), fmt.Sprintf("lr %.2e", s.LR),
+		fmt.Sprintf("|g| %.3g", s.GradNorm), rate, "saved " + memory.FormatBytes(s.SavedActivationBytes),
+		"peak " + memory.FormatBytes(s.PeakBytes)}, " ")
+}

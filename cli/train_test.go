@@ -1,0 +1,169 @@
+package cli_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/memfit/memfit/safetensors"
+)
+
+// writeImageData writes a tiny 3-class image dataset as safetensors.
+func writeImageData(t *testing.T, path string, n int) {
+	t.Helper()
+	r := rand.New(rand.NewPCG(1, 2))
+	px := make([]float32, n*3*32*32)
+	labels := make([]int32, n)
+	for i := 0; i < n; i++ {
+		c := i % 3
+		labels[i] = int32(c)
+		for ch := 0; ch < 3; ch++ {
+			for k := 0; k < 1024; k++ {
+				v := float32(r.NormFloat64() * 0.3)
+				if ch == c {
+					v++
+				}
+				px[(i*3+ch)*1024+k] = v
+			}
+		}
+	}
+	err := safetensors.WriteTensors(path, map[string]*tensors.Tensor{
+		"pixel_values": tensors.FromFlatDataAndDimensions(px, n, 3, 32, 32),
+		"labels":       tensors.FromFlatDataAndDimensions(labels, n),
+	}, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readMetrics(t *testing.T, path string) []map[string]any {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var lines []map[string]any
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatalf("metrics line %q: %v", sc.Text(), err)
+		}
+		lines = append(lines, m)
+	}
+	return lines
+}
+
+// TestTrainExportResume runs the whole CLI path: init a tiny ViT, train LoRA with the memory-saving options
+// from a YAML config plus flags, check metrics, resume to more steps, export PEFT and merged, and get logits
+// from the merged model.
+func TestTrainExportResume(t *testing.T) {
+	tmp := t.TempDir()
+	model := filepath.Join(tmp, "vit")
+	if _, e, code := run(t, "init", "--arch", "vit", "--preset", "tiny", "--num-labels", "3", "--out", model); code != 0 {
+		t.Fatal(e)
+	}
+	data := filepath.Join(tmp, "train.safetensors")
+	writeImageData(t, data, 24)
+	cfgFile := filepath.Join(tmp, "train.yaml")
+	os.WriteFile(cfgFile, []byte("method: lora\nlora_r: 4\nlora_targets: [q, v]\ntrain_modules: [classifier]\nlr: 0.003\nbatch_size: 6\nlog_every: 1\n"), 0o644)
+	out := filepath.Join(tmp, "run")
+	stdout, stderr, code := run(t, "train", "--model", model, "--data", data, "--out", out, "--config", cfgFile,
+		"--steps", "6", "--approx-act", "--ms-norm", "--checkpoint-every", "3")
+	if code != 0 {
+		t.Fatalf("train exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stderr, "# resolved run") || !strings.Contains(stderr, "approx_act: true") || !strings.Contains(stderr, "lora_r: 4") {
+		t.Errorf("resolved config not printed as expected:\n%s", stderr)
+	}
+	if !strings.Contains(stdout, "adapter written") {
+		t.Errorf("stdout %q", stdout)
+	}
+	lines := readMetrics(t, filepath.Join(out, "metrics.jsonl"))
+	if len(lines) != 6 {
+		t.Fatalf("%d metrics lines, want 6", len(lines))
+	}
+	for _, key := range []string{"step", "loss", "lr", "grad_norm", "examples", "seconds", "saved_activation_bytes", "peak_bytes", "peak_method"} {
+		if _, ok := lines[0][key]; !ok {
+			t.Errorf("metrics lack %q: %v", key, lines[0])
+		}
+	}
+	for _, f := range []string{"run.yaml", "latest", "checkpoint-3/trainer_state.json", "checkpoint-6/trainable.safetensors", "adapter/adapter_config.json"} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Errorf("missing %s", f)
+		}
+	}
+	// Resume to 9 steps.
+	if _, stderr, code := run(t, "train", "--out", out, "--resume", "--steps", "9"); code != 0 {
+		t.Fatalf("resume exit %d: %s", code, stderr)
+	}
+	if lines := readMetrics(t, filepath.Join(out, "metrics.jsonl")); len(lines) != 9 || lines[8]["step"].(float64) != 9 {
+		t.Errorf("after resume: %d metrics lines", len(lines))
+	}
+	// Export both ways; the merged model loads as a plain checkpoint.
+	merged := filepath.Join(tmp, "merged")
+	if _, stderr, code := run(t, "export", "--run", out, "--format", "merged", "--out", merged); code != 0 {
+		t.Fatalf("export merged: %s", stderr)
+	}
+	if _, stderr, code := run(t, "export", "--run", out, "--format", "peft", "--out", filepath.Join(tmp, "peft")); code != 0 {
+		t.Fatalf("export peft: %s", stderr)
+	}
+	inputs := filepath.Join(tmp, "in.json")
+	px := make([][][][]float32, 1)
+	px[0] = make([][][]float32, 3)
+	for c := range px[0] {
+		px[0][c] = make([][]float32, 32)
+		for y := range px[0][c] {
+			px[0][c][y] = make([]float32, 32)
+		}
+	}
+	raw, _ := json.Marshal(map[string]any{"pixel_values": px})
+	os.WriteFile(inputs, raw, 0o644)
+	if _, stderr, code := run(t, "logits", "--model", merged, "--inputs", inputs); code != 0 {
+		t.Fatalf("logits of the merged model: %s", stderr)
+	}
+}
+
+// TestTrainBadInput: contradictory or invalid settings are usage errors (exit 2), bad data a failure (exit 1),
+// each one line, before any training.
+func TestTrainBadInput(t *testing.T) {
+	tmp := t.TempDir()
+	model := filepath.Join(tmp, "vit")
+	run(t, "init", "--arch", "vit", "--preset", "tiny", "--num-labels", "3", "--out", model)
+	data := filepath.Join(tmp, "train.safetensors")
+	writeImageData(t, data, 12)
+	badYAML := filepath.Join(tmp, "bad.yaml")
+	os.WriteFile(badYAML, []byte("method: lora\nlearning_rate: 0.1\n"), 0o644)
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--method", "full", "--lora-r", "8"}, 2, "takes no lora_r"},
+		{[]string{"--lora-r", "0"}, 2, "rank"},
+		{[]string{"--lora-targets", "gate_proj"}, 2, "matches no linear layer"},
+		{[]string{"--config", badYAML}, 2, "learning_rate"},
+		{[]string{"--no-such-flag"}, 2, "unknown flag"},
+		{[]string{"--train-modules", "score"}, 2, "train_modules"},
+		{[]string{"--batch-size", "100"}, 1, "batch size"},
+	} {
+		out := filepath.Join(tmp, "run-"+strings.ReplaceAll(tc.args[0], "-", ""))
+		args := append([]string{"train", "--model", model, "--data", data, "--out", out, "--steps", "1"}, tc.args...)
+		_, stderr, code := run(t, args...)
+		lines := strings.Split(strings.TrimSpace(stderr), "\n")
+		last := lines[len(lines)-1]
+		if code != tc.code || !strings.Contains(last, tc.want) || !strings.HasPrefix(last, "finetune: ") {
+			t.Errorf("%v: exit %d, last line %q; want exit %d mentioning %q", tc.args, code, last, tc.code, tc.want)
+		}
+		if _, err := os.Stat(filepath.Join(out, "checkpoint-1")); err == nil {
+			t.Errorf("%v: a checkpoint was written", tc.args)
+		}
+	}
+}

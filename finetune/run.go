@@ -1,0 +1,144 @@
+package finetune
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/memfit/memfit/attention"
+	"github.com/memfit/memfit/models/auto"
+	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/vit"
+	"github.com/memfit/memfit/safetensors"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+)
+
+// LoadModel loads the model folder dir (ViT or LLaMA, by its config's model_type) with the model options of cfg
+// (approximate activation, MS-norm, gradient checkpointing, attention kind).
+func LoadModel(dir string, cfg Config) (Model, error) {
+	kind, err := attention.ParseKind(cfg.Attention)
+	if err != nil {
+		return nil, err
+	}
+	mt, err := auto.ModelType(dir)
+	if err != nil {
+		return nil, err
+	}
+	switch mt {
+	case "vit":
+		m, err := vit.Load(dir, vit.Options{ApproxActivation: cfg.ApproxAct, MSNorm: cfg.MSNorm, GradCheckpoint: cfg.GradCkpt, Attention: kind})
+		if err != nil {
+			return nil, err
+		}
+		return ViT{Model: m}, nil
+	case "llama":
+		m, err := llama.Load(dir, llama.Options{ApproxActivation: cfg.ApproxAct, MSNorm: cfg.MSNorm, GradCheckpoint: cfg.GradCkpt, Attention: kind})
+		if err != nil {
+			return nil, err
+		}
+		return Llama{Model: m}, nil
+	}
+	return nil, fmt.Errorf("model type %q cannot be trained", mt)
+}
+
+// LoadExamples reads a dataset stored as a safetensors file: one tensor per model input, the examples on the
+// first axis ("pixel_values" [N, C, H, W] float and "labels" [N] for ViT; "input_ids" and "attention_mask"
+// [N, T] and "labels" [N, T] or [N] for LLaMA). It checks the names against the model's inputs.
+func LoadExamples(path string, model Model) (Examples, error) {
+	f, err := safetensors.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := Examples{}
+	for _, n := range f.Names() {
+		info, _ := f.Info(n)
+		if info.DType.IsFloat() {
+			out[n], err = f.TensorAs(n, dtypes.Float32)
+		} else {
+			out[n], err = f.Tensor(n)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	want := model.BatchInputs()
+	for _, n := range want {
+		if _, ok := out[n]; !ok {
+			return nil, fmt.Errorf("%s has no %q tensor (the model needs %v)", path, n, want)
+		}
+	}
+	for n := range out {
+		found := false
+		for _, w := range want {
+			found = found || w == n
+		}
+		if !found {
+			names := append([]string(nil), want...)
+			sort.Strings(names)
+			return nil, fmt.Errorf("%s has a tensor %q that the model does not take (it takes %v)", path, n, names)
+		}
+	}
+	if out.Len() == 0 {
+		return nil, fmt.Errorf("%s holds no examples", path)
+	}
+	return out, nil
+}
+
+// RunSpec is what a training run needs besides its config: where the base model and the data are. It is saved
+// as run.yaml in the output folder, so export and resume need only that folder.
+type RunSpec struct {
+	Model  string `json:"model"`
+	Data   string `json:"data"`
+	Config Config `json:"config"`
+}
+
+// RunFile is the name of the run spec in an output folder.
+const RunFile = "run.yaml"
+
+// ReadRunSpec reads out/run.yaml (strictly: unknown keys are errors).
+func ReadRunSpec(out string) (RunSpec, error) {
+	data, err := os.ReadFile(filepath.Join(out, RunFile))
+	if err != nil {
+		return RunSpec{}, fmt.Errorf("%s is not a training output folder: %w", out, err)
+	}
+	var spec RunSpec
+	if err := yaml.UnmarshalStrict(data, &spec); err != nil {
+		return RunSpec{}, fmt.Errorf("%s: %w", filepath.Join(out, RunFile), err)
+	}
+	return spec, spec.Config.Validate()
+}
+
+// WriteRunSpec writes out/run.yaml atomically.
+func WriteRunSpec(out string, spec RunSpec) error {
+	data, err := yaml.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	return safetensors.WriteAtomic(filepath.Join(out, RunFile), func(w *bufio.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// ReadConfigFile reads a YAML (or JSON) training config over base: keys present in the file replace base's
+// values; an unknown key is an error naming it.
+func ReadConfigFile(path string, base Config) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return base, err
+	}
+	cfg := base
+	if err := yaml.UnmarshalStrict(data, &cfg); err != nil {
+		return base, fmt.Errorf("%s: %w", path, err)
+	}
+	return cfg, nil
+}
