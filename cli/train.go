@@ -32,6 +32,7 @@ func trainFlags(f *pflag.FlagSet, c *finetune.Config) {
 	f.IntVar(&c.LoRARank, "lora-r", c.LoRARank, "LoRA rank")
 	f.Float64Var(&c.LoRAAlpha, "lora-alpha", c.LoRAAlpha, "LoRA alpha (scale alpha/r)")
 	f.BoolVar(&c.RSLoRA, "rslora", c.RSLoRA, "rank-stabilised scale alpha/sqrt(r)")
+	f.Float64Var(&c.LoRADropout, "lora-dropout", c.LoRADropout, "dropout on the adapter branch's input")
 	f.StringSliceVar(&c.LoRATarget, "lora-targets", c.LoRATarget, "layers to adapt: q,k,v,o,gate,up,down,attn,mlp, all-linear or module names")
 	f.StringSliceVar(&c.TrainModules, "train-modules", c.TrainModules, "base modules that train next to the adapters (e.g. classifier, score)")
 	f.BoolVar(&c.ApproxAct, "approx-act", c.ApproxAct, "ReGELU2/ReSiLU2: exact activation forward, 2-bit backward")
@@ -140,6 +141,8 @@ func applyFlag(cfg, flags *finetune.Config, name string) {
 		cfg.LoRAAlpha = flags.LoRAAlpha
 	case "rslora":
 		cfg.RSLoRA = flags.RSLoRA
+	case "lora-dropout":
+		cfg.LoRADropout = flags.LoRADropout
 	case "lora-targets":
 		cfg.LoRATarget = flags.LoRATarget
 	case "train-modules":

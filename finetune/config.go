@@ -21,10 +21,12 @@ type Config struct {
 	// Method is full, lora or lora-fa.
 	Method string `json:"method" yaml:"method"`
 	// LoRA settings (lora and lora-fa).
-	LoRARank   int      `json:"lora_r" yaml:"lora_r"`
-	LoRAAlpha  float64  `json:"lora_alpha" yaml:"lora_alpha"`
-	RSLoRA     bool     `json:"rslora" yaml:"rslora"`
-	LoRATarget []string `json:"lora_targets" yaml:"lora_targets"`
+	LoRARank  int     `json:"lora_r" yaml:"lora_r"`
+	LoRAAlpha float64 `json:"lora_alpha" yaml:"lora_alpha"`
+	RSLoRA    bool    `json:"rslora" yaml:"rslora"`
+	// LoRADropout drops adapter-branch inputs in training with this probability.
+	LoRADropout float64  `json:"lora_dropout" yaml:"lora_dropout"`
+	LoRATarget  []string `json:"lora_targets" yaml:"lora_targets"`
 	// TrainModules are module-path prefixes of base parameters that train too (e.g. "classifier" or "score" for
 	// a new head next to LoRA adapters).
 	TrainModules []string `json:"train_modules" yaml:"train_modules"`
@@ -78,11 +80,11 @@ func (c Config) Validate() error {
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
 	switch c.Method {
 	case MethodFull:
-		if c.LoRARank != 0 || len(c.LoRATarget) != 0 {
-			bad("method %q takes no lora_r / lora_targets (they apply to lora and lora-fa)", c.Method)
+		if c.LoRARank != 0 || len(c.LoRATarget) != 0 || c.LoRADropout != 0 {
+			bad("method %q takes no lora_r / lora_targets / lora_dropout (they apply to lora and lora-fa)", c.Method)
 		}
 	case MethodLoRA, MethodLoRAFA:
-		if err := (lora.Config{Rank: c.LoRARank, Alpha: c.LoRAAlpha}).Validate(); err != nil {
+		if err := (lora.Config{Rank: c.LoRARank, Alpha: c.LoRAAlpha, Dropout: c.LoRADropout}).Validate(); err != nil {
 			bad("%v", err)
 		}
 		if len(c.LoRATarget) == 0 {
@@ -136,6 +138,9 @@ func (c Config) Validate() error {
 	}
 	if _, err := attention.ParseKind(c.Attention); err != nil {
 		bad("attention: %v", err)
+	}
+	if c.GradCkpt && c.LoRADropout > 0 {
+		bad("lora_dropout cannot be combined with grad_ckpt (the recomputation would draw other dropout masks)")
 	}
 	if c.BatchSize <= 0 {
 		bad("batch_size must be positive, got %d", c.BatchSize)

@@ -157,7 +157,7 @@ func (t *Trainer) ExportAdapter(dir, baseModel string) error {
 	}
 	settings := map[string]any{
 		"peft_type": "LORA", "r": t.Config.LoRARank, "lora_alpha": t.Config.LoRAAlpha, "use_rslora": t.Config.RSLoRA,
-		"target_modules": targets, "base_model_name_or_path": baseModel, "bias": "none", "lora_dropout": 0.0,
+		"target_modules": targets, "base_model_name_or_path": baseModel, "bias": "none", "lora_dropout": t.Config.LoRADropout,
 		"fan_in_fan_out": false, "inference_mode": true, "init_lora_weights": true, "use_dora": false,
 		"lora_bias": loraBias, "revision": nil, "modules_to_save": nil, "task_type": nil,
 	}

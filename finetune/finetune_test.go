@@ -166,6 +166,7 @@ func tensorsEqual(t *testing.T, a, b *tensors.Tensor) bool {
 func TestResumeIsExact(t *testing.T) {
 	cfg := config(finetune.MethodLoRA, 8)
 	cfg.AccumSteps, cfg.Schedule, cfg.WarmupSteps, cfg.ClipNorm, cfg.WeightDecay = 2, "cosine", 2, 0.5, 0.01
+	cfg.LoRADropout = 0.2 // the random-number state must resume too
 	cfg.TrainModules = []string{"classifier"}
 	model, data := imageTask(t, vit.Options{})
 	whole, trWhole := fit(t, model, data, cfg, 4)
@@ -365,6 +366,45 @@ func TestSchedules(t *testing.T) {
 		c.Schedule = tc.schedule
 		if got := c.LearningRate(tc.step); math.Abs(got-tc.want) > 1e-12 {
 			t.Errorf("%s step %d: lr %g, want %g", tc.schedule, tc.step, got, tc.want)
+		}
+	}
+}
+
+// TestOptionsTrain: bf16 compute (float32 master weights) learns; gradient checkpointing gives the same losses
+// as plain training; dropout changes the trajectory and is reproducible from the seed.
+func TestOptionsTrain(t *testing.T) {
+	cfg := config(finetune.MethodLoRA, 12)
+	cfg.TrainModules = []string{"classifier"}
+	run := func(c finetune.Config, opts vit.Options) []finetune.StepStats {
+		model, data := imageTask(t, opts)
+		stats, _ := fit(t, model, data, c, 6)
+		return stats
+	}
+	bf := cfg
+	bf.ComputeDType = "bfloat16"
+	bfStats := run(bf, vit.Options{})
+	if a, b := firstLast(bfStats, 3); b > 0.7*a {
+		t.Errorf("bf16 compute: loss %.3f -> %.3f", a, b)
+	}
+	plain := run(cfg, vit.Options{})
+	ckpt := run(cfg, vit.Options{GradCheckpoint: true})
+	for i := range plain {
+		if math.Abs(plain[i].Loss-ckpt[i].Loss) > 1e-5*math.Abs(plain[i].Loss) {
+			t.Errorf("step %d: checkpointed loss %v, plain %v", i+1, ckpt[i].Loss, plain[i].Loss)
+		}
+	}
+	if ckpt[0].SavedActivationBytes >= plain[0].SavedActivationBytes {
+		t.Errorf("checkpointing keeps %d bytes, plain %d", ckpt[0].SavedActivationBytes, plain[0].SavedActivationBytes)
+	}
+	drop := cfg
+	drop.LoRADropout = 0.3
+	d1, d2 := run(drop, vit.Options{}), run(drop, vit.Options{})
+	if d1[5].Loss == plain[5].Loss {
+		t.Error("dropout did not change the losses")
+	}
+	for i := range d1 {
+		if d1[i].Loss != d2[i].Loss {
+			t.Errorf("step %d: dropout runs with one seed differ (%v, %v)", i+1, d1[i].Loss, d2[i].Loss)
 		}
 	}
 }

@@ -32,6 +32,8 @@ type savedState struct {
 	Step    int             `json:"step"`
 	Config  Config          `json:"config"`
 	Data    json.RawMessage `json:"data_position"`
+	// RNG is the training steps' random-number state.
+	RNG []uint64 `json:"rng"`
 	// ModelFingerprint hashes the base parameters' names, shapes and bytes, so a resume on another base model is
 	// refused.
 	ModelFingerprint string `json:"model_fingerprint"`
@@ -60,7 +62,11 @@ func (t *Trainer) Save(dir string, data Iterator) error {
 	if err != nil {
 		return err
 	}
-	state, err := json.MarshalIndent(savedState{Version: 1, Step: t.Step, Config: t.Config, Data: pos, ModelFingerprint: fp}, "", "  ")
+	var rng []uint64
+	if err := tensors.ConstFlatData[uint64](t.RNG, func(f []uint64) { rng = append(rng, f...) }); err != nil {
+		return err
+	}
+	state, err := json.MarshalIndent(savedState{Version: 1, Step: t.Step, Config: t.Config, Data: pos, RNG: rng, ModelFingerprint: fp}, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -183,6 +189,10 @@ func Resume(dir string, model Model, backend backends.Backend, data Iterator) (*
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
 	t.Train, t.M, t.V, t.Step = train, m, v, s.Step
+	if len(s.RNG) != t.RNG.Shape().Size() {
+		return nil, fmt.Errorf("%s: the random-number state has %d words, want %d", dir, len(s.RNG), t.RNG.Shape().Size())
+	}
+	t.RNG = tensors.FromFlatDataAndDimensions(append([]uint64(nil), s.RNG...), t.RNG.Shape().Dimensions...)
 	if data != nil && len(s.Data) > 0 {
 		if err := data.Restore(s.Data); err != nil {
 			return nil, err

@@ -40,6 +40,8 @@ type Trainer struct {
 	M, V models.Params
 	// Step counts the optimizer steps done.
 	Step int
+	// RNG is the random-number state of the training steps (dropout), advanced by every micro-batch.
+	RNG *tensors.Tensor
 
 	gradSteps map[string]*gradStep
 	update    *updateStep
@@ -56,6 +58,9 @@ type StepStats struct {
 	Tokens   int `json:"tokens,omitempty"`
 	// Seconds is the wall time of the step (gradient computations and the update).
 	Seconds float64 `json:"seconds"`
+	// ExamplesPerSecond and TokensPerSecond are the step's throughput (tokens for text batches only).
+	ExamplesPerSecond float64 `json:"examples_per_second"`
+	TokensPerSecond   float64 `json:"tokens_per_second,omitempty"`
 	// SavedActivationBytes is the exact saved-activation size of the gradient step (training-graph walk).
 	SavedActivationBytes int64 `json:"saved_activation_bytes"`
 	// PeakBytes is the peak memory of the gradient step and PeakMethod how it was obtained.
@@ -98,7 +103,8 @@ func New(model Model, cfg Config, backend backends.Backend) (*Trainer, error) {
 		}
 	}
 	if cfg.Method != MethodFull {
-		newAdapter, err := lora.New(lora.Config{Rank: cfg.LoRARank, Alpha: cfg.LoRAAlpha, RSLoRA: cfg.RSLoRA, FrozenA: cfg.Method == MethodLoRAFA})
+		newAdapter, err := lora.New(lora.Config{Rank: cfg.LoRARank, Alpha: cfg.LoRAAlpha, RSLoRA: cfg.RSLoRA,
+			FrozenA: cfg.Method == MethodLoRAFA, Dropout: cfg.LoRADropout})
 		if err != nil {
 			return nil, err
 		}
@@ -135,6 +141,11 @@ func New(model Model, cfg Config, backend backends.Backend) (*Trainer, error) {
 	if len(t.Train) == 0 {
 		return nil, fmt.Errorf("nothing to train: no trainable parameter")
 	}
+	rng, err := graph.RNGStateFromSeed(int64(cfg.Seed))
+	if err != nil {
+		return nil, err
+	}
+	t.RNG = rng
 	for name, p := range t.Train {
 		t.M[name] = zerosLike(p)
 		if cfg.Optimizer == "adamw" {
@@ -233,6 +244,7 @@ func (t *Trainer) gradFor(b Batch) (*gradStep, error) {
 		}
 	}
 	gs := &gradStep{batchNames: sortedKeys(b), frozenNames: t.Frozen.Names(), trainNames: t.Train.Names()}
+	var rng *engine.RNG
 	compute := t.computeDType()
 	err := engine.Try(func() {
 		g := graph.NewGraph(t.Backend, "train-step")
@@ -240,7 +252,8 @@ func (t *Trainer) gradFor(b Batch) (*gradStep, error) {
 		for _, n := range gs.batchNames {
 			batch[n] = graph.Parameter(g, "batch."+n, b[n].Shape())
 		}
-		bound := models.Bound{Nodes: map[string]*graph.Node{}}
+		rng = engine.NewRNG(graph.Parameter(g, "rng", graph.RNGStateShape))
+		bound := models.Bound{Nodes: map[string]*graph.Node{}, Training: true, RNG: rng}
 		for _, n := range gs.frozenNames {
 			bound.Nodes[n] = graph.Parameter(g, n, t.Frozen[n].Shape())
 			bound.Names = append(bound.Names, n)
@@ -268,7 +281,7 @@ func (t *Trainer) gradFor(b Batch) (*gradStep, error) {
 		}
 		loss := t.Model.Loss(bound, batch)
 		grads := engine.Gradient(loss, trainNodes...)
-		gs.outputs = append([]*graph.Node{loss}, grads...)
+		gs.outputs = append(append([]*graph.Node{loss}, grads...), rng.State())
 		g.Compile(gs.outputs...)
 		gs.g = g
 	})
@@ -295,10 +308,11 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // runGrad runs the gradient step on b and returns the loss and the gradients by trainable name.
 func (t *Trainer) runGrad(gs *gradStep, b Batch) (float64, map[string]*tensors.Tensor, error) {
-	args := make([]any, 0, len(gs.batchNames)+len(gs.frozenNames)+len(gs.trainNames))
+	args := make([]any, 0, len(gs.batchNames)+len(gs.frozenNames)+len(gs.trainNames)+1)
 	for _, n := range gs.batchNames {
 		args = append(args, b[n])
 	}
+	args = append(args, t.RNG)
 	for _, n := range gs.frozenNames {
 		args = append(args, t.Frozen[n])
 	}
@@ -330,6 +344,7 @@ func (t *Trainer) runGrad(gs *gradStep, b Batch) (float64, map[string]*tensors.T
 	for i, n := range gs.trainNames {
 		grads[n] = outs[1+i]
 	}
+	t.RNG = outs[len(outs)-1]
 	return loss, grads, nil
 }
 
@@ -384,6 +399,8 @@ func (t *Trainer) TrainStep(batches []Batch) (StepStats, error) {
 	}
 	stats.GradNorm = norm
 	stats.Seconds = time.Since(start).Seconds()
+	stats.ExamplesPerSecond = float64(stats.Examples) / stats.Seconds
+	stats.TokensPerSecond = float64(stats.Tokens) / stats.Seconds
 	return stats, nil
 }
 

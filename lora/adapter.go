@@ -28,10 +28,19 @@ type Adapter interface {
 	// Trainable reports whether the tensor with this suffix is trained (false: frozen, like LoRA-FA's A).
 	Trainable(suffix string) bool
 	// Forward returns the adapted layer's output for x: base is the frozen layer (weight [Out, In], bias [Out]
-	// or nil) and params holds the adapter's tensors as graph nodes by suffix.
-	Forward(layer models.LinearLayer, x, weight, bias *graph.Node, params map[string]*graph.Node) *graph.Node
+	// or nil), params holds the adapter's tensors as graph nodes by suffix, and ctx says whether this is a
+	// training step and gives its random-number source.
+	Forward(ctx Context, layer models.LinearLayer, x, weight, bias *graph.Node, params map[string]*graph.Node) *graph.Node
 	// Settings returns the adapter's fields for adapter_config.json (merged over the common keys).
 	Settings() map[string]any
+}
+
+// Context is what an adapter's Forward may need beyond its tensors.
+type Context struct {
+	// Training is true in training steps (dropout applies only then).
+	Training bool
+	// RNG is the step's random-number source (nil when none is available: no dropout).
+	RNG *engine.RNG
 }
 
 // Set is a group of adapters attached to some of a model's linear layers.
@@ -111,7 +120,7 @@ func (s *Set) Hook() models.LinearHook {
 			}
 			params[suffix] = n
 		}
-		return a.Forward(s.Layers[path], x, weight, bias, params)
+		return a.Forward(Context{Training: b.Training, RNG: b.RNG}, s.Layers[path], x, weight, bias, params)
 	}
 }
 

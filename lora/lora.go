@@ -23,6 +23,10 @@ type Config struct {
 	// FrozenA makes it LoRA-FA: A keeps its random initialisation and only B trains, so the backward keeps
 	// only A·x (rank r per token) instead of x.
 	FrozenA bool
+	// Dropout is the probability of zeroing an input of the adapter branch in training steps (PEFT's
+	// lora_dropout). The dropped-out input is a new tensor that A's gradient keeps, so dropout costs one
+	// activation per adapted layer (and the sharing with an MS-norm output).
+	Dropout float64
 }
 
 // Validate checks the settings.
@@ -32,6 +36,9 @@ func (c Config) Validate() error {
 	}
 	if c.Alpha <= 0 || math.IsNaN(c.Alpha) || math.IsInf(c.Alpha, 0) {
 		return fmt.Errorf("LoRA alpha must be positive, got %g", c.Alpha)
+	}
+	if c.Dropout < 0 || c.Dropout >= 1 || math.IsNaN(c.Dropout) {
+		return fmt.Errorf("LoRA dropout must be in [0, 1), got %g", c.Dropout)
 	}
 	return nil
 }
@@ -92,18 +99,22 @@ func (l *LoRA) Trainable(suffix string) bool {
 // with PEFT's lora_bias. Backward (through engine.Linear's matmul gradients): the base matmul keeps x only if W
 // is trained; A's gradient needs x (shared with a memory-sharing norm's output when the layer follows one); B's
 // gradient needs A x (rank r per token). With LoRA-FA, A is frozen and only A x is kept.
-func (l *LoRA) Forward(layer models.LinearLayer, x, weight, bias *graph.Node, p map[string]*graph.Node) *graph.Node {
+func (l *LoRA) Forward(ctx Context, layer models.LinearLayer, x, weight, bias *graph.Node, p map[string]*graph.Node) *graph.Node {
 	a, b := p[SuffixA], p[SuffixB]
 	if a == nil || b == nil {
 		panic(fmt.Sprintf("lora: layer %s is missing %s or %s", layer.Path, SuffixA, SuffixB))
 	}
 	base := engine.Linear(x, weight, bias)
-	update := engine.Linear(engine.Linear(x, a, nil), b, p[SuffixBBias])
+	in := x
+	if ctx.Training && ctx.RNG != nil && l.Config.Dropout > 0 {
+		in = engine.Dropout(ctx.RNG, x, l.Config.Dropout)
+	}
+	update := engine.Linear(engine.Linear(in, a, nil), b, p[SuffixBBias])
 	return graph.Add(base, graph.MulScalar(update, l.Config.Scale()))
 }
 
 // Settings returns PEFT's adapter_config.json LoRA fields.
 func (l *LoRA) Settings() map[string]any {
 	return map[string]any{"r": l.Config.Rank, "lora_alpha": l.Config.Alpha, "use_rslora": l.Config.RSLoRA,
-		"lora_dropout": 0.0, "fan_in_fan_out": false, "init_lora_weights": true, "use_dora": false}
+		"lora_dropout": l.Config.Dropout, "fan_in_fan_out": false, "init_lora_weights": true, "use_dora": false}
 }

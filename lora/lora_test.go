@@ -70,7 +70,7 @@ func TestLoRAGradientMatchesHandReference(t *testing.T) {
 	s := cfg.Scale()
 	layer := models.LinearLayer{Path: "l", In: in, Out: out}
 	got := gtest.Run(t, func(g *graph.Graph, p []*graph.Node) []*graph.Node {
-		y := (&lora.LoRA{Config: cfg}).Forward(layer, p[0], p[1], nil, map[string]*graph.Node{lora.SuffixA: p[2], lora.SuffixB: p[3]})
+		y := (&lora.LoRA{Config: cfg}).Forward(lora.Context{}, layer, p[0], p[1], nil, map[string]*graph.Node{lora.SuffixA: p[2], lora.SuffixB: p[3]})
 		grads := engine.Gradient(graph.ReduceAllSum(graph.Mul(y, p[4])), p[2], p[3])
 		return append([]*graph.Node{y}, grads...)
 	}, gtest.Tensor(x, n, in), gtest.Tensor(w, out, in), gtest.Tensor(a, r, in), gtest.Tensor(b, out, r), gtest.Tensor(rr, n, out))
@@ -161,7 +161,7 @@ func TestLoRAFAKeepsOnlyRankTensor(t *testing.T) {
 		init, _ := ad.Init(layer, rand.New(rand.NewPCG(1, 2)))
 		var outputs []*graph.Node
 		_, g := gtest.RunGraph(t, func(g *graph.Graph, p []*graph.Node) []*graph.Node {
-			y := ad.Forward(layer, graph.Sin(p[0]), p[1], nil, map[string]*graph.Node{lora.SuffixA: p[2], lora.SuffixB: p[3]})
+			y := ad.Forward(lora.Context{}, layer, graph.Sin(p[0]), p[1], nil, map[string]*graph.Node{lora.SuffixA: p[2], lora.SuffixB: p[3]})
 			wrt := []*graph.Node{p[3]}
 			if !frozenA {
 				wrt = append(wrt, p[2])

@@ -66,6 +66,10 @@ type Bound struct {
 	Nodes map[string]*graph.Node
 	// Linear, when not nil, replaces engine.Linear for every linear layer the model applies through Bound.Linear.
 	Linear LinearHook
+	// Training is set in training steps (adapters apply dropout only then).
+	Training bool
+	// RNG, when set, is the step's random-number source (dropout).
+	RNG *engine.RNG
 }
 
 // ApplyLinear applies the linear layer at module path (weights path+".weight", optional path+".bias") to x,
@@ -82,7 +86,8 @@ func (b Bound) ApplyLinear(path string, x *graph.Node) *graph.Node {
 
 // Merge returns a Bound holding the nodes of b and of others (their names must not collide) and b's hook.
 func (b Bound) Merge(others ...Bound) Bound {
-	out := Bound{Names: append([]string(nil), b.Names...), Nodes: map[string]*graph.Node{}, Linear: b.Linear}
+	out := Bound{Names: append([]string(nil), b.Names...), Nodes: map[string]*graph.Node{}, Linear: b.Linear,
+		Training: b.Training, RNG: b.RNG}
 	for n, v := range b.Nodes {
 		out.Nodes[n] = v
 	}
@@ -113,7 +118,9 @@ func (b Bound) Checkpointed(prefix string, x *graph.Node, block func(b Bound, x 
 		inputs = append(inputs, b.Nodes[n])
 	}
 	return engine.Checkpoint(func(in []*graph.Node) *graph.Node {
-		sub := Bound{Names: names, Nodes: map[string]*graph.Node{}, Linear: b.Linear}
+		// The recomputation must draw the same random numbers as the forward pass, which Checkpoint cannot
+		// guarantee with a shared RNG: checkpointed blocks run without the RNG (no dropout inside them).
+		sub := Bound{Names: names, Nodes: map[string]*graph.Node{}, Linear: b.Linear, Training: b.Training}
 		for i, n := range names {
 			sub.Nodes[n] = in[1+i]
 		}
