@@ -35,6 +35,7 @@ func trainFlags(f *pflag.FlagSet, c *finetune.Config) {
 	f.Float64Var(&c.LoRADropout, "lora-dropout", c.LoRADropout, "dropout on the adapter branch's input")
 	f.StringSliceVar(&c.LoRATarget, "lora-targets", c.LoRATarget, "layers to adapt: q,k,v,o,gate,up,down,attn,mlp, all-linear or module names")
 	f.StringSliceVar(&c.TrainModules, "train-modules", c.TrainModules, "base modules that train next to the adapters (e.g. classifier, score)")
+	f.StringVar(&c.InitAdapter, "init-adapter", c.InitAdapter, "start from this PEFT LoRA adapter folder")
 	f.BoolVar(&c.ApproxAct, "approx-act", c.ApproxAct, "ReGELU2/ReSiLU2: exact activation forward, 2-bit backward")
 	f.BoolVar(&c.MSNorm, "ms-norm", c.MSNorm, "MS-LN/MS-RMSNorm: fold norm affines into the next linear layers")
 	f.BoolVar(&c.GradCkpt, "grad-ckpt", c.GradCkpt, "gradient checkpointing per block (recompute in backward)")
@@ -147,6 +148,8 @@ func applyFlag(cfg, flags *finetune.Config, name string) {
 		cfg.LoRATarget = flags.LoRATarget
 	case "train-modules":
 		cfg.TrainModules = flags.TrainModules
+	case "init-adapter":
+		cfg.InitAdapter = abs(flags.InitAdapter)
 	case "approx-act":
 		cfg.ApproxAct = flags.ApproxAct
 	case "ms-norm":

@@ -14,6 +14,7 @@ const (
 	MethodFull   = "full"    // every model parameter trains
 	MethodLoRA   = "lora"    // LoRA adapters train, the base is frozen
 	MethodLoRAFA = "lora-fa" // LoRA with A frozen: only B trains
+	MethodCustom = "custom"  // adapters given by the caller (finetune.WithAdapters), the base is frozen
 )
 
 // Config configures training. Its YAML/JSON keys are the snake_case names below.
@@ -27,6 +28,9 @@ type Config struct {
 	// LoRADropout drops adapter-branch inputs in training with this probability.
 	LoRADropout float64  `json:"lora_dropout" yaml:"lora_dropout"`
 	LoRATarget  []string `json:"lora_targets" yaml:"lora_targets"`
+	// InitAdapter, when set, is a PEFT LoRA adapter folder to start from instead of fresh adapters (its rank and
+	// alpha must match lora_r and lora_alpha; its modules_to_save initialise the trained modules).
+	InitAdapter string `json:"init_adapter" yaml:"init_adapter"`
 	// TrainModules are module-path prefixes of base parameters that train too (e.g. "classifier" or "score" for
 	// a new head next to LoRA adapters).
 	TrainModules []string `json:"train_modules" yaml:"train_modules"`
@@ -80,15 +84,19 @@ func (c Config) Validate() error {
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
 	switch c.Method {
 	case MethodFull:
-		if c.LoRARank != 0 || len(c.LoRATarget) != 0 || c.LoRADropout != 0 {
-			bad("method %q takes no lora_r / lora_targets / lora_dropout (they apply to lora and lora-fa)", c.Method)
+		if c.LoRARank != 0 || len(c.LoRATarget) != 0 || c.LoRADropout != 0 || c.InitAdapter != "" {
+			bad("method %q takes no lora_r / lora_targets / lora_dropout / init_adapter (they apply to lora and lora-fa)", c.Method)
 		}
 	case MethodLoRA, MethodLoRAFA:
 		if err := (lora.Config{Rank: c.LoRARank, Alpha: c.LoRAAlpha, Dropout: c.LoRADropout}).Validate(); err != nil {
 			bad("%v", err)
 		}
-		if len(c.LoRATarget) == 0 {
+		if len(c.LoRATarget) == 0 && c.InitAdapter == "" {
 			bad("lora_targets is empty (use e.g. q,v or all-linear)")
+		}
+	case MethodCustom:
+		if c.LoRARank != 0 || len(c.LoRATarget) != 0 || c.InitAdapter != "" {
+			bad("method custom takes its adapters from the caller, not lora_r / lora_targets / init_adapter")
 		}
 	default:
 		bad("method must be full, lora or lora-fa, got %q", c.Method)

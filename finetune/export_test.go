@@ -188,3 +188,38 @@ func checkPEFTFiles(t *testing.T, dir string, modules []string) {
 		t.Errorf("modules_to_save %v, want %v", cfg["modules_to_save"], modules)
 	}
 }
+
+// TestInitAdapterContinues: training can start from an exported PEFT adapter (and its modules_to_save): the
+// logits at the start equal those at the end of the first run.
+func TestInitAdapterContinues(t *testing.T) {
+	model, data := imageTask(t, vit.Options{MSNorm: true})
+	cfg := config(finetune.MethodLoRA, 4)
+	cfg.LoRARank = 4
+	cfg.TrainModules = []string{"classifier"}
+	tr, _ := finetune.New(model, cfg, gtest.Backend(t))
+	loader, _ := finetune.NewLoader(data, 6, 1, true)
+	if err := tr.Fit(context.Background(), loader, "", nil, finetune.Hooks{}); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "adapter")
+	if err := tr.ExportAdapter(dir, "x"); err != nil {
+		t.Fatal(err)
+	}
+	batch, _ := loader.Next()
+	delete(batch, "labels")
+	want, _ := tr.Logits(batch)
+	cfg2 := cfg
+	cfg2.InitAdapter, cfg2.LoRATarget = dir, nil
+	tr2, err := finetune.New(model, cfg2, gtest.Backend(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := tr2.Logits(batch)
+	if d := gtest.MaxAbsDiff(gtest.Float32s(got), gtest.Float32s(want)); d > 1e-5 {
+		t.Errorf("continued run starts %g away from the exported adapter", d)
+	}
+	cfg2.LoRARank = 8
+	if _, err := finetune.New(model, cfg2, gtest.Backend(t)); err == nil || !strings.Contains(err.Error(), "r=4") {
+		t.Errorf("rank mismatch: %v", err)
+	}
+}

@@ -72,12 +72,28 @@ type StepStats struct {
 // were before the step.
 var ErrNonFinite = errors.New("non-finite loss")
 
+// Option changes how New sets a trainer up.
+type Option func(*options)
+
+type options struct{ adapters *lora.Set }
+
+// WithAdapters trains the given adapters (any lora.Adapter implementations, e.g. a custom one) instead of
+// creating LoRA adapters; use it with Config.Method "custom".
+func WithAdapters(set *lora.Set) Option { return func(o *options) { o.adapters = set } }
+
 // New prepares training of model with cfg on backend: adapters are created and initialised from cfg.Seed
-// (lora, lora-fa), trainable tensors are chosen, the frozen ones converted to the compute dtype, and the
-// optimizer state zeroed.
-func New(model Model, cfg Config, backend backends.Backend) (*Trainer, error) {
+// (lora, lora-fa) or taken from WithAdapters (custom), trainable tensors are chosen, the frozen ones converted
+// to the compute dtype, and the optimizer state zeroed.
+func New(model Model, cfg Config, backend backends.Backend, opts ...Option) (*Trainer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if (cfg.Method == MethodCustom) != (o.adapters != nil) {
+		return nil, fmt.Errorf("method custom and WithAdapters go together (method %q)", cfg.Method)
 	}
 	t := &Trainer{Config: cfg, Model: model, Backend: backend, Train: models.Params{}, Frozen: models.Params{},
 		M: models.Params{}, V: models.Params{}, gradSteps: map[string]*gradStep{}}
@@ -102,13 +118,34 @@ func New(model Model, cfg Config, backend backends.Backend) (*Trainer, error) {
 			return nil, fmt.Errorf("train_modules: no parameter of the model starts with %q", prefix)
 		}
 	}
-	if cfg.Method != MethodFull {
-		newAdapter, err := lora.New(lora.Config{Rank: cfg.LoRARank, Alpha: cfg.LoRAAlpha, RSLoRA: cfg.RSLoRA,
-			FrozenA: cfg.Method == MethodLoRAFA, Dropout: cfg.LoRADropout})
+	if cfg.Method == MethodCustom {
+		t.Adapters = o.adapters
+	} else if cfg.Method != MethodFull {
+		lc := lora.Config{Rank: cfg.LoRARank, Alpha: cfg.LoRAAlpha, RSLoRA: cfg.RSLoRA,
+			FrozenA: cfg.Method == MethodLoRAFA, Dropout: cfg.LoRADropout}
+		newAdapter, err := lora.New(lc)
 		if err != nil {
 			return nil, err
 		}
-		if t.Adapters, err = lora.NewSet(model.LinearLayers(), cfg.LoRATarget, newAdapter, cfg.Seed); err != nil {
+		if cfg.InitAdapter != "" {
+			set, saved, err := ImportAdapter(cfg.InitAdapter, model)
+			if err != nil {
+				return nil, err
+			}
+			if saved.Rank != lc.Rank || saved.Alpha != lc.Alpha || saved.RSLoRA != lc.RSLoRA {
+				return nil, fmt.Errorf("init_adapter %s has r=%d, alpha=%g, rslora=%v but the config says %d, %g, %v",
+					cfg.InitAdapter, saved.Rank, saved.Alpha, saved.RSLoRA, lc.Rank, lc.Alpha, lc.RSLoRA)
+			}
+			for path := range set.Adapters {
+				set.Adapters[path] = newAdapter(set.Layers[path])
+			}
+			t.Adapters = set
+			modules, err := ImportModules(cfg.InitAdapter)
+			if err != nil {
+				return nil, err
+			}
+			params = withOverrides(params, modules)
+		} else if t.Adapters, err = lora.NewSet(model.LinearLayers(), cfg.LoRATarget, newAdapter, cfg.Seed); err != nil {
 			return nil, err
 		}
 	}
@@ -153,6 +190,21 @@ func New(model Model, cfg Config, backend backends.Backend) (*Trainer, error) {
 		}
 	}
 	return t, nil
+}
+
+// withOverrides returns p with the tensors of over replacing (or adding) those of the same name.
+func withOverrides(p, over models.Params) models.Params {
+	if len(over) == 0 {
+		return p
+	}
+	out := models.Params{}
+	for n, v := range p {
+		out[n] = v
+	}
+	for n, v := range over {
+		out[n] = v
+	}
+	return out
 }
 
 func (t *Trainer) computeDType() dtypes.DType {
