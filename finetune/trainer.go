@@ -296,49 +296,20 @@ func (t *Trainer) gradFor(b Batch) (*gradStep, error) {
 		}
 	}
 	gs := &gradStep{batchNames: sortedKeys(b), frozenNames: t.Frozen.Names(), trainNames: t.Train.Names()}
-	var rng *engine.RNG
-	compute := t.computeDType()
-	err := engine.Try(func() {
-		g := graph.NewGraph(t.Backend, "train-step")
-		batch := map[string]*graph.Node{}
-		for _, n := range gs.batchNames {
-			batch[n] = graph.Parameter(g, "batch."+n, b[n].Shape())
-		}
-		rng = engine.NewRNG(graph.Parameter(g, "rng", graph.RNGStateShape))
-		bound := models.Bound{Nodes: map[string]*graph.Node{}, Training: true, RNG: rng}
-		for _, n := range gs.frozenNames {
-			bound.Nodes[n] = graph.Parameter(g, n, t.Frozen[n].Shape())
-			bound.Names = append(bound.Names, n)
-		}
-		trainNodes := make([]*graph.Node, len(gs.trainNames))
-		for i, n := range gs.trainNames {
-			trainNodes[i] = graph.Parameter(g, n, t.Train[n].Shape())
-			node := trainNodes[i]
-			if compute != dtypes.Float32 {
-				node = graph.ConvertDType(node, compute)
-			}
-			bound.Nodes[n] = node
-			bound.Names = append(bound.Names, n)
-		}
-		sort.Strings(bound.Names)
-		if t.Adapters != nil {
-			bound.Linear = t.Adapters.Hook()
-		}
-		if compute != dtypes.Float32 {
-			for n, node := range batch {
-				if node.DType() == dtypes.Float32 {
-					batch[n] = graph.ConvertDType(node, compute)
-				}
-			}
-		}
-		loss := t.Model.Loss(bound, batch)
-		grads := engine.Gradient(loss, trainNodes...)
-		gs.outputs = append(append([]*graph.Node{loss}, grads...), rng.State())
-		g.Compile(gs.outputs...)
-		gs.g = g
-	})
-	if err != nil {
-		return nil, fmt.Errorf("building the training step: %w", err)
+	spec := stepSpec{model: t.Model, adapters: t.Adapters, compute: t.computeDType(),
+		batch: map[string]shapes.Shape{}, frozen: map[string]shapes.Shape{}, train: map[string]shapes.Shape{}}
+	for n, v := range b {
+		spec.batch[n] = v.Shape()
+	}
+	for n, v := range t.Frozen {
+		spec.frozen[n] = v.Shape()
+	}
+	for n, v := range t.Train {
+		spec.train[n] = v.Shape()
+	}
+	var err error
+	if gs.g, gs.outputs, err = buildGradStep(t.Backend, spec); err != nil {
+		return nil, err
 	}
 	saved, err := memory.Saved(gs.g, gs.outputs...)
 	if err != nil {

@@ -80,3 +80,28 @@ func ApplyFolds(p Params, folds []Fold) (folded, removed Params, err error) {
 	}
 	return folded, removed, nil
 }
+
+// FoldedShapes returns the parameter shapes that ApplyFolds produces from parameters with the given shapes: the
+// folded norms' tensors are gone, and a linear layer fed by a norm with a beta gains a bias [out] where it had
+// none (ApplyFolds adds it when beta is not all zero; shapes alone cannot tell, so this assumes it is not).
+func FoldedShapes(shapes map[string][]int, folds []Fold) map[string][]int {
+	out := make(map[string][]int, len(shapes))
+	for n, d := range shapes {
+		out[n] = d
+	}
+	for _, f := range folds {
+		_, hasBeta := shapes[f.Beta]
+		for _, l := range f.Linears {
+			if _, ok := out[l.Bias]; hasBeta && l.Bias != "" && !ok {
+				if w, ok := shapes[l.Weight]; ok && len(w) == 2 {
+					out[l.Bias] = []int{w[0]}
+				}
+			}
+		}
+		delete(out, f.Gamma)
+		if f.Beta != "" {
+			delete(out, f.Beta)
+		}
+	}
+	return out
+}

@@ -1,0 +1,201 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/memfit/memfit/engine"
+	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/memory"
+)
+
+func newMemoryCommand(opts *Options) *cobra.Command {
+	var model, configFile, variantList, budget string
+	var seq, labels, maxBatch, maxSeq int
+	var asJSON bool
+	flagCfg := finetune.Defaults()
+	cmd := &cobra.Command{
+		Use:   "memory --model DIR|PRESET [flags]",
+		Short: "Show what a training step keeps in memory, for each memory-saving variant side by side",
+		Long: `Builds the training step of the given configuration (without running it and without reading any weights:
+only config.json is read) in each memory-saving variant and prints, side by side:
+  - saved activations: the forward tensors the backward pass reads, exact from the training graph, split by op
+    kind (linear inputs, norms, activations, attention, other), the paper's Figure 2 breakdown;
+  - the step's peak: on the pure-Go backend a liveness simulation of its executor (checked to the byte against a
+    buffer-pool counter in tools/peakmem), on XLA the compiled program's sizes;
+  - weights, gradients and optimizer state, and the total (peak + optimizer state);
+  - ratios to the plain variant.
+--model takes a Hugging Face folder or a preset name (vit: tiny, vit-b16; llama: tiny, llama-1b, llama-7b).
+--max-batch N / --max-seq N with --budget search, for each variant, the largest batch or sequence length up to N
+whose total fits the budget (the paper's Table 9).`,
+		Example: `  finetune memory --model vit-b16 --labels 10 --lora-targets all-linear --batch-size 8
+  finetune memory --model llama-1b --lora-targets all-linear --batch-size 1 --seq 256 --json
+  finetune memory --model llama-7b --compute-dtype bfloat16 --batch-size 1 --max-seq 8192 --budget 24GiB`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if model == "" {
+				return usagef("--model is required (a model folder or a preset such as vit-b16 or llama-1b)")
+			}
+			cfg := finetune.Defaults()
+			if configFile != "" {
+				var err error
+				if cfg, err = finetune.ReadConfigFile(configFile, cfg); err != nil {
+					return usageError{err}
+				}
+			}
+			cmd.Flags().Visit(func(f *pflag.Flag) { applyFlag(&cfg, &flagCfg, f.Name) })
+			if cfg.Method == finetune.MethodFull && !cmd.Flags().Changed("lora-r") && !cmd.Flags().Changed("lora-targets") {
+				cfg.LoRARank, cfg.LoRATarget = 0, nil
+			}
+			if err := cfg.Validate(); err != nil {
+				return usageError{err}
+			}
+			if cmd.Flags().Changed("approx-act") || cmd.Flags().Changed("ms-norm") || cmd.Flags().Changed("grad-ckpt") {
+				return usagef("memory compares the variants itself: choose them with --variants, not --approx-act/--ms-norm/--grad-ckpt")
+			}
+			var variants []finetune.Variant
+			for _, name := range strings.Split(variantList, ",") {
+				v, err := finetune.VariantByName(strings.TrimSpace(name))
+				if err != nil {
+					return usageError{err}
+				}
+				variants = append(variants, v)
+			}
+			if maxBatch > 0 && maxSeq > 0 {
+				return usagef("--max-batch and --max-seq search one axis at a time: give one of them")
+			}
+			if (maxBatch > 0 || maxSeq > 0) != (budget != "") {
+				return usagef("--max-batch / --max-seq and --budget go together")
+			}
+			backend, err := opts.NewBackend()
+			if err != nil {
+				return err
+			}
+			defer backend.Finalize()
+			in := finetune.Shape{Batch: cfg.BatchSize, Seq: seq}
+			if budget != "" {
+				limit, axis := maxBatch, "batch"
+				if maxSeq > 0 {
+					limit, axis = maxSeq, "seq"
+				}
+				b, err := parseBytes(budget)
+				if err != nil {
+					return usageError{err}
+				}
+				fits, err := finetune.MaxFit(backend, model, cfg, labels, in, axis, b, limit, variants)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return writeJSON(cmd.OutOrStdout(), map[string]any{"axis": axis, "budget_bytes": b, "limit": limit,
+						"shape": in, "method": cfg.Method, "fits": fits, "bytes": "total_bytes = step peak + optimizer state"})
+				}
+				w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', tabwriter.AlignRight)
+				fmt.Fprintf(w, "variant\tmax %s\ttotal at max\t\n", axis)
+				for _, f := range fits {
+					fmt.Fprintf(w, "%s\t%d\t%s\t\n", f.Variant, f.Max, memory.FormatBytes(f.Bytes))
+				}
+				if err := w.Flush(); err != nil {
+					return err
+				}
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "budget %s; total = step peak (%s) + optimizer state; searched up to %d\n",
+					memory.FormatBytes(b), peakMethod(backend.Name()), limit)
+				return err
+			}
+			rep, err := finetune.PlanMemory(backend, model, cfg, labels, in, variants)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), rep)
+			}
+			return writeMemoryTable(cmd.OutOrStdout(), rep)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&model, "model", "", "model folder (only config.json is read) or preset name")
+	f.StringVar(&configFile, "config", "", "YAML training config (keys as finetune train's flags, snake_case)")
+	f.IntVar(&seq, "seq", 256, "sequence length (LLaMA)")
+	f.IntVar(&labels, "labels", 0, "classes of a preset's classification head (0: ViTModel / causal LM)")
+	f.StringVar(&variantList, "variants", "plain,approx-act,ms-norm,approx-act+ms-norm,grad-ckpt", "variants to compare, plain first")
+	f.BoolVar(&asJSON, "json", false, `print one JSON object {"variants": [...]} instead of the table`)
+	f.IntVar(&maxBatch, "max-batch", 0, "search the largest batch size up to N that fits --budget")
+	f.IntVar(&maxSeq, "max-seq", 0, "search the longest sequence up to N that fits --budget (LLaMA)")
+	f.StringVar(&budget, "budget", "", "memory budget for --max-batch/--max-seq, e.g. 24GiB, 80GB, 1.5e9")
+	trainFlags(f, &flagCfg)
+	return cmd
+}
+
+func peakMethod(backend string) memory.Method {
+	if backend == "xla" {
+		return memory.MethodXLACompiled
+	}
+	return memory.MethodSimulation
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func writeMemoryTable(out io.Writer, rep *finetune.MemoryReport) error {
+	shape := fmt.Sprintf("batch %d", rep.Shape.Batch)
+	if rep.Shape.Seq > 0 {
+		shape += fmt.Sprintf(", sequence %d", rep.Shape.Seq)
+	}
+	fmt.Fprintf(out, "%s (%s), method %s, %s, %s attention, %s, backend %s\n\n", rep.Model, rep.ModelType,
+		rep.Method, rep.ComputeDType, rep.Attention, shape, rep.Backend)
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(w, "variant\tsaved act.\t")
+	for _, k := range engine.Kinds {
+		fmt.Fprintf(w, "%s\t", k)
+	}
+	fmt.Fprint(w, "x plain\tstep peak\tx plain\tweights\tgrads\toptimizer\ttotal\tx plain\ttrainable\t\n")
+	for _, v := range rep.Variants {
+		fmt.Fprintf(w, "%s\t%s\t", v.Name, memory.FormatBytes(v.SavedActivationBytes))
+		for _, k := range engine.Kinds {
+			fmt.Fprintf(w, "%s\t", memory.FormatBytes(v.SavedByKind[k.String()]))
+		}
+		fmt.Fprintf(w, "%.3f\t%s\t%.3f\t%s\t%s\t%s\t%s\t%.3f\t%d\t\n", v.SavedRatio, memory.FormatBytes(v.PeakBytes), v.PeakRatio,
+			memory.FormatBytes(v.WeightsBytes), memory.FormatBytes(v.GradientBytes), memory.FormatBytes(v.OptimizerBytes),
+			memory.FormatBytes(v.TotalBytes), v.TotalRatio, v.TrainableParams)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if len(rep.Variants) > 0 {
+		fmt.Fprintf(out, "\nsaved act.: %s\nstep peak: %s\ntotal = step peak + optimizer state\n",
+			rep.Variants[0].SavedMethod, rep.Variants[0].PeakMethod)
+	}
+	return nil
+}
+
+// parseBytes reads a size such as 24GiB, 80GB, 512MiB or a plain number of bytes.
+func parseBytes(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	units := []struct {
+		suffix string
+		scale  float64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10},
+		{"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"B", 1}}
+	scale := 1.0
+	for _, u := range units {
+		if strings.HasSuffix(strings.ToUpper(t), strings.ToUpper(u.suffix)) {
+			t, scale = strings.TrimSpace(t[:len(t)-len(u.suffix)]), u.scale
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(t, 64)
+	if err != nil || !(v > 0) {
+		return 0, fmt.Errorf("--budget %q is not a size (examples: 24GiB, 80GB, 1.5e9)", s)
+	}
+	return int64(v * scale), nil
+}

@@ -1,0 +1,83 @@
+package cli_test
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestMemoryJSON runs finetune memory on an init-made folder and checks the JSON fields and the ordering the
+// memory-saving variants must show.
+func TestMemoryJSON(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "llama")
+	if _, errOut, code := run(t, "init", "--arch", "llama", "--preset", "tiny", "--out", dir); code != 0 {
+		t.Fatalf("init: exit %d: %s", code, errOut)
+	}
+	out, errOut, code := run(t, "memory", "--model", dir, "--lora-targets", "all-linear", "--batch-size", "2", "--seq", "16", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var rep struct {
+		Variants []map[string]any `json:"variants"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	saved := map[string]float64{}
+	for _, v := range rep.Variants {
+		for _, key := range []string{"name", "saved_activation_bytes", "saved_by_kind", "peak_bytes", "peak_method",
+			"weights_bytes", "optimizer_bytes", "trainable_params"} {
+			if _, ok := v[key]; !ok {
+				t.Errorf("variant %v lacks %q", v["name"], key)
+			}
+		}
+		saved[v["name"].(string)] = v["saved_activation_bytes"].(float64)
+	}
+	if len(saved) != 5 {
+		t.Fatalf("want 5 variants, got %v", saved)
+	}
+	if !(saved["approx-act+ms-norm"] < saved["approx-act"] && saved["approx-act"] < saved["plain"] &&
+		saved["ms-norm"] < saved["plain"] && saved["grad-ckpt"] < saved["approx-act+ms-norm"]) {
+		t.Errorf("saved bytes not ordered as the methods promise: %v", saved)
+	}
+
+	table, errOut, code := run(t, "memory", "--model", "vit:tiny", "--labels", "3", "--batch-size", "2", "--variants", "plain,approx-act+ms-norm")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"approx-act+ms-norm", "saved act.: exact", "step peak: estimate"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q:\n%s", want, table)
+		}
+	}
+	fit, errOut, code := run(t, "memory", "--model", "llama:tiny", "--batch-size", "1", "--max-seq", "512", "--budget", "3MiB", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(fit, `"fits"`) || !strings.Contains(fit, `"max"`) {
+		t.Errorf("--max-seq output: %s", fit)
+	}
+}
+
+func TestMemoryBadInput(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"memory", "--model", "/nonexistent/model"}, 1, "neither a model folder nor a preset"},
+		{[]string{"memory", "--model", "tiny"}, 1, "write vit:tiny or llama:tiny"},
+		{[]string{"memory", "--model", "vit-b16", "--method", "full", "--lora-r", "8"}, 2, "lora_r"},
+		{[]string{"memory", "--model", "vit-b16", "--variants", "plain,fast"}, 2, "unknown variant"},
+		{[]string{"memory", "--model", "vit-b16", "--max-batch", "64"}, 2, "--budget"},
+		{[]string{"memory", "--model", "vit-b16", "--max-batch", "64", "--budget", "lots"}, 2, "not a size"},
+		{[]string{"memory", "--model", "vit-b16", "--max-seq", "64", "--budget", "1GiB"}, 1, "LLaMA"},
+		{[]string{"memory"}, 2, "--model is required"},
+	} {
+		_, errOut, code := run(t, tc.args...)
+		if code != tc.code || !strings.Contains(errOut, tc.want) || strings.Count(strings.TrimSpace(errOut), "\n") != 0 {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d and one line with %q", tc.args, code, errOut, tc.code, tc.want)
+		}
+	}
+}

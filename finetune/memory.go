@@ -1,0 +1,431 @@
+package finetune
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+
+	"github.com/memfit/memfit/attention"
+	"github.com/memfit/memfit/engine"
+	"github.com/memfit/memfit/lora"
+	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/models"
+	"github.com/memfit/memfit/models/auto"
+	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/vit"
+)
+
+// Variant is one combination of the memory-saving options, applied on top of a Config.
+type Variant struct {
+	Name      string
+	ApproxAct bool
+	MSNorm    bool
+	GradCkpt  bool
+}
+
+// Apply returns cfg with the variant's options set (and the others cleared).
+func (v Variant) Apply(cfg Config) Config {
+	cfg.ApproxAct, cfg.MSNorm, cfg.GradCkpt = v.ApproxAct, v.MSNorm, v.GradCkpt
+	return cfg
+}
+
+// Variants are the memory-saving variants that PlanMemory compares by default, plain first.
+var Variants = []Variant{
+	{Name: "plain"},
+	{Name: "approx-act", ApproxAct: true},
+	{Name: "ms-norm", MSNorm: true},
+	{Name: "approx-act+ms-norm", ApproxAct: true, MSNorm: true},
+	{Name: "grad-ckpt", GradCkpt: true},
+}
+
+// VariantByName returns the named variant of Variants.
+func VariantByName(name string) (Variant, error) {
+	for _, v := range Variants {
+		if v.Name == name {
+			return v, nil
+		}
+	}
+	names := make([]string, len(Variants))
+	for i, v := range Variants {
+		names[i] = v.Name
+	}
+	return Variant{}, fmt.Errorf("unknown variant %q (have %v)", name, names)
+}
+
+// Shape is the input shape of a memory plan: the batch size and, for LLaMA, the sequence length (ViT uses the
+// model's image size).
+type Shape struct {
+	Batch int `json:"batch"`
+	Seq   int `json:"seq,omitempty"`
+}
+
+// MemoryVariant is the memory of one training step in one variant.
+type MemoryVariant struct {
+	Name string `json:"name"`
+	// SavedActivationBytes is exact (MethodSaved): the forward tensors the backward pass reads, from the
+	// training graph; SavedByKind splits it by op kind (linear, norm, activation, attention, other).
+	SavedActivationBytes int64            `json:"saved_activation_bytes"`
+	SavedByKind          map[string]int64 `json:"saved_by_kind"`
+	SavedMethod          string           `json:"saved_method"`
+	// PeakBytes is the peak memory of the gradient step (its inputs, i.e. weights and batch, included);
+	// PeakMethod says how it was obtained.
+	PeakBytes  int64  `json:"peak_bytes"`
+	PeakMethod string `json:"peak_method"`
+	// WeightsBytes are the model and adapter tensors as the step holds them (frozen ones in the compute dtype,
+	// trainable ones in float32); GradientBytes the trainable tensors' gradients (float32); OptimizerBytes the
+	// optimizer state (float32; two moments for AdamW, one buffer for SGD).
+	WeightsBytes   int64 `json:"weights_bytes"`
+	GradientBytes  int64 `json:"gradient_bytes"`
+	OptimizerBytes int64 `json:"optimizer_bytes"`
+	// TotalBytes is PeakBytes + OptimizerBytes: the step's peak with the optimizer state, which stays resident
+	// across steps, added.
+	TotalBytes      int64 `json:"total_bytes"`
+	TrainableParams int64 `json:"trainable_params"`
+	// SavedRatio, PeakRatio and TotalRatio compare with the first variant of the report (plain).
+	SavedRatio float64 `json:"saved_ratio"`
+	PeakRatio  float64 `json:"peak_ratio"`
+	TotalRatio float64 `json:"total_ratio"`
+}
+
+// MemoryReport compares the variants of one training configuration.
+type MemoryReport struct {
+	Model        string          `json:"model"`
+	ModelType    string          `json:"model_type"`
+	Method       string          `json:"method"`
+	ComputeDType string          `json:"compute_dtype"`
+	Attention    string          `json:"attention"`
+	Shape        Shape           `json:"shape"`
+	Backend      string          `json:"backend"`
+	Variants     []MemoryVariant `json:"variants"`
+}
+
+// ShapeModel returns the model at dir (a Hugging Face folder: only config.json is read) or, when dir is not a
+// folder, the named preset, as "arch:name" or just the name when only one architecture has it (vit: "tiny",
+// "vit-b16" with labels classes, 0 for the bare ViTModel; llama: "tiny", "llama-1b", "llama-7b", a causal LM
+// when labels is 0), built in cfg's modes without any weights: enough to
+// build training graphs, not to run them. It also returns the checkpoint's parameter shapes after folding.
+func ShapeModel(dir string, cfg Config, labels int) (Model, map[string][]int, error) {
+	kind, err := attention.ParseKind(cfg.Attention)
+	if err != nil {
+		return nil, nil, err
+	}
+	var model Model
+	if st, statErr := os.Stat(dir); statErr == nil && st.IsDir() {
+		mt, err := auto.ModelType(dir)
+		if err != nil {
+			return nil, nil, err
+		}
+		switch mt {
+		case "vit":
+			c, err := vit.LoadConfig(dir)
+			if err != nil {
+				return nil, nil, err
+			}
+			model = ViT{Model: &vit.Model{Config: c}}
+		case "llama":
+			c, err := llama.LoadConfig(dir)
+			if err != nil {
+				return nil, nil, err
+			}
+			model = Llama{Model: &llama.Model{Config: c}}
+		default:
+			return nil, nil, fmt.Errorf("model type %q cannot be trained", mt)
+		}
+	} else {
+		arch, name, qualified := strings.Cut(dir, ":")
+		if !qualified {
+			arch, name = "", dir
+		}
+		vc, verr := vit.Preset(name, labels)
+		lc, lerr := llama.Preset(name, labels)
+		switch {
+		case arch == "vit" && verr == nil, arch == "" && verr == nil && lerr != nil:
+			model = ViT{Model: &vit.Model{Config: vc}}
+		case arch == "llama" && lerr == nil, arch == "" && lerr == nil && verr != nil:
+			model = Llama{Model: &llama.Model{Config: lc}}
+		case arch == "" && verr == nil && lerr == nil:
+			return nil, nil, fmt.Errorf("preset %q exists for vit and llama: write vit:%s or llama:%s", name, name, name)
+		case statErr != nil && !os.IsNotExist(statErr):
+			return nil, nil, statErr
+		default:
+			return nil, nil, fmt.Errorf("%s is neither a model folder nor a preset (vit: %s; llama: %s)", dir,
+				strings.Join(sortedKeys(vit.Presets), ", "), strings.Join(sortedKeys(llama.Presets), ", "))
+		}
+	}
+	var folds []models.Fold
+	switch m := model.(type) {
+	case ViT:
+		m.Options = vit.Options{ApproxActivation: cfg.ApproxAct, MSNorm: cfg.MSNorm, GradCheckpoint: cfg.GradCkpt, Attention: kind}
+	case Llama:
+		m.Options = llama.Options{ApproxActivation: cfg.ApproxAct, MSNorm: cfg.MSNorm, GradCheckpoint: cfg.GradCkpt, Attention: kind}
+	}
+	shp := model.Shapes()
+	if cfg.MSNorm {
+		folds = model.Folds()
+		shp = models.FoldedShapes(shp, folds)
+	}
+	return model, shp, nil
+}
+
+// PlanStep builds (without running it) the gradient step of cfg on model, whose parameters have the given
+// shapes, for a batch of the given shape, and returns its memory: saved activations read off the graph, the
+// step's peak (simulated for the pure-Go backend, compiled-program sizes for XLA), weights, gradients and
+// optimizer bytes.
+func PlanStep(backend backends.Backend, model Model, paramShapes map[string][]int, cfg Config, in Shape) (MemoryVariant, error) {
+	if err := cfg.Validate(); err != nil {
+		return MemoryVariant{}, err
+	}
+	if in.Batch <= 0 {
+		return MemoryVariant{}, fmt.Errorf("batch size must be positive, got %d", in.Batch)
+	}
+	compute := dtypes.Float32
+	if cfg.ComputeDType == "bfloat16" {
+		compute = dtypes.BFloat16
+	}
+	spec := stepSpec{model: model, compute: compute, batch: map[string]shapes.Shape{},
+		frozen: map[string]shapes.Shape{}, train: map[string]shapes.Shape{}}
+	switch m := model.(type) {
+	case ViT:
+		c := m.Config
+		spec.batch["pixel_values"] = shapes.Make(dtypes.Float32, in.Batch, c.NumChannels, c.ImageSize, c.ImageSize)
+		spec.batch["labels"] = shapes.Make(dtypes.Int32, in.Batch)
+	case Llama:
+		if in.Seq <= 0 {
+			return MemoryVariant{}, fmt.Errorf("a LLaMA step needs a sequence length (got %d)", in.Seq)
+		}
+		spec.batch["input_ids"] = shapes.Make(dtypes.Int32, in.Batch, in.Seq)
+		spec.batch["attention_mask"] = shapes.Make(dtypes.Int32, in.Batch, in.Seq)
+		if m.Config.Architecture == llama.ArchClassification {
+			spec.batch["labels"] = shapes.Make(dtypes.Int32, in.Batch)
+		} else {
+			spec.batch["labels"] = shapes.Make(dtypes.Int32, in.Batch, in.Seq)
+		}
+	default:
+		return MemoryVariant{}, fmt.Errorf("memory planning does not know model %T", model)
+	}
+	for _, prefix := range cfg.TrainModules {
+		found := false
+		for name := range paramShapes {
+			found = found || trainsModule(prefix, name)
+		}
+		if !found {
+			return MemoryVariant{}, fmt.Errorf("train_modules: no parameter of the model starts with %q", prefix)
+		}
+	}
+	for name, dims := range paramShapes {
+		if cfg.Method == MethodFull || slices.ContainsFunc(cfg.TrainModules, func(p string) bool { return trainsModule(p, name) }) {
+			spec.train[name] = shapes.Make(dtypes.Float32, dims...)
+		} else {
+			spec.frozen[name] = shapes.Make(compute, dims...)
+		}
+	}
+	switch cfg.Method {
+	case MethodLoRA, MethodLoRAFA:
+		lc := lora.Config{Rank: cfg.LoRARank, Alpha: cfg.LoRAAlpha, RSLoRA: cfg.RSLoRA,
+			FrozenA: cfg.Method == MethodLoRAFA, Dropout: cfg.LoRADropout}
+		newAdapter, err := lora.New(lc)
+		if err != nil {
+			return MemoryVariant{}, err
+		}
+		set, err := lora.NewSet(model.LinearLayers(), cfg.LoRATarget, newAdapter, cfg.Seed)
+		if err != nil {
+			return MemoryVariant{}, err
+		}
+		spec.adapters = set
+		trainable := set.Trainable()
+		for name, p := range set.Params {
+			if slices.Contains(trainable, name) {
+				spec.train[name] = shapes.Make(dtypes.Float32, p.Shape().Dimensions...)
+			} else {
+				spec.frozen[name] = shapes.Make(compute, p.Shape().Dimensions...)
+			}
+		}
+	case MethodFull:
+	default:
+		return MemoryVariant{}, fmt.Errorf("memory planning supports methods full, lora and lora-fa, not %q", cfg.Method)
+	}
+	g, outputs, err := buildGradStep(backend, spec)
+	if err != nil {
+		return MemoryVariant{}, err
+	}
+	defer g.Finalize()
+	saved, err := memory.Saved(g, outputs...)
+	if err != nil {
+		return MemoryVariant{}, err
+	}
+	var peak memory.Peak
+	if backend.Name() == "xla" {
+		peak, err = memory.XLAProgramPeak(g)
+	} else {
+		peak, err = memory.SimulatePeak(g, memory.SimOptions{})
+	}
+	if err != nil {
+		return MemoryVariant{}, err
+	}
+	v := MemoryVariant{SavedActivationBytes: saved.Total, SavedByKind: map[string]int64{}, SavedMethod: memory.MethodSavedWalk,
+		PeakBytes: peak.Bytes, PeakMethod: string(peak.Method)}
+	for _, k := range engine.Kinds {
+		v.SavedByKind[k.String()] = saved.ByKind[k]
+	}
+	for _, s := range spec.frozen {
+		v.WeightsBytes += int64(s.Memory())
+	}
+	moments := int64(2)
+	if cfg.Optimizer == "sgd" {
+		moments = 1
+	}
+	for _, s := range spec.train {
+		b := int64(s.Memory())
+		v.WeightsBytes += b
+		v.GradientBytes += b
+		v.OptimizerBytes += moments * b
+		v.TrainableParams += int64(s.Size())
+	}
+	v.TotalBytes = v.PeakBytes + v.OptimizerBytes
+	return v, nil
+}
+
+// trainsModule reports whether parameter name lies under the module path prefix.
+func trainsModule(prefix, name string) bool {
+	return name == prefix || len(name) > len(prefix) && name[:len(prefix)] == prefix && name[len(prefix)] == '.'
+}
+
+// PlanMemory plans cfg's training step on the model at dir (a folder or a preset name, see ShapeModel) in every
+// variant (Variants when nil) and returns them side by side, with ratios to the first.
+func PlanMemory(backend backends.Backend, dir string, cfg Config, labels int, in Shape, variants []Variant) (*MemoryReport, error) {
+	if len(variants) == 0 {
+		variants = Variants
+	}
+	rep := &MemoryReport{Model: dir, Method: cfg.Method, ComputeDType: cfg.ComputeDType, Attention: cfg.Attention,
+		Shape: in, Backend: backend.Name()}
+	for _, v := range variants {
+		vc := v.Apply(cfg)
+		model, shp, err := ShapeModel(dir, vc, labels)
+		if err != nil {
+			return nil, err
+		}
+		rep.ModelType = map[bool]string{true: "vit", false: "llama"}[isViT(model)]
+		if rep.ModelType == "vit" {
+			rep.Shape.Seq = 0
+		}
+		mv, err := PlanStep(backend, model, shp, vc, in)
+		if err != nil {
+			return nil, fmt.Errorf("variant %s: %w", v.Name, err)
+		}
+		mv.Name = v.Name
+		rep.Variants = append(rep.Variants, mv)
+	}
+	base := rep.Variants[0]
+	for i := range rep.Variants {
+		v := &rep.Variants[i]
+		v.SavedRatio = ratio(v.SavedActivationBytes, base.SavedActivationBytes)
+		v.PeakRatio = ratio(v.PeakBytes, base.PeakBytes)
+		v.TotalRatio = ratio(v.TotalBytes, base.TotalBytes)
+	}
+	return rep, nil
+}
+
+func isViT(m Model) bool { _, ok := m.(ViT); return ok }
+
+func ratio(a, b int64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+// Fit is the largest batch size or sequence length whose training step fits a memory budget.
+type Fit struct {
+	Variant string `json:"variant"`
+	// Max is the largest value that fits (0: not even 1 fits); Bytes is TotalBytes at Max.
+	Max   int   `json:"max"`
+	Bytes int64 `json:"total_bytes"`
+}
+
+// MaxFit finds, for each variant, the largest batch size (axis "batch") or sequence length (axis "seq", LLaMA
+// only) up to limit whose step's TotalBytes (peak + optimizer state) is at most budget, with the other
+// dimension as in.
+func MaxFit(backend backends.Backend, dir string, cfg Config, labels int, in Shape, axis string, budget int64, limit int, variants []Variant) ([]Fit, error) {
+	if axis != "batch" && axis != "seq" {
+		return nil, fmt.Errorf("axis must be batch or seq, got %q", axis)
+	}
+	if budget <= 0 || limit <= 0 {
+		return nil, fmt.Errorf("budget and limit must be positive")
+	}
+	if len(variants) == 0 {
+		variants = Variants
+	}
+	var out []Fit
+	for _, v := range variants {
+		vc := v.Apply(cfg)
+		model, shp, err := ShapeModel(dir, vc, labels)
+		if err != nil {
+			return nil, err
+		}
+		if axis == "seq" && isViT(model) {
+			return nil, fmt.Errorf("--max-seq applies to LLaMA models; a ViT's sequence is fixed by its image size")
+		}
+		cache := map[int]int64{}
+		bytesAt := func(n int) (int64, error) {
+			if b, ok := cache[n]; ok {
+				return b, nil
+			}
+			s := in
+			if axis == "batch" {
+				s.Batch = n
+			} else {
+				s.Seq = n
+			}
+			mv, err := PlanStep(backend, model, shp, vc, s)
+			if err != nil {
+				return 0, err
+			}
+			cache[n] = mv.TotalBytes
+			return mv.TotalBytes, nil
+		}
+		fit := Fit{Variant: v.Name}
+		// Double until the budget is exceeded (or the limit reached), then bisect.
+		// A causal LM needs two tokens at least (one prediction); batches start at one example.
+		start := 1
+		if axis == "seq" {
+			start = 2
+		}
+		lo, hi := 0, min(start, limit)
+		for {
+			b, err := bytesAt(hi)
+			if err != nil {
+				return nil, err
+			}
+			if b > budget {
+				break
+			}
+			lo, fit.Bytes = hi, b
+			if hi == limit {
+				break
+			}
+			hi = min(2*hi, limit)
+		}
+		if lo > 0 && lo < hi && lo != limit {
+			for hi-lo > 1 {
+				mid := (lo + hi) / 2
+				b, err := bytesAt(mid)
+				if err != nil {
+					return nil, err
+				}
+				if b <= budget {
+					lo, fit.Bytes = mid, b
+				} else {
+					hi = mid
+				}
+			}
+		}
+		fit.Max = lo
+		out = append(out, fit)
+	}
+	return out, nil
+}
