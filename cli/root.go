@@ -44,7 +44,8 @@ made with -tags xla.`,
 	root.PersistentFlags().StringVar(&opts.Backend, "backend", "",
 		`"go" (pure Go, default) or "xla:<plugin name or absolute .so path>"; default $`+engine.BackendEnv)
 	root.AddCommand(newBenchCommand(opts), newApproxBPCommand(opts), newInitCommand(opts), newLogitsCommand(opts),
-		newTrainCommand(opts), newExportCommand(opts), newMemoryCommand(opts))
+		newTrainCommand(opts), newExportCommand(opts), newMemoryCommand(opts),
+		newPretrainCommand(opts))
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	return root
 }

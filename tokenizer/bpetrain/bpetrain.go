@@ -1,0 +1,257 @@
+// Package bpetrain trains a byte-level BPE tokenizer on text and writes it as a Hugging Face tokenizer.json
+// (the Llama-3 layout: the Llama-3 split regex, byte-level alphabet, merges, a BOS template), so any HF-compatible
+// reader (memfit's tokenizer package, Hugging Face tokenizers) loads it.
+//
+// The algorithm is the classic one (Sennrich et al. 2016, byte-level as GPT-2): split the text into chunks with
+// the pre-tokenizer, count the chunks, start from the 256 byte symbols and repeatedly merge the most frequent
+// adjacent pair (ties broken by the smaller pair of symbol strings, so training is deterministic) until the
+// vocabulary has the requested size.
+package bpetrain
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// SplitPattern is the Llama-3 pre-tokenizer regex, written into tokenizer.json. Go's regexp has no lookahead, so
+// Split reproduces its `\s+(?!\S)` branch by hand.
+const SplitPattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+
+var splitRE = regexp.MustCompile(`^(?:(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+)`)
+
+// Split cuts text into the Llama-3 pre-tokenizer's chunks.
+func Split(text string) []string {
+	var out []string
+	for i := 0; i < len(text); {
+		loc := splitRE.FindStringIndex(text[i:])
+		n := 0
+		if loc != nil {
+			n = loc[1]
+		}
+		if n == 0 { // invalid UTF-8 or a character no branch takes: one rune on its own
+			_, n = utf8.DecodeRuneInString(text[i:])
+		}
+		chunk := text[i : i+n]
+		// `\s+(?!\S)`: a whitespace run (no newline) followed by a non-space leaves its last character to the
+		// next chunk, which then starts with it (" word").
+		if i+n < len(text) && isSpaceRun(chunk) {
+			if r, _ := utf8.DecodeRuneInString(text[i+n:]); !unicode.IsSpace(r) {
+				if _, last := utf8.DecodeLastRuneInString(chunk); last < len(chunk) {
+					chunk = chunk[:len(chunk)-last]
+					n = len(chunk)
+				}
+			}
+		}
+		out = append(out, chunk)
+		i += n
+	}
+	return out
+}
+
+func isSpaceRun(s string) bool {
+	for _, r := range s {
+		if !unicode.IsSpace(r) || r == '\n' || r == '\r' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// byteRunes is GPT-2's byte-to-unicode table: printable bytes map to themselves, the others to 256+i.
+var byteRunes = func() [256]rune {
+	var t [256]rune
+	n := 0
+	for b := 0; b < 256; b++ {
+		if (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF) {
+			t[b] = rune(b)
+		} else {
+			t[b] = rune(256 + n)
+			n++
+		}
+	}
+	return t
+}()
+
+// ByteLevel returns s with each byte replaced by its byte-level character.
+func ByteLevel(s string) string {
+	var sb strings.Builder
+	for i := 0; i < len(s); i++ {
+		sb.WriteRune(byteRunes[s[i]])
+	}
+	return sb.String()
+}
+
+// Options configure Train.
+type Options struct {
+	// VocabSize is the final vocabulary size, special tokens included (at least 256 + len(Special)).
+	VocabSize int
+	// Special are the special tokens, appended after the learned vocabulary; the first is the BOS token that the
+	// post-processor adds (none when empty), the second the EOS token.
+	Special []string
+	// MinFrequency stops merging when the best pair occurs fewer times (default 2).
+	MinFrequency int
+}
+
+// Model is a trained tokenizer.
+type Model struct {
+	// Vocab lists the tokens by id (byte-level strings; special tokens verbatim).
+	Vocab []string
+	// Merges are the learned merges, in order.
+	Merges [][2]string
+	// Special are the special tokens (their ids follow the learned vocabulary).
+	Special []string
+}
+
+type word struct {
+	syms []int
+	freq int
+}
+
+// Train learns a BPE vocabulary from texts.
+func Train(texts []string, opts Options) (*Model, error) {
+	if opts.MinFrequency == 0 {
+		opts.MinFrequency = 2
+	}
+	if opts.VocabSize < 256+len(opts.Special) {
+		return nil, fmt.Errorf("vocab size %d is below the 256 byte tokens + %d special tokens", opts.VocabSize, len(opts.Special))
+	}
+	counts := map[string]int{}
+	for _, t := range texts {
+		for _, c := range Split(t) {
+			counts[c]++
+		}
+	}
+	m := &Model{Special: opts.Special}
+	// The byte alphabet, ordered by character as Hugging Face's trainer orders it.
+	alphabet := make([]string, 256)
+	for b := range alphabet {
+		alphabet[b] = string(byteRunes[b])
+	}
+	sort.Strings(alphabet)
+	index := map[string]int{}
+	for i, s := range alphabet {
+		index[s] = i
+	}
+	m.Vocab = alphabet
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	words := make([]word, 0, len(keys))
+	for _, k := range keys {
+		w := word{freq: counts[k]}
+		for i := 0; i < len(k); i++ {
+			w.syms = append(w.syms, index[string(byteRunes[k[i]])])
+		}
+		words = append(words, w)
+	}
+	type pair struct{ a, b int }
+	for len(m.Vocab) < opts.VocabSize-len(opts.Special) {
+		pairs := map[pair]int{}
+		for _, w := range words {
+			for i := 0; i+1 < len(w.syms); i++ {
+				pairs[pair{w.syms[i], w.syms[i+1]}] += w.freq
+			}
+		}
+		best, bestN := pair{}, 0
+		for p, n := range pairs {
+			if n > bestN || n == bestN && less(m.Vocab, p.a, p.b, best.a, best.b) {
+				best, bestN = p, n
+			}
+		}
+		if bestN < opts.MinFrequency {
+			break
+		}
+		id := len(m.Vocab)
+		m.Vocab = append(m.Vocab, m.Vocab[best.a]+m.Vocab[best.b])
+		m.Merges = append(m.Merges, [2]string{m.Vocab[best.a], m.Vocab[best.b]})
+		for wi := range words {
+			s := words[wi].syms
+			out := s[:0]
+			for i := 0; i < len(s); i++ {
+				if i+1 < len(s) && s[i] == best.a && s[i+1] == best.b {
+					out = append(out, id)
+					i++
+				} else {
+					out = append(out, s[i])
+				}
+			}
+			words[wi].syms = out
+		}
+	}
+	m.Vocab = append(m.Vocab, opts.Special...)
+	return m, nil
+}
+
+func less(vocab []string, a1, b1, a2, b2 int) bool {
+	if vocab[a1] != vocab[a2] {
+		return vocab[a1] < vocab[a2]
+	}
+	return vocab[b1] < vocab[b2]
+}
+
+// TokenizerJSON returns the model as a Hugging Face tokenizer.json: the Llama-3 pre-tokenizer (split regex, then
+// byte level), the BPE model, a TemplateProcessing post-processor that adds the first special token (BOS) in
+// front of every sequence, and the byte-level decoder.
+func (m *Model) TokenizerJSON() ([]byte, error) {
+	type obj = map[string]any
+	vocab := make(map[string]int, len(m.Vocab))
+	for i, s := range m.Vocab[:len(m.Vocab)-len(m.Special)] {
+		vocab[s] = i
+	}
+	var added []obj
+	for i, s := range m.Special {
+		added = append(added, obj{"id": len(m.Vocab) - len(m.Special) + i, "content": s, "single_word": false,
+			"lstrip": false, "rstrip": false, "normalized": false, "special": true})
+	}
+	var post any
+	if len(m.Special) > 0 {
+		bos := m.Special[0]
+		bosID := len(m.Vocab) - len(m.Special)
+		post = obj{"type": "TemplateProcessing",
+			"single": []obj{{"SpecialToken": obj{"id": bos, "type_id": 0}}, {"Sequence": obj{"id": "A", "type_id": 0}}},
+			"pair": []obj{{"SpecialToken": obj{"id": bos, "type_id": 0}}, {"Sequence": obj{"id": "A", "type_id": 0}},
+				{"SpecialToken": obj{"id": bos, "type_id": 1}}, {"Sequence": obj{"id": "B", "type_id": 1}}},
+			"special_tokens": obj{bos: obj{"id": bos, "ids": []int{bosID}, "tokens": []string{bos}}}}
+	}
+	merges := make([][]string, len(m.Merges))
+	for i, p := range m.Merges {
+		merges[i] = []string{p[0], p[1]}
+	}
+	doc := obj{
+		"version": "1.0", "truncation": nil, "padding": nil, "added_tokens": added, "normalizer": nil,
+		"pre_tokenizer": obj{"type": "Sequence", "pretokenizers": []obj{
+			{"type": "Split", "pattern": obj{"Regex": SplitPattern}, "behavior": "Isolated", "invert": false},
+			{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}}},
+		"post_processor": post,
+		"decoder":        obj{"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+		"model": obj{"type": "BPE", "dropout": nil, "unk_token": nil, "continuing_subword_prefix": nil,
+			"end_of_word_suffix": nil, "fuse_unk": false, "byte_fallback": false, "ignore_merges": true,
+			"vocab": vocab, "merges": merges},
+	}
+	return json.MarshalIndent(doc, "", "  ")
+}
+
+// TokenizerConfigJSON returns a tokenizer_config.json naming the special tokens (BOS, EOS, and the third as the
+// padding token when given) and the context length.
+func (m *Model) TokenizerConfigJSON(maxLength int) ([]byte, error) {
+	cfg := map[string]any{"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": maxLength,
+		"clean_up_tokenization_spaces": false}
+	names := []string{"bos_token", "eos_token", "pad_token"}
+	decoder := map[string]any{}
+	for i, s := range m.Special {
+		if i < len(names) {
+			cfg[names[i]] = s
+		}
+		decoder[fmt.Sprint(len(m.Vocab)-len(m.Special)+i)] = map[string]any{"content": s, "lstrip": false,
+			"normalized": false, "rstrip": false, "single_word": false, "special": true}
+	}
+	cfg["added_tokens_decoder"] = decoder
+	return json.MarshalIndent(cfg, "", "  ")
+}
