@@ -80,3 +80,10 @@ func TestApproxBPFit(t *testing.T) {
 		t.Errorf("fitted objective %g should be positive and not above the published %g", res.Objective, res.Published.Objective)
 	}
 }
+
+func TestVersion(t *testing.T) {
+	out, errOut, code := run(t, "version")
+	if code != 0 || !strings.Contains(out, "GoMLX v0.26.0") || !strings.Contains(out, "backends: go") {
+		t.Errorf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}

@@ -19,6 +19,8 @@ import (
 type Options struct {
 	// Backend is the --backend flag: empty means $MEMFIT_BACKEND, then the pure-Go default.
 	Backend string
+	// Debug is the --debug flag: whole error messages with stack traces.
+	Debug bool
 }
 
 // NewBackend creates the backend chosen by the --backend flag, $MEMFIT_BACKEND or the default.
@@ -41,11 +43,17 @@ made with -tags xla.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.PersistentFlags().BoolVar(&opts.Debug, "debug", false, "show whole error messages and stack traces (same as MEMFIT_DEBUG=1)")
+	root.PersistentPreRun = func(*cobra.Command, []string) {
+		if opts.Debug {
+			os.Setenv("MEMFIT_DEBUG", "1")
+		}
+	}
 	root.PersistentFlags().StringVar(&opts.Backend, "backend", "",
 		`"go" (pure Go, default) or "xla:<plugin name or absolute .so path>"; default $`+engine.BackendEnv)
 	root.AddCommand(newBenchCommand(opts), newApproxBPCommand(opts), newInitCommand(opts), newLogitsCommand(opts),
 		newTrainCommand(opts), newExportCommand(opts), newMemoryCommand(opts),
-		newPretrainCommand(opts))
+		newPretrainCommand(opts), newVersionCommand())
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	return root
 }

@@ -17,3 +17,6 @@ func newXLABackend(plugin string) (backends.Backend, error) {
 	}
 	return nil, fmt.Errorf("backend xla:%s: this memfit binary was built without XLA support; rebuild with `go build -tags xla` (needs cgo)", plugin)
 }
+
+// XLAAvailable reports whether this binary was built with the XLA/PJRT backend (the xla build tag).
+func XLAAvailable() bool { return false }

@@ -36,3 +36,6 @@ func newXLABackend(plugin string) (backend backends.Backend, err error) {
 	}
 	return b, nil
 }
+
+// XLAAvailable reports whether this binary was built with the XLA/PJRT backend (the xla build tag).
+func XLAAvailable() bool { return true }
