@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/memfit/memfit/pretrained"
 	"github.com/memfit/memfit/safetensors"
 	"github.com/memfit/memfit/tokenizer/bpetrain"
 )
@@ -23,7 +24,104 @@ func newPretrainCommand(opts *Options) *cobra.Command {
 ships them (pretrained/): a byte-level BPE tokenizer trained on English text, a small ViT trained on
 Fashion-MNIST and a small LLaMA trained on English text. pretrained/README.md records the exact commands.`,
 	}
-	cmd.AddCommand(newPretrainTokenizerCommand())
+	cmd.AddCommand(newPretrainTokenizerCommand(), newPretrainViTCommand(opts), newPretrainDemoDataCommand())
+	return cmd
+}
+
+const fashionDir = "/usr/share/datasets/fashion-mnist"
+
+func newPretrainViTCommand(opts *Options) *cobra.Command {
+	var dir, out string
+	var o pretrained.PretrainViTOptions
+	cmd := &cobra.Command{
+		Use:   "vit --out DIR [--fashion-mnist DIR]",
+		Short: "Train the shipped small ViT from random init on Fashion-MNIST classes 0-4",
+		Long: `Trains pretrained.ViTConfig (28x28 grey images, 7x7 patches, hidden 64, 4 layers) from random initialisation
+on the Fashion-MNIST training images of classes 0-4 (T-shirt/top, Trouser, Pullover, Dress, Coat), full
+fine-tuning with AdamW, and writes a Hugging Face folder. Fashion-MNIST comes from the Debian package
+dataset-fashion-mnist (apt install dataset-fashion-mnist), which installs it in ` + fashionDir + `.`,
+		Example: `  finetune pretrain vit --out pretrained/vit-fashion`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if out == "" {
+				return usagef("--out is required")
+			}
+			backend, err := opts.NewBackend()
+			if err != nil {
+				return err
+			}
+			defer backend.Finalize()
+			progress := newProgress(cmd.ErrOrStderr(), o.Steps, 0)
+			o.OnStep = progress
+			f := func(name string) string { return filepath.Join(dir, name) }
+			acc, err := pretrained.PretrainViT(cmd.Context(), backend, f("train-images-idx3-ubyte.gz"), f("train-labels-idx1-ubyte.gz"),
+				f("t10k-images-idx3-ubyte.gz"), f("t10k-labels-idx1-ubyte.gz"), out, o)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: test accuracy on classes 0-4 %.2f%%\n", out, 100*acc)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&dir, "fashion-mnist", fashionDir, "folder with the Fashion-MNIST IDX files")
+	f.StringVar(&out, "out", "", "output folder")
+	f.IntVar(&o.Steps, "steps", 1500, "optimizer steps")
+	f.IntVar(&o.BatchSize, "batch-size", 64, "batch size")
+	f.Float64Var(&o.LR, "lr", 1e-3, "peak learning rate")
+	f.Uint64Var(&o.Seed, "seed", 1, "seed of the initialisation and the data order")
+	return cmd
+}
+
+func newPretrainDemoDataCommand() *cobra.Command {
+	var dir, out string
+	var perClassTrain, perClassTest int
+	cmd := &cobra.Command{
+		Use:   "demo-data --out DIR [--fashion-mnist DIR]",
+		Short: "Write the demo's fine-tuning data: Fashion-MNIST classes 5-9 subsets as IDX files",
+		Long: `Writes the first --train-per-class training images and the first --test-per-class test images of each of
+Fashion-MNIST's classes 5-9 (Sandal, Shirt, Sneaker, Bag, Ankle boot: classes the shipped ViT never saw) in the
+original IDX format, gzip-compressed, for finetune demo.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if out == "" {
+				return usagef("--out is required")
+			}
+			if err := os.MkdirAll(out, 0o755); err != nil {
+				return err
+			}
+			for _, split := range []struct {
+				in, name string
+				per      int
+			}{{"train", "train", perClassTrain}, {"t10k", "test", perClassTest}} {
+				imgs, err := pretrained.ReadIDX(filepath.Join(dir, split.in+"-images-idx3-ubyte.gz"))
+				if err != nil {
+					return err
+				}
+				labs, err := pretrained.ReadIDX(filepath.Join(dir, split.in+"-labels-idx1-ubyte.gz"))
+				if err != nil {
+					return err
+				}
+				si, sl, err := pretrained.Subset(imgs, labs, []int{5, 6, 7, 8, 9}, split.per)
+				if err != nil {
+					return err
+				}
+				if err := pretrained.WriteIDX(filepath.Join(out, "fashion-5to9-"+split.name+"-images.idx.gz"), si); err != nil {
+					return err
+				}
+				if err := pretrained.WriteIDX(filepath.Join(out, "fashion-5to9-"+split.name+"-labels.idx.gz"), sl); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: %d images\n", split.name, sl.Dims[0])
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&dir, "fashion-mnist", fashionDir, "folder with the Fashion-MNIST IDX files")
+	f.StringVar(&out, "out", "", "output folder")
+	f.IntVar(&perClassTrain, "train-per-class", 300, "training images per class")
+	f.IntVar(&perClassTest, "test-per-class", 200, "test images per class")
 	return cmd
 }
 
