@@ -9,7 +9,9 @@ import (
 )
 
 // decoder turns tokens into text pieces (Hugging Face's decode_chain: each decoder maps the token list).
-type decoder interface{ decode(tokens []string) []string }
+type decoder interface {
+	decode(tokens []string) []string
+}
 
 type decSeq []decoder
 
