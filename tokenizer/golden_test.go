@@ -114,3 +114,43 @@ func TestLlama2SentencePiece(t *testing.T) {
 		}
 	}
 }
+
+// TestEdgeCases compares with references made by Hugging Face tokenizers 0.23.2 on strings chosen for their
+// edge cases (whitespace runs, newlines, Unicode, emoji, special-token text, very long words): see
+// testdata/make_refs.js.
+func TestEdgeCases(t *testing.T) {
+	dir := filepath.Join(golden.SharedDir(t), "tokenizers")
+	for _, name := range []string{"llama3", "mistral", "bert-base-uncased"} {
+		t.Run(name, func(t *testing.T) {
+			tok, err := Load(filepath.Join(dir, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkGolden(t, tok, readGolden(t, filepath.Join("testdata", name+".edge.jsonl")), name)
+		})
+	}
+}
+
+// TestShippedTokenizer checks the tokenizer memfit trained for its tiny LLaMA (pretrained/llama-tiny, made by
+// finetune pretrain tokenizer) against Hugging Face tokenizers' encodings of the edge-case strings.
+func TestShippedTokenizer(t *testing.T) {
+	tok, err := Load(filepath.Join("..", "pretrained", "llama-tiny"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok.VocabSize() != 4096 {
+		t.Errorf("vocab %d", tok.VocabSize())
+	}
+	checkGolden(t, tok, readGolden(t, filepath.Join("testdata", "memfit-bpe4k.edge.jsonl")), "memfit-bpe4k")
+	for _, s := range []string{"<|begin_of_text|>", "<|end_of_text|>", "<|pad|>"} {
+		if _, ok := tok.TokenID(s); !ok {
+			t.Errorf("no %s", s)
+		}
+	}
+	bos, _ := tok.BOS()
+	eos, _ := tok.EOS()
+	pad, _ := tok.Pad()
+	if bos != 4093 || eos != 4094 || pad != 4095 {
+		t.Errorf("bos %d eos %d pad %d", bos, eos, pad)
+	}
+}
