@@ -20,6 +20,27 @@ import (
 // Logits computes model's logits on batch with the given parameters (model.Params() when nil) and adapters
 // (none when set is nil).
 func Logits(backend backends.Backend, model Model, params models.Params, set *lora.Set, batch Batch) (*tensors.Tensor, error) {
+	return evaluate(backend, model, params, set, batch, model.Logits)
+}
+
+// Loss computes model's loss on batch (it must hold the labels) with the given parameters and adapters, as
+// Logits does.
+func Loss(backend backends.Backend, model Model, params models.Params, set *lora.Set, batch Batch) (float64, error) {
+	out, err := evaluate(backend, model, params, set, batch, func(b models.Bound, nodes map[string]*graph.Node) *graph.Node {
+		return graph.ConvertDType(model.Loss(b, nodes), dtypes.Float32)
+	})
+	if err != nil {
+		return 0, err
+	}
+	defer out.MustFinalizeAll()
+	var loss float64
+	err = tensors.ConstFlatData[float32](out, func(f []float32) { loss = float64(f[0]) })
+	return loss, err
+}
+
+// evaluate builds and runs fn (logits, loss, ...) of the model on batch.
+func evaluate(backend backends.Backend, model Model, params models.Params, set *lora.Set, batch Batch,
+	fn func(b models.Bound, nodes map[string]*graph.Node) *graph.Node) (*tensors.Tensor, error) {
 	if params == nil {
 		params = model.Params()
 	}
@@ -45,7 +66,7 @@ func Logits(backend backends.Backend, model Model, params models.Params, set *lo
 				args = append(args, t)
 			}
 		}
-		logits := model.Logits(b, nodes)
+		logits := fn(b, nodes)
 		g.Compile(logits)
 		out = g.Run(args...)[0]
 	})
@@ -54,6 +75,47 @@ func Logits(backend backends.Backend, model Model, params models.Params, set *lo
 
 // Logits computes the trained model's logits on batch (current trainable tensors and adapters).
 func (t *Trainer) Logits(batch Batch) (*tensors.Tensor, error) {
+	params, set := t.current()
+	return Logits(t.Backend, t.Model, params, set, batch)
+}
+
+// MeanLoss returns the trained model's loss averaged over data's examples, evaluated in consecutive batches of
+// batchSize (the last may be shorter); each batch's loss (a mean over its examples or tokens) weighs by its
+// number of examples.
+func (t *Trainer) MeanLoss(data Examples, batchSize int) (float64, error) {
+	params, set := t.current()
+	n := data.Len()
+	if n == 0 || batchSize <= 0 {
+		return 0, fmt.Errorf("mean loss needs examples and a positive batch size (got %d, %d)", n, batchSize)
+	}
+	var sum float64
+	for start := 0; start < n; start += batchSize {
+		idx := make([]int, 0, batchSize)
+		for i := start; i < min(n, start+batchSize); i++ {
+			idx = append(idx, i)
+		}
+		batch := Batch{}
+		for name, tt := range data {
+			g, err := gatherRows(tt, idx)
+			if err != nil {
+				return 0, err
+			}
+			batch[name] = g
+		}
+		loss, err := Loss(t.Backend, t.Model, params, set, batch)
+		for _, tt := range batch {
+			tt.MustFinalizeAll()
+		}
+		if err != nil {
+			return 0, err
+		}
+		sum += loss * float64(len(idx))
+	}
+	return sum / float64(n), nil
+}
+
+// current returns the model parameters with the trained tensors in place, and the adapters with theirs.
+func (t *Trainer) current() (models.Params, *lora.Set) {
 	params := models.Params{}
 	for n, v := range t.Model.Params() {
 		params[n] = v
@@ -78,7 +140,7 @@ func (t *Trainer) Logits(batch Batch) (*tensors.Tensor, error) {
 			}
 		}
 	}
-	return Logits(t.Backend, t.Model, params, set, batch)
+	return params, set
 }
 
 // ImportModules reads the modules_to_save tensors of a PEFT adapter folder: base parameters by name (without
