@@ -1,19 +1,16 @@
 package pretrained
 
 import (
-	"bytes"
-	"compress/gzip"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
+	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/models/vit"
@@ -28,72 +25,17 @@ const (
 	FashionStd  = 0.3530
 )
 
-// IDX is a decoded IDX file (the MNIST format): its dimensions and its unsigned-byte data.
-type IDX struct {
-	Dims []int
-	Data []byte
-}
+// IDX is data.IDX (kept here for the callers of this package).
+type IDX = data.IDX
 
-// ReadIDX reads an IDX file of unsigned bytes (gzip-compressed or not).
-func ReadIDX(path string) (*IDX, error) {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	x, err := DecodeIDX(raw)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return x, nil
-}
+// ReadIDX reads an IDX file (data.ReadIDX).
+func ReadIDX(path string) (*IDX, error) { return data.ReadIDX(path) }
 
-// DecodeIDX decodes the bytes of an IDX file of unsigned bytes (gzip-compressed or not).
-func DecodeIDX(raw []byte) (*IDX, error) {
-	if len(raw) > 2 && raw[0] == 0x1f && raw[1] == 0x8b {
-		z, err := gzip.NewReader(bytes.NewReader(raw))
-		if err != nil {
-			return nil, err
-		}
-		if raw, err = io.ReadAll(z); err != nil {
-			return nil, err
-		}
-	}
-	if len(raw) < 4 || raw[0] != 0 || raw[1] != 0 || raw[2] != 0x08 || raw[3] == 0 {
-		return nil, fmt.Errorf("not an IDX file of unsigned bytes (magic % x)", raw[:min(4, len(raw))])
-	}
-	nd := int(raw[3])
-	if len(raw) < 4+4*nd {
-		return nil, fmt.Errorf("truncated IDX header")
-	}
-	x := &IDX{}
-	size := 1
-	for i := 0; i < nd; i++ {
-		d := int(binary.BigEndian.Uint32(raw[4+4*i:]))
-		x.Dims = append(x.Dims, d)
-		size *= d
-	}
-	if len(raw)-4-4*nd != size {
-		return nil, fmt.Errorf("IDX data has %d bytes, its header says %v (%d)", len(raw)-4-4*nd, x.Dims, size)
-	}
-	x.Data = raw[4+4*nd:]
-	return x, nil
-}
+// DecodeIDX decodes IDX bytes (data.DecodeIDX).
+func DecodeIDX(raw []byte) (*IDX, error) { return data.DecodeIDX(raw) }
 
-// WriteIDX writes x as a gzip-compressed IDX file of unsigned bytes.
-func WriteIDX(path string, x *IDX) error {
-	var buf bytes.Buffer
-	z, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
-	hdr := []byte{0, 0, 0x08, byte(len(x.Dims))}
-	for _, d := range x.Dims {
-		hdr = binary.BigEndian.AppendUint32(hdr, uint32(d))
-	}
-	z.Write(hdr)
-	z.Write(x.Data)
-	if err := z.Close(); err != nil {
-		return err
-	}
-	return writeFile(path, buf.Bytes())
-}
+// WriteIDX writes x as a gzip-compressed IDX file, atomically.
+func WriteIDX(path string, x *IDX) error { return writeFile(path, x.Encode()) }
 
 // Subset picks, from an IDX image file and its label file, the first perClass images of each class in classes
 // (in file order) and returns them in file order; perClass 0 takes them all.

@@ -1,0 +1,75 @@
+package data
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"os"
+)
+
+// IDX is a decoded IDX file of unsigned bytes (the MNIST / Fashion-MNIST format): its dimensions and data.
+type IDX struct {
+	Dims []int
+	Data []byte
+}
+
+// ReadIDX reads an IDX file of unsigned bytes, gzip-compressed or not.
+func ReadIDX(path string) (*IDX, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	x, err := DecodeIDX(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return x, nil
+}
+
+// DecodeIDX decodes the bytes of an IDX file of unsigned bytes (gzip-compressed or not).
+func DecodeIDX(raw []byte) (*IDX, error) {
+	if len(raw) > 2 && raw[0] == 0x1f && raw[1] == 0x8b {
+		z, err := gzip.NewReader(bytes.NewReader(raw))
+		if err != nil {
+			return nil, err
+		}
+		if raw, err = io.ReadAll(z); err != nil {
+			return nil, fmt.Errorf("truncated or corrupt gzip: %w", err)
+		}
+	}
+	if len(raw) < 4 || raw[0] != 0 || raw[1] != 0 || raw[2] != 0x08 || raw[3] == 0 {
+		return nil, fmt.Errorf("not an IDX file of unsigned bytes (magic % x)", raw[:min(4, len(raw))])
+	}
+	nd := int(raw[3])
+	if len(raw) < 4+4*nd {
+		return nil, fmt.Errorf("truncated IDX header")
+	}
+	x := &IDX{}
+	size := 1
+	for i := 0; i < nd; i++ {
+		d := int(binary.BigEndian.Uint32(raw[4+4*i:]))
+		x.Dims = append(x.Dims, d)
+		size *= d
+	}
+	if len(raw)-4-4*nd != size {
+		return nil, fmt.Errorf("IDX data has %d bytes, its header says %v (%d): truncated or corrupt", len(raw)-4-4*nd, x.Dims, size)
+	}
+	x.Data = raw[4+4*nd:]
+	return x, nil
+}
+
+// Encode returns x as a gzip-compressed IDX file.
+func (x *IDX) Encode() []byte {
+	var buf bytes.Buffer
+	z, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	hdr := []byte{0, 0, 0x08, byte(len(x.Dims))}
+	for _, d := range x.Dims {
+		hdr = binary.BigEndian.AppendUint32(hdr, uint32(d))
+	}
+	z.Write(hdr)
+	z.Write(x.Data)
+	z.Close()
+	return buf.Bytes()
+}

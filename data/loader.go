@@ -1,0 +1,118 @@
+package data
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+)
+
+// ImageLoader yields batches of an ImageSource without end, decoding one batch at a time (memory is bounded by a
+// batch whatever the dataset's size): "pixel_values" float32 [B, C, H, W] and "labels" int32 [B]. The order of
+// each epoch is drawn from (Seed, epoch) and the augmentation of each example from (Seed, epoch, position), so
+// State/Restore reproduce the exact next batch. The last incomplete batch of an epoch is dropped.
+type ImageLoader struct {
+	Source    ImageSource
+	Pre       Preprocessor
+	Aug       *Augment
+	BatchSize int
+	Seed      uint64
+	Shuffle   bool
+
+	epoch, pos int
+	order      []int
+}
+
+// NewImageLoader returns a loader positioned at the start of epoch 0.
+func NewImageLoader(src ImageSource, pre Preprocessor, aug *Augment, batchSize int, seed uint64, shuffle bool) (*ImageLoader, error) {
+	if batchSize <= 0 || batchSize > src.Len() {
+		return nil, fmt.Errorf("batch size %d does not fit %d images", batchSize, src.Len())
+	}
+	l := &ImageLoader{Source: src, Pre: pre, Aug: aug, BatchSize: batchSize, Seed: seed, Shuffle: shuffle}
+	l.startEpoch(0)
+	return l, nil
+}
+
+func (l *ImageLoader) startEpoch(epoch int) {
+	l.epoch, l.pos = epoch, 0
+	n := l.Source.Len()
+	l.order = make([]int, n)
+	for i := range l.order {
+		l.order[i] = i
+	}
+	if l.Shuffle {
+		r := rand.New(rand.NewPCG(l.Seed, uint64(epoch)))
+		r.Shuffle(n, func(i, j int) { l.order[i], l.order[j] = l.order[j], l.order[i] })
+	}
+}
+
+// Next decodes and returns the next batch.
+func (l *ImageLoader) Next() (map[string]*tensors.Tensor, error) {
+	if l.pos+l.BatchSize > len(l.order) {
+		l.startEpoch(l.epoch + 1)
+	}
+	idx := l.order[l.pos : l.pos+l.BatchSize]
+	var r *rand.Rand
+	if l.Aug != nil {
+		r = rand.New(rand.NewPCG(l.Seed^0x9e3779b97f4a7c15, uint64(l.epoch)<<32|uint64(l.pos)))
+	}
+	b, err := pixelBatch(l.Source, l.Pre, idx, l.Aug, r)
+	if err != nil {
+		return nil, err
+	}
+	l.pos += l.BatchSize
+	return b, nil
+}
+
+func pixelBatch(src ImageSource, pre Preprocessor, idx []int, aug *Augment, r *rand.Rand) (map[string]*tensors.Tensor, error) {
+	per := pre.Channels * pre.Height * pre.Width
+	px := make([]float32, 0, len(idx)*per)
+	labels := make([]int32, len(idx))
+	for k, i := range idx {
+		img, err := src.Image(i)
+		if err != nil {
+			return nil, err
+		}
+		px = append(px, pre.Pixels(img, aug, r)...)
+		labels[k] = int32(src.Label(i))
+	}
+	return map[string]*tensors.Tensor{
+		"pixel_values": tensors.FromFlatDataAndDimensions(px, len(idx), pre.Channels, pre.Height, pre.Width),
+		"labels":       tensors.FromFlatDataAndDimensions(labels, len(idx)),
+	}, nil
+}
+
+// LoadImages decodes every image of src without augmentation, in order (for evaluation sets).
+func LoadImages(src ImageSource, pre Preprocessor) (map[string]*tensors.Tensor, error) {
+	idx := make([]int, src.Len())
+	for i := range idx {
+		idx[i] = i
+	}
+	return pixelBatch(src, pre, idx, nil, nil)
+}
+
+type loaderState struct {
+	Epoch, Pos int
+	Seed       uint64
+	N          int
+}
+
+// State returns the position (epoch, offset) with the seed and dataset size it belongs to.
+func (l *ImageLoader) State() (json.RawMessage, error) {
+	return json.Marshal(loaderState{Epoch: l.epoch, Pos: l.pos, Seed: l.Seed, N: l.Source.Len()})
+}
+
+// Restore moves to a position returned by State.
+func (l *ImageLoader) Restore(state json.RawMessage) error {
+	var s loaderState
+	if err := json.Unmarshal(state, &s); err != nil {
+		return fmt.Errorf("data position: %w", err)
+	}
+	if s.Seed != l.Seed || s.N != l.Source.Len() || s.Pos < 0 || s.Pos > s.N {
+		return fmt.Errorf("data position %+v does not fit this dataset (seed %d, %d images)", s, l.Seed, l.Source.Len())
+	}
+	l.startEpoch(s.Epoch)
+	l.pos = s.Pos
+	return nil
+}
