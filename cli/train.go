@@ -57,20 +57,30 @@ func trainFlags(f *pflag.FlagSet, c *finetune.Config) {
 
 func newTrainCommand(opts *Options) *cobra.Command {
 	var model, data, out, configFile string
+	var dataOpts finetune.DataOptions
 	var resume bool
 	flagCfg := finetune.Defaults()
 	cmd := &cobra.Command{
 		Use:   "train --model DIR --data FILE --out DIR [flags]",
 		Short: "Fine-tune a model (full, LoRA or LoRA-FA) with the memory-saving options",
-		Long: `Trains a Hugging Face model folder on a dataset stored as safetensors (one tensor per model input with the
-examples on the first axis: pixel_values and labels for ViT; input_ids, attention_mask and labels for LLaMA).
-Settings come from the defaults, then --config (YAML with the same keys as the flags, snake_case), then the flags
-given; the whole config is validated and printed before any compute. The output folder receives run.yaml,
-metrics.jsonl (one line per logging step), checkpoints (checkpoint-N, "latest") and, for LoRA runs, the PEFT
-adapter in adapter/. --resume continues the run in --out from its latest checkpoint exactly (weights, optimizer,
-schedule, step and data position).`,
-		Example: `  finetune train --model /tmp/vit-tiny --data train.safetensors --out runs/vit --method lora --lora-targets q,v \
-    --train-modules classifier --approx-act --ms-norm --steps 200 --lr 1e-3
+		Long: `Trains a Hugging Face model folder on a dataset. --data is read by its format (--data-format, or from the path):
+  safetensors  a .safetensors file, one tensor per model input, examples on the first axis
+  images       a folder tree <class>/<image>.jpg|png (ViT; preprocessing from the model's preprocessor_config.json)
+  image-tar    a .tar/.tar.gz of such a tree (--split picks a subfolder such as train)
+  idx          "images.idx[.gz],labels.idx[.gz]" (MNIST, Fashion-MNIST)
+  alpaca       Alpaca JSONL (.jsonl): prompt tokens masked from the loss (LLaMA causal LM)
+  text         plain text (.txt) packed into --seq-len blocks (LLaMA causal LM)
+  glue         a GLUE data root with --task cola|sst2|mrpc|stsb|rte (LLaMA sequence classification)
+Text formats use --tokenizer (default: the model folder). Settings come from the defaults, then --config (YAML
+with the same keys as the flags, snake_case), then the flags given; the whole config is validated and printed
+before any compute. The output folder receives run.yaml, metrics.jsonl (one line per logging step), checkpoints
+(checkpoint-N, "latest") and, for LoRA runs, the PEFT adapter in adapter/. --resume continues the run in --out
+from its latest checkpoint exactly (weights, optimizer, schedule, step, RNG and data position).`,
+		Example: `  finetune init --arch vit --preset tiny --num-labels 10 --out /tmp/vit-tiny
+  finetune train --model /tmp/vit-tiny --data ../shared/data/cifar10/cifar10-subset-jpg.tar --split train --augment \
+    --out runs/vit --method lora --lora-targets q,v --train-modules classifier --approx-act --ms-norm --steps 200
+  finetune train --model runs/llama-sst2-init --data ../shared/data/glue --data-format glue --task sst2 \
+    --out runs/sst2 --method full --steps 300 --seq-len 64
   finetune train --out runs/vit --resume --steps 400`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -93,7 +103,7 @@ schedule, step and data position).`,
 						changed++
 					}
 				})
-				if changed > 0 || model != "" || data != "" || configFile != "" {
+				if changed > 0 || model != "" || data != "" || configFile != "" || dataOpts != (finetune.DataOptions{}) {
 					return usagef("--resume continues the saved run: only --steps may change")
 				}
 			} else {
@@ -111,7 +121,7 @@ schedule, step and data position).`,
 				if cfg.Method == finetune.MethodFull && !cmd.Flags().Changed("lora-r") && !cmd.Flags().Changed("lora-targets") {
 					cfg.LoRARank, cfg.LoRATarget = 0, nil // the LoRA defaults do not apply to full fine-tuning
 				}
-				spec = finetune.RunSpec{Model: abs(model), Data: abs(data), Config: cfg}
+				spec = finetune.RunSpec{Model: model, Data: data, DataOptions: dataOpts, Config: cfg}.AbsPaths()
 			}
 			if err := spec.Config.Validate(); err != nil {
 				return usageError{err}
@@ -127,6 +137,12 @@ schedule, step and data position).`,
 	f.StringVar(&out, "out", "", "output folder")
 	f.StringVar(&configFile, "config", "", "YAML config file (keys as the flags, snake_case)")
 	f.BoolVar(&resume, "resume", false, "continue the run in --out from its latest checkpoint")
+	f.StringVar(&dataOpts.Format, "data-format", "", "safetensors, images, image-tar, idx, alpaca, text or glue (default: from the path)")
+	f.StringVar(&dataOpts.Split, "split", "", "subfolder of an image tar (e.g. train), or GLUE split (train, dev)")
+	f.StringVar(&dataOpts.Task, "task", "", "GLUE task: cola, sst2, mrpc, stsb, rte (with --data-format glue)")
+	f.StringVar(&dataOpts.Tokenizer, "tokenizer", "", "tokenizer of text data (default: the model folder)")
+	f.IntVar(&dataOpts.SeqLen, "seq-len", 0, "tokens per text example (default 256)")
+	f.BoolVar(&dataOpts.Augment, "augment", false, "random crop and horizontal flip of training images")
 	trainFlags(f, &flagCfg)
 	return cmd
 }
@@ -195,15 +211,7 @@ func abs(p string) string {
 }
 
 func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out string, resume bool) error {
-	model, err := finetune.LoadModel(spec.Model, spec.Config)
-	if err != nil {
-		return err
-	}
-	examples, err := finetune.LoadExamples(spec.Data, model)
-	if err != nil {
-		return err
-	}
-	loader, err := finetune.NewLoader(examples, spec.Config.BatchSize, spec.Config.Seed, true)
+	model, loader, err := spec.Open()
 	if err != nil {
 		return err
 	}

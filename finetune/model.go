@@ -121,6 +121,10 @@ func (m Llama) Loss(b models.Bound, batch map[string]*graph.Node) *graph.Node {
 	logits := toF32(m.Logits(b, batch))
 	labels := batch["labels"]
 	if m.Config.Architecture == llama.ArchClassification {
+		if len(m.Config.Labels) == 1 { // regression (as transformers with num_labels 1): mean squared error
+			d := graph.Sub(graph.Reshape(logits, logits.Shape().Dim(0)), graph.ConvertDType(labels, dtypes.Float32))
+			return graph.ReduceAllMean(graph.Mul(d, d))
+		}
 		return loss.CrossEntropy(logits, labels, loss.IgnoreIndex)
 	}
 	n := logits.Shape().Dim(1)

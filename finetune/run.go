@@ -93,9 +93,39 @@ func LoadExamples(path string, model Model) (Examples, error) {
 // RunSpec is what a training run needs besides its config: where the base model and the data are. It is saved
 // as run.yaml in the output folder, so export and resume need only that folder.
 type RunSpec struct {
-	Model  string `json:"model"`
-	Data   string `json:"data"`
-	Config Config `json:"config"`
+	Model string `json:"model"`
+	Data  string `json:"data"`
+	// DataOptions say how to read Data (format, split, tokenizer, sequence length, augmentation).
+	DataOptions DataOptions `json:"data_options,omitempty"`
+	Config      Config      `json:"config"`
+}
+
+// Open loads the run's model (in the config's modes) and opens its data.
+func (s RunSpec) Open() (Model, Iterator, error) {
+	model, err := LoadModel(s.Model, s.Config)
+	if err != nil {
+		return nil, nil, err
+	}
+	it, err := OpenData(s.Data, s.DataOptions, model, s.Model, s.Config.BatchSize, s.Config.Seed)
+	if err != nil {
+		return nil, nil, err
+	}
+	return model, it, nil
+}
+
+// AbsPaths returns s with its model, data and tokenizer paths made absolute (run.yaml must not depend on the
+// directory a later --resume runs in).
+func (s RunSpec) AbsPaths() RunSpec {
+	if a, err := filepath.Abs(s.Model); err == nil {
+		s.Model = a
+	}
+	s.Data = absData(s.Data)
+	if s.DataOptions.Tokenizer != "" {
+		if a, err := filepath.Abs(s.DataOptions.Tokenizer); err == nil {
+			s.DataOptions.Tokenizer = a
+		}
+	}
+	return s
 }
 
 // RunFile is the name of the run spec in an output folder.
