@@ -168,3 +168,63 @@ func ImportModules(dir string) (models.Params, error) {
 	}
 	return out, nil
 }
+
+// LogitsRunner computes a model's logits with fixed parameters and adapters, compiling one graph per batch
+// signature (names and shapes) and reusing it, for evaluation loops.
+type LogitsRunner struct {
+	Backend backends.Backend
+	Model   Model
+	Params  models.Params
+	Set     *lora.Set
+	graphs  map[string]*graph.Graph
+}
+
+// NewLogitsRunner returns a runner over model with params (model.Params() when nil) and adapters (none when set
+// is nil).
+func NewLogitsRunner(backend backends.Backend, model Model, params models.Params, set *lora.Set) *LogitsRunner {
+	if params == nil {
+		params = model.Params()
+	}
+	return &LogitsRunner{Backend: backend, Model: model, Params: params, Set: set, graphs: map[string]*graph.Graph{}}
+}
+
+// Logits returns the logits of batch.
+func (r *LogitsRunner) Logits(batch Batch) (*tensors.Tensor, error) {
+	sig := batchSignature(batch)
+	names := sortedKeys(batch)
+	var out *tensors.Tensor
+	err := engine.Try(func() {
+		g, ok := r.graphs[sig]
+		if !ok {
+			g = graph.NewGraph(r.Backend, "logits")
+			nodes := map[string]*graph.Node{}
+			for _, n := range names {
+				nodes[n] = graph.Parameter(g, "batch."+n, batch[n].Shape())
+			}
+			b := models.Bind(g, r.Params)
+			if r.Set != nil {
+				ad := models.Bind(g, r.Set.Params)
+				b = b.Merge(ad)
+				b.Linear = r.Set.Hook()
+			}
+			g.Compile(r.Model.Logits(b, nodes))
+			r.graphs[sig] = g
+		}
+		args := []any{}
+		for _, n := range names {
+			args = append(args, batch[n])
+		}
+		b := models.Bound{Names: r.Params.Names()}
+		for _, t := range b.Inputs(r.Params) {
+			args = append(args, t)
+		}
+		if r.Set != nil {
+			ad := models.Bound{Names: r.Set.Params.Names()}
+			for _, t := range ad.Inputs(r.Set.Params) {
+				args = append(args, t)
+			}
+		}
+		out = g.Run(args...)[0]
+	})
+	return out, err
+}

@@ -1,0 +1,173 @@
+package evals
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/memfit/memfit/data"
+	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/tokenizer"
+)
+
+// GLUEResult holds a task's metrics on its dev set.
+type GLUEResult struct {
+	Task     string             `json:"task"`
+	Examples int                `json:"examples"`
+	Metrics  map[string]float64 `json:"metrics"`
+	// Majority is the accuracy of always predicting the most frequent dev label (classification tasks).
+	Majority float64 `json:"majority_baseline,omitempty"`
+	// DataSHA256 hashes the dev files read.
+	DataSHA256 string `json:"data_sha256"`
+	Source     string `json:"source"`
+}
+
+// ScoreGLUE computes a task's metrics: CoLA Matthews correlation; STS-B Pearson and Spearman; MRPC accuracy and
+// F1; SST-2 and RTE accuracy (always reported too for the classification tasks). preds are class indices (as
+// float64) or, for STS-B, scores.
+func ScoreGLUE(task string, gold []data.GLUEExample, preds []float64) (GLUEResult, error) {
+	info, err := data.GLUETask(task)
+	if err != nil {
+		return GLUEResult{}, err
+	}
+	if len(preds) != len(gold) {
+		return GLUEResult{}, fmt.Errorf("%d predictions for the %d examples of the %s dev set", len(preds), len(gold), task)
+	}
+	r := GLUEResult{Task: task, Examples: len(gold), Metrics: map[string]float64{}}
+	if info.Regression {
+		g := make([]float64, len(gold))
+		for i, e := range gold {
+			g[i] = e.Score
+		}
+		if r.Metrics["pearson"], err = Pearson(preds, g); err != nil {
+			return r, err
+		}
+		r.Metrics["spearman"], err = Spearman(preds, g)
+		return r, err
+	}
+	p, g := make([]int, len(gold)), make([]int, len(gold))
+	counts := map[int]int{}
+	for i, e := range gold {
+		g[i] = e.Label
+		counts[e.Label]++
+		if preds[i] != float64(int(preds[i])) || int(preds[i]) < 0 || int(preds[i]) >= len(info.Classes) {
+			return r, fmt.Errorf("prediction %d (%g) is not a class of %s (0..%d)", i+1, preds[i], task, len(info.Classes)-1)
+		}
+		p[i] = int(preds[i])
+	}
+	top := 0
+	for _, c := range counts {
+		top = max(top, c)
+	}
+	r.Majority = float64(top) / float64(len(gold))
+	if r.Metrics["accuracy"], err = Accuracy(p, g); err != nil {
+		return r, err
+	}
+	switch task {
+	case data.CoLA:
+		r.Metrics["matthews_correlation"], err = MatthewsCorrelation(p, g)
+	case data.MRPC:
+		r.Metrics["f1"], err = F1(p, g)
+	}
+	return r, err
+}
+
+// ReadPredictions reads a predictions file: one class index (or, for STS-B, a score) per line, in dev-set order.
+func ReadPredictions(path string) ([]float64, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []float64
+	for i, line := range strings.Split(strings.TrimRight(string(raw), "\n"), "\n") {
+		line = strings.TrimSpace(line)
+		v, err := strconv.ParseFloat(line, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %q is not a number", path, i+1, line)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// DevHash returns a SHA-256 over a GLUE task's dev files.
+func DevHash(root, task string) (string, error) {
+	files, err := data.GLUEFiles(root, task, "dev")
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", err
+		}
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// PredictGLUE runs a LLaMA sequence classifier over examples (encoded as finetune.GLUEIDs does, cut at seqLen,
+// padded with the model's pad token) and returns the predicted class indices, or the scores of a one-label
+// regression model.
+func PredictGLUE(runner *finetune.LogitsRunner, tok *tokenizer.Tokenizer, examples []data.GLUEExample, seqLen, batchSize int, progress func(done, total int)) ([]float64, error) {
+	m, ok := runner.Model.(finetune.Llama)
+	if !ok {
+		return nil, fmt.Errorf("GLUE prediction needs a LLaMA sequence classifier")
+	}
+	pad := max(m.Config.PadTokenID, 0)
+	var out []float64
+	for start := 0; start < len(examples); start += batchSize {
+		chunk := examples[start:min(len(examples), start+batchSize)]
+		ids := make([][]int, len(chunk))
+		for i, e := range chunk {
+			ids[i] = tokenizer.Truncate(finetune.GLUEIDs(tok, e), seqLen, tokenizer.Right)
+		}
+		// Full batches keep one graph shape; the last one is padded with copies of its first row.
+		for len(ids) < batchSize {
+			ids = append(ids, ids[0])
+		}
+		ex, err := data.TokenExamples(ids, nil, seqLen, pad)
+		if err != nil {
+			return nil, err
+		}
+		delete(ex, "labels")
+		logits, err := runner.Logits(finetune.Batch(ex))
+		for _, t := range ex {
+			t.MustFinalizeAll()
+		}
+		if err != nil {
+			return nil, err
+		}
+		dims := logits.Shape().Dimensions
+		err = tensors.ConstFlatData[float32](logits, func(f []float32) {
+			for i := range chunk {
+				row := f[i*dims[1] : (i+1)*dims[1]]
+				if dims[1] == 1 {
+					out = append(out, float64(row[0]))
+					continue
+				}
+				best := 0
+				for c, v := range row {
+					if v > row[best] {
+						best = c
+					}
+				}
+				out = append(out, float64(best))
+			}
+		})
+		logits.MustFinalizeAll()
+		if err != nil {
+			return nil, err
+		}
+		if progress != nil {
+			progress(len(out), len(examples))
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,91 @@
+package evals
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/lora"
+	"github.com/memfit/memfit/models/llama"
+)
+
+// ModelLM scores next tokens with a memfit LLaMA causal LM (optionally with adapters). Contexts are padded on
+// the right to a multiple of PadTo tokens (so a few graph shapes serve a whole evaluation) and the log-softmax is
+// taken at each context's last token.
+type ModelLM struct {
+	Runner *finetune.LogitsRunner
+	Pad    int
+	PadTo  int
+}
+
+// NewModelLM wraps a loaded causal-LM model (adapters from finetune.ImportAdapter when set is not nil).
+func NewModelLM(backend backends.Backend, model finetune.Model, set *lora.Set) (*ModelLM, error) {
+	m, ok := model.(finetune.Llama)
+	if !ok || m.Config.Architecture != llama.ArchCausalLM {
+		return nil, fmt.Errorf("MMLU needs a LLaMA causal LM (LlamaForCausalLM)")
+	}
+	pad := max(m.Config.PadTokenID, 0)
+	var params = model.Params()
+	return &ModelLM{Runner: finetune.NewLogitsRunner(backend, model, params, set), Pad: pad, PadTo: 64}, nil
+}
+
+// NextLogProbs implements LM.
+func (m *ModelLM) NextLogProbs(contexts [][]int, candidates [][]int) ([][]float64, error) {
+	longest := 0
+	for _, c := range contexts {
+		if len(c) == 0 {
+			return nil, fmt.Errorf("empty context")
+		}
+		longest = max(longest, len(c))
+	}
+	if m.PadTo > 1 {
+		longest = (longest + m.PadTo - 1) / m.PadTo * m.PadTo
+	}
+	b := len(contexts)
+	ids := make([]int32, b*longest)
+	mask := make([]int32, b*longest)
+	for i, c := range contexts {
+		for j := 0; j < longest; j++ {
+			if j < len(c) {
+				ids[i*longest+j], mask[i*longest+j] = int32(c[j]), 1
+			} else {
+				ids[i*longest+j] = int32(m.Pad)
+			}
+		}
+	}
+	batch := finetune.Batch{"input_ids": tensors.FromFlatDataAndDimensions(ids, b, longest),
+		"attention_mask": tensors.FromFlatDataAndDimensions(mask, b, longest)}
+	logits, err := m.Runner.Logits(batch)
+	if err != nil {
+		return nil, err
+	}
+	defer logits.MustFinalizeAll()
+	dims := logits.Shape().Dimensions
+	if len(dims) != 3 {
+		return nil, fmt.Errorf("logits have shape %v, want [B, T, vocab]", dims)
+	}
+	vocab := dims[2]
+	out := make([][]float64, b)
+	err = tensors.ConstFlatData[float32](logits, func(f []float32) {
+		for i, c := range contexts {
+			row := f[(i*longest+len(c)-1)*vocab : (i*longest+len(c))*vocab]
+			maxV := math.Inf(-1)
+			for _, v := range row {
+				maxV = math.Max(maxV, float64(v))
+			}
+			var sum float64
+			for _, v := range row {
+				sum += math.Exp(float64(v) - maxV)
+			}
+			lse := maxV + math.Log(sum)
+			out[i] = make([]float64, len(candidates[i]))
+			for k, id := range candidates[i] {
+				out[i][k] = float64(row[id]) - lse
+			}
+		}
+	})
+	return out, err
+}
