@@ -9,7 +9,7 @@ import (
 )
 
 func newInitCommand(_ *Options) *cobra.Command {
-	var arch, preset, out string
+	var arch, preset, out, from string
 	var seed uint64
 	var numLabels int
 	var shardMB int64
@@ -19,13 +19,29 @@ func newInitCommand(_ *Options) *cobra.Command {
 		Long: `Writes config.json and model.safetensors (sharded with an index above --max-shard-mb) for a randomly
 initialised model, initialised as transformers does. Presets: vit: tiny, vit-b16; llama: tiny, llama-1b
 (TinyLlama-1.1B shapes), llama-7b. --num-labels makes a classifier (ViTForImageClassification,
-LlamaForSequenceClassification); without it ViT is a ViTModel and LLaMA a causal LM.`,
+LlamaForSequenceClassification); without it ViT is a ViTModel and LLaMA a causal LM. --from DIR instead copies a
+model and gives it a new classification head of --num-labels classes (1: a regression head), as transformers does
+when a checkpoint is loaded with a new num_labels; tokenizer files come along.`,
 		Example: `  finetune init --arch vit --preset tiny --num-labels 10 --out /tmp/vit-tiny
+  finetune init --from pretrained/llama-tiny --num-labels 2 --out /tmp/llama-sst2
   finetune init --arch llama --preset llama-1b --out /tmp/llama-1b --seed 7`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if out == "" {
-				return fmt.Errorf("--out is required")
+				return usagef("--out is required")
+			}
+			if from != "" {
+				if arch != "" || cmd.Flags().Changed("preset") {
+					return usagef("--from takes the architecture and shapes from the model; leave out --arch and --preset")
+				}
+				if err := auto.NewHead(from, numLabels, seed, out); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "wrote %s (%s with a new %d-label head)\n", out, from, numLabels)
+				return nil
+			}
+			if arch == "" {
+				return usagef("--arch (vit or llama) or --from is required")
 			}
 			if err := auto.Init(arch, preset, numLabels, seed, out, shardMB<<20); err != nil {
 				return err
@@ -41,7 +57,7 @@ LlamaForSequenceClassification); without it ViT is a ViTModel and LLaMA a causal
 	f.Uint64Var(&seed, "seed", 0, "random seed")
 	f.IntVar(&numLabels, "num-labels", 0, "number of classes (0: ViTModel / causal LM)")
 	f.Int64Var(&shardMB, "max-shard-mb", 0, "shard the weights above this many MiB (0: one file)")
-	_ = cmd.MarkFlagRequired("arch")
+	f.StringVar(&from, "from", "", "make a classifier from this model folder: its weights and a new --num-labels head")
 	return cmd
 }
 

@@ -6,7 +6,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 
@@ -296,4 +298,83 @@ func NestedJSON(t *tensors.Tensor) ([]byte, error) {
 	}
 	write(0, 0)
 	return buf.Bytes(), nil
+}
+
+// NewHead writes to dir a copy of the model in from with a freshly initialised classification head of numLabels
+// classes (as transformers does when a checkpoint is loaded into ...ForSequenceClassification /
+// ...ForImageClassification with a new num_labels): LLaMA gets score.weight [labels, hidden] drawn from
+// normal(0, 0.02) and loses lm_head; ViT gets classifier.weight (normal(0, 0.02)) and classifier.bias (zero).
+// Tokenizer and preprocessor files are copied along. numLabels 1 makes a LLaMA regression head (STS-B).
+func NewHead(from string, numLabels int, seed uint64, dir string) error {
+	if numLabels <= 0 {
+		return fmt.Errorf("--num-labels must be positive to make a classifier, got %d", numLabels)
+	}
+	mt, err := ModelType(from)
+	if err != nil {
+		return err
+	}
+	labels := make([]string, numLabels)
+	for i := range labels {
+		labels[i] = fmt.Sprintf("LABEL_%d", i)
+	}
+	r := rand.New(rand.NewPCG(seed, 0x4ead))
+	normal := func(n int) []float32 {
+		out := make([]float32, n)
+		for i := range out {
+			out[i] = float32(0.02 * r.NormFloat64())
+		}
+		return out
+	}
+	var config []byte
+	var params models.Params
+	switch mt {
+	case "llama":
+		m, err := llama.Load(from, llama.Options{})
+		if err != nil {
+			return err
+		}
+		c := m.Config
+		params = m.Params
+		delete(params, llama.LMHead)
+		delete(params, llama.Score)
+		if c.PadTokenID < 0 {
+			return fmt.Errorf("%s has no pad_token_id: a sequence classifier needs one to find each row's last token", from)
+		}
+		c.Architecture, c.Labels = llama.ArchClassification, labels
+		if c.TieWordEmbeddings {
+			c.TieWordEmbeddings = false
+		}
+		params[llama.Score] = tensors.FromFlatDataAndDimensions(normal(numLabels*c.HiddenSize), numLabels, c.HiddenSize)
+		if config, err = c.JSON(); err != nil {
+			return err
+		}
+	case "vit":
+		m, err := vit.Load(from, vit.Options{})
+		if err != nil {
+			return err
+		}
+		c := m.Config
+		params = m.Params
+		c.Architecture, c.Labels = vit.ArchClassification, labels
+		params[vit.ClassifierWeight] = tensors.FromFlatDataAndDimensions(normal(numLabels*c.HiddenSize), numLabels, c.HiddenSize)
+		params[vit.ClassifierBias] = tensors.FromFlatDataAndDimensions(make([]float32, numLabels), numLabels)
+		if config, err = c.JSON(); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("model type %q has no classification head", mt)
+	}
+	if err := models.SaveCheckpoint(dir, config, params, 0); err != nil {
+		return err
+	}
+	for _, name := range []string{"tokenizer.json", "tokenizer_config.json", "tokenizer.model", "preprocessor_config.json"} {
+		b, err := os.ReadFile(filepath.Join(from, name))
+		if err != nil {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -1,0 +1,314 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/memfit/memfit/data"
+	"github.com/memfit/memfit/evals"
+	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/lora"
+	"github.com/memfit/memfit/tokenizer"
+)
+
+func newEvalCommand(opts *Options) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "eval",
+		Short: "Evaluate a model (with an optional PEFT adapter) on MMLU or GLUE",
+	}
+	cmd.AddCommand(newEvalMMLUCommand(opts), newEvalGLUECommand(opts))
+	return cmd
+}
+
+// loadForEval loads a model folder with an optional PEFT adapter and the tokenizer (--tokenizer, else the model
+// folder).
+func loadForEval(model, adapter, tok string) (finetune.Model, *lora.Set, *tokenizer.Tokenizer, error) {
+	cfg := finetune.Defaults()
+	m, err := finetune.LoadModel(model, cfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var set *lora.Set
+	if adapter != "" {
+		if set, _, err = finetune.ImportAdapter(adapter, m); err != nil {
+			return nil, nil, nil, err
+		}
+		mods, err := finetune.ImportModules(adapter)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		for n, t := range mods {
+			m.Params()[n] = t
+		}
+	}
+	if tok == "" {
+		tok = model
+	}
+	t, err := tokenizer.Load(tok)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return m, set, t, nil
+}
+
+// resultPath is where results go: --out, or next to the adapter (or the model) as name.
+func resultPath(out, model, adapter, name string) string {
+	if out != "" {
+		return out
+	}
+	if adapter != "" {
+		return filepath.Join(adapter, name)
+	}
+	return filepath.Join(model, name)
+}
+
+func writeResult(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(path, append(b, '\n'))
+}
+
+func newEvalMMLUCommand(opts *Options) *cobra.Command {
+	var model, adapter, tok, dataDir, out string
+	var subjects []string
+	var o evals.MMLUOptions
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "mmlu --model DIR --data DIR [--adapter DIR] [--subjects a,b] [--shots 5]",
+		Short: "MMLU k-shot accuracy (log-likelihood of \" A\"..\" D\" and letter argmax), micro and macro",
+		Long: `Scores the MMLU test questions of the chosen subjects (all 57 by default) with the first --shots dev questions
+of each subject as examples, in lm-evaluation-harness' prompt format; prompts longer than --max-len are cut from
+the left. Two scorings are reported: the log-likelihood of the continuations " A".." D" (harness style) and the
+argmax over the letter tokens A..D (QLoRA-script style); each as micro (over questions) and macro (over subjects)
+averages, per subject and per category. --data is a folder with dev/ and test/ CSVs (question,choice0..3,answer
+with an index, or the original layout without header and letter answers). The results JSON goes next to the
+adapter (or the model) as eval-mmlu.json, with the prompt format, shots, averaging and a SHA-256 of the data.`,
+		Example: `  finetune eval mmlu --model pretrained/llama-tiny --data ../shared/data/mmlu --subjects anatomy,virology
+  finetune eval mmlu --model base --adapter runs/alpaca/adapter --data ../shared/data/mmlu --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if model == "" || dataDir == "" {
+				return usagef("--model and --data are required")
+			}
+			for _, s := range subjects {
+				if _, ok := evals.Categories[s]; !ok {
+					return usagef("unknown MMLU subject %q", s)
+				}
+			}
+			m, set, t, err := loadForEval(model, adapter, tok)
+			if err != nil {
+				return err
+			}
+			dev, test, hash, err := evals.ReadMMLU(dataDir, subjects)
+			if err != nil {
+				return err
+			}
+			backend, err := opts.NewBackend()
+			if err != nil {
+				return err
+			}
+			defer backend.Finalize()
+			lm, err := evals.NewModelLM(backend, m, set)
+			if err != nil {
+				return err
+			}
+			stderr := cmd.ErrOrStderr()
+			o.Progress = func(done, total int) { fmt.Fprintf(stderr, "\rMMLU %d/%d questions", done, total) }
+			res, err := evals.EvalMMLU(lm, t, dev, test, o)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stderr, "\n")
+			full := struct {
+				Model      string `json:"model"`
+				Adapter    string `json:"adapter,omitempty"`
+				Data       string `json:"data"`
+				DataSHA256 string `json:"data_sha256"`
+				*evals.MMLUResult
+			}{abs(model), absIf(adapter), abs(dataDir), hash, res}
+			path := resultPath(out, model, adapter, "eval-mmlu.json")
+			if err := writeResult(path, full); err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), full)
+			}
+			return writeMMLUTable(cmd.OutOrStdout(), res, path)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&model, "model", "", "LLaMA causal-LM folder")
+	f.StringVar(&adapter, "adapter", "", "PEFT LoRA adapter folder to apply")
+	f.StringVar(&tok, "tokenizer", "", "tokenizer (default: the model folder)")
+	f.StringVar(&dataDir, "data", "", "MMLU folder with dev/ and test/")
+	f.StringSliceVar(&subjects, "subjects", nil, "subjects to evaluate (default: all 57)")
+	f.IntVar(&o.Shots, "shots", 5, "dev questions used as examples")
+	f.IntVar(&o.MaxLen, "max-len", 0, "cut prompts longer than this many tokens from the left (default: the model's positions)")
+	f.IntVar(&o.BatchSize, "batch-size", 8, "prompts per forward pass")
+	f.StringVar(&out, "out", "", "results file (default: eval-mmlu.json next to the adapter or model)")
+	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
+	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
+		if o.MaxLen == 0 && model != "" {
+			if m, err := finetune.LoadModel(model, finetune.Defaults()); err == nil {
+				if l, ok := m.(finetune.Llama); ok {
+					o.MaxLen = l.Config.MaxPositionEmbeddings
+				}
+			}
+		}
+		return nil
+	}
+	return cmd
+}
+
+func absIf(p string) string {
+	if p == "" {
+		return ""
+	}
+	return abs(p)
+}
+
+func writeMMLUTable(w io.Writer, r *evals.MMLUResult, path string) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "\tquestions\tacc (log-likelihood)\tacc (letter)\t\n")
+	keys := make([]string, 0, len(r.BySubject))
+	for k := range r.BySubject {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	row := func(name string, s evals.SubjectResult) {
+		fmt.Fprintf(tw, "%s\t%d\t%.2f%%\t%.2f%%\t\n", name, s.Questions, 100*s.LogLikelihood, 100*s.Letter)
+	}
+	for _, k := range keys {
+		row(k, r.BySubject[k])
+	}
+	cats := make([]string, 0, len(r.ByCategory))
+	for k := range r.ByCategory {
+		cats = append(cats, k)
+	}
+	sort.Strings(cats)
+	for _, k := range cats {
+		row("["+k+"]", r.ByCategory[k])
+	}
+	row("micro (over questions)", r.Micro)
+	row("macro (over subjects)", r.Macro)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "%d-shot, %d prompts cut from the left; %.1f questions/s (%.0f s); results in %s\n",
+		r.Shots, r.Truncated, r.PerSecond, r.Seconds, path)
+	return err
+}
+
+func newEvalGLUECommand(opts *Options) *cobra.Command {
+	var task, dataDir, preds, model, adapter, tok, out string
+	var seqLen, batch int
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "glue --task cola|sst2|mrpc|stsb|rte --data DIR (--predictions FILE | --model DIR [--adapter DIR])",
+		Short: "GLUE dev-set metrics of a predictions file or of a LLaMA sequence classifier",
+		Long: `Scores a GLUE task's dev set (../shared/data/glue layout): CoLA Matthews correlation, STS-B Pearson and
+Spearman, MRPC accuracy and F1, SST-2 and RTE accuracy, with the majority-class baseline for the classification
+tasks. --predictions FILE scores a file of one label (or STS-B score) per line in dev-set order, without a model;
+--model runs a LLaMA sequence classifier (with --adapter). Results are written as JSON (eval-glue-<task>.json
+next to the adapter or model, or --out).`,
+		Example: `  finetune eval glue --task sst2 --data ../shared/data/glue --predictions preds.txt --json
+  finetune eval glue --task sst2 --data ../shared/data/glue --model runs/sst2/merged`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if task == "" || dataDir == "" {
+				return usagef("--task and --data are required")
+			}
+			if _, err := data.GLUETask(task); err != nil {
+				return usageError{err}
+			}
+			if (preds == "") == (model == "") {
+				return usagef("give either --predictions or --model")
+			}
+			dev, err := data.ReadGLUE(dataDir, task, "dev")
+			if err != nil {
+				return err
+			}
+			hash, err := evals.DevHash(dataDir, task)
+			if err != nil {
+				return err
+			}
+			var p []float64
+			source := ""
+			if preds != "" {
+				if p, err = evals.ReadPredictions(preds); err != nil {
+					return err
+				}
+				source = "predictions " + abs(preds)
+			} else {
+				m, set, t, err := loadForEval(model, adapter, tok)
+				if err != nil {
+					return err
+				}
+				backend, err := opts.NewBackend()
+				if err != nil {
+					return err
+				}
+				defer backend.Finalize()
+				runner := finetune.NewLogitsRunner(backend, m, nil, set)
+				stderr := cmd.ErrOrStderr()
+				if p, err = evals.PredictGLUE(runner, t, dev, seqLen, batch, func(d, n int) { fmt.Fprintf(stderr, "\rGLUE %s %d/%d", task, d, n) }); err != nil {
+					return err
+				}
+				fmt.Fprintln(stderr)
+				source = "model " + abs(model)
+				if adapter != "" {
+					source += " + adapter " + abs(adapter)
+				}
+			}
+			res, err := evals.ScoreGLUE(task, dev, p)
+			if err != nil {
+				return err
+			}
+			res.DataSHA256, res.Source = hash, source
+			if out != "" || model != "" {
+				if err := writeResult(resultPath(out, model, adapter, "eval-glue-"+task+".json"), res); err != nil {
+					return err
+				}
+			}
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), res)
+			}
+			keys := make([]string, 0, len(res.Metrics))
+			for k := range res.Metrics {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			var parts []string
+			for _, k := range keys {
+				parts = append(parts, fmt.Sprintf("%s %.4f", k, res.Metrics[k]))
+			}
+			if res.Majority > 0 {
+				parts = append(parts, fmt.Sprintf("majority baseline %.4f", res.Majority))
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "GLUE %s dev (%d examples): %s\n", task, res.Examples, strings.Join(parts, ", "))
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&task, "task", "", "cola, sst2, mrpc, stsb or rte")
+	f.StringVar(&dataDir, "data", "", "GLUE data root (../shared/data/glue layout)")
+	f.StringVar(&preds, "predictions", "", "file with one label or score per line, in dev-set order")
+	f.StringVar(&model, "model", "", "LLaMA sequence-classification folder")
+	f.StringVar(&adapter, "adapter", "", "PEFT adapter folder to apply")
+	f.StringVar(&tok, "tokenizer", "", "tokenizer (default: the model folder)")
+	f.IntVar(&seqLen, "seq-len", 128, "tokens per example")
+	f.IntVar(&batch, "batch-size", 32, "examples per forward pass")
+	f.StringVar(&out, "out", "", "results file")
+	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
+	return cmd
+}
+
