@@ -311,4 +311,3 @@ next to the adapter or model, or --out).`,
 	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
 	return cmd
 }
-
