@@ -56,6 +56,9 @@ type VJP func(node, v *graph.Node) []*graph.Node
 type entry struct {
 	vjp  VJP // nil: use GoMLX's own gradient.
 	kind Kind
+	// remat, when set, rebuilds the node from inputs the backward pass may read freely (parameters,
+	// constants): Fresh calls it so a VJP never keeps the forward node alive.
+	remat func() *graph.Node
 }
 
 var (
@@ -73,7 +76,38 @@ func SetVJP(node *graph.Node, kind Kind, fn VJP) *graph.Node {
 		panic("engine.SetVJP: nil node")
 	}
 	node.Graph().AssertBuilding()
-	register(node, &entry{vjp: fn, kind: kind})
+	e := &entry{vjp: fn, kind: kind}
+	if old := lookup(node); old != nil {
+		e.remat = old.remat
+	}
+	register(node, e)
+	return node
+}
+
+// Recomputable marks node as cheap to rebuild with build (which must build the same value from graph
+// parameters and constants only, e.g. a weight dequantised from its quantised codes) and returns node. Backward
+// functions that read it go through Fresh, which builds a new copy at backward time instead of keeping node alive
+// from the forward pass: QLoRA's dequantised base weight is used this way, so the saved activations never hold a
+// full-precision weight.
+func Recomputable(node *graph.Node, build func() *graph.Node) *graph.Node {
+	if node == nil || build == nil {
+		panic("engine.Recomputable: nil node or build function")
+	}
+	node.Graph().AssertBuilding()
+	e := &entry{remat: build}
+	if old := lookup(node); old != nil {
+		e.vjp, e.kind = old.vjp, old.kind
+	}
+	register(node, e)
+	return node
+}
+
+// Fresh returns node itself, or for a node marked Recomputable a new copy built now (call it from backward
+// functions).
+func Fresh(node *graph.Node) *graph.Node {
+	if e := lookup(node); e != nil && e.remat != nil {
+		return e.remat()
+	}
 	return node
 }
 
@@ -84,7 +118,7 @@ func SetKind(node *graph.Node, kind Kind) *graph.Node {
 	}
 	node.Graph().AssertBuilding()
 	if e := lookup(node); e != nil {
-		register(node, &entry{vjp: e.vjp, kind: kind})
+		register(node, &entry{vjp: e.vjp, kind: kind, remat: e.remat})
 		return node
 	}
 	register(node, &entry{kind: kind})

@@ -28,7 +28,8 @@ func DotGeneral(lhs *graph.Node, lhsContracting, lhsBatch []int, rhs *graph.Node
 	rb := normAxes(rhs.Rank(), rhsBatch)
 	out := graph.DotGeneral(lhs, slices.Clone(lc), slices.Clone(lb), rhs, slices.Clone(rc), slices.Clone(rb))
 	return SetVJP(out, KindOther, func(node, v *graph.Node) []*graph.Node {
-		a, c := node.Inputs()[0], node.Inputs()[1]
+		// Fresh: an operand marked Recomputable (a dequantised weight) is rebuilt here rather than kept.
+		a, c := Fresh(node.Inputs()[0]), Fresh(node.Inputs()[1])
 		return []*graph.Node{
 			dotGeneralOperandGrad(v, a.Rank(), lc, lb, c, rc, rb, false),
 			dotGeneralOperandGrad(v, c.Rank(), rc, rb, a, lc, lb, true),

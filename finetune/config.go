@@ -19,7 +19,7 @@ const (
 
 // Config configures training. Its YAML/JSON keys are the snake_case names below.
 type Config struct {
-	// Method is full, lora or lora-fa.
+	// Method is full, lora, lora-fa or qlora (LoRA over an NF4-quantised base).
 	Method string `json:"method" yaml:"method"`
 	// LoRA settings (lora and lora-fa).
 	LoRARank  int     `json:"lora_r" yaml:"lora_r"`
@@ -87,7 +87,7 @@ func (c Config) Validate() error {
 		if c.LoRARank != 0 || len(c.LoRATarget) != 0 || c.LoRADropout != 0 || c.InitAdapter != "" {
 			bad("method %q takes no lora_r / lora_targets / lora_dropout / init_adapter (they apply to lora and lora-fa)", c.Method)
 		}
-	case MethodLoRA, MethodLoRAFA:
+	case MethodLoRA, MethodLoRAFA, MethodQLoRA:
 		if err := (lora.Config{Rank: c.LoRARank, Alpha: c.LoRAAlpha, Dropout: c.LoRADropout}).Validate(); err != nil {
 			bad("%v", err)
 		}
@@ -99,7 +99,7 @@ func (c Config) Validate() error {
 			bad("method custom takes its adapters from the caller, not lora_r / lora_targets / init_adapter")
 		}
 	default:
-		bad("method must be full, lora or lora-fa, got %q", c.Method)
+		bad("method must be full, lora, lora-fa or qlora, got %q", c.Method)
 	}
 	switch c.Optimizer {
 	case "adamw":

@@ -271,9 +271,11 @@ func (t *Trainer) unfoldAll(p models.Params, partial bool) (models.Params, error
 // load it unchanged. A bias that folding added to a layer the architecture has without one must be zero (up to
 // rounding) and is dropped; otherwise the merged export is refused.
 func (t *Trainer) ExportMerged(dir string) error {
-	p := models.Params{}
-	for name, v := range t.Model.Params() {
-		p[name] = v
+	// QLoRA: the merge goes into the dequantised NF4 base (what the adapters were trained over), not into the
+	// original float weights.
+	p, err := dequantizeAll(t.Model.Params(), t.Model.LinearLayers())
+	if err != nil {
+		return err
 	}
 	for name, v := range t.Train {
 		if t.Adapters != nil {

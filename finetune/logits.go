@@ -58,6 +58,7 @@ func evaluate(backend backends.Backend, model Model, params models.Params, set *
 		for _, t := range b.Inputs(params) {
 			args = append(args, t)
 		}
+		b.Weights = nf4Hook(model.LinearLayers(), dtypes.Float32)
 		if set != nil {
 			ad := models.Bind(g, set.Params)
 			b = b.Merge(ad)
@@ -202,6 +203,7 @@ func (r *LogitsRunner) Logits(batch Batch) (*tensors.Tensor, error) {
 				nodes[n] = graph.Parameter(g, "batch."+n, batch[n].Shape())
 			}
 			b := models.Bind(g, r.Params)
+			b.Weights = nf4Hook(r.Model.LinearLayers(), dtypes.Float32)
 			if r.Set != nil {
 				ad := models.Bind(g, r.Set.Params)
 				b = b.Merge(ad)

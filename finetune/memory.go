@@ -225,7 +225,10 @@ func PlanStep(backend backends.Backend, model Model, paramShapes map[string][]in
 		}
 	}
 	switch cfg.Method {
-	case MethodLoRA, MethodLoRAFA:
+	case MethodLoRA, MethodLoRAFA, MethodQLoRA:
+		if cfg.Method == MethodQLoRA {
+			nf4Shapes(spec.frozen, model.LinearLayers(), cfg.MSNorm)
+		}
 		lc := lora.Config{Rank: cfg.LoRARank, Alpha: cfg.LoRAAlpha, RSLoRA: cfg.RSLoRA,
 			FrozenA: cfg.Method == MethodLoRAFA, Dropout: cfg.LoRADropout}
 		newAdapter, err := lora.New(lc)
@@ -247,7 +250,7 @@ func PlanStep(backend backends.Backend, model Model, paramShapes map[string][]in
 		}
 	case MethodFull:
 	default:
-		return MemoryVariant{}, fmt.Errorf("memory planning supports methods full, lora and lora-fa, not %q", cfg.Method)
+		return MemoryVariant{}, fmt.Errorf("memory planning supports methods full, lora, lora-fa and qlora, not %q", cfg.Method)
 	}
 	g, outputs, err := buildGradStep(backend, spec)
 	if err != nil {

@@ -30,20 +30,33 @@ func LoadModel(dir string, cfg Config) (Model, error) {
 		return nil, err
 	}
 	switch mt {
-	case "vit":
-		m, err := vit.Load(dir, vit.Options{ApproxActivation: cfg.ApproxAct, MSNorm: cfg.MSNorm, GradCheckpoint: cfg.GradCkpt, Attention: kind})
-		if err != nil {
-			return nil, err
-		}
-		return ViT{Model: m}, nil
-	case "llama":
-		m, err := llama.Load(dir, llama.Options{ApproxActivation: cfg.ApproxAct, MSNorm: cfg.MSNorm, GradCheckpoint: cfg.GradCkpt, Attention: kind})
-		if err != nil {
-			return nil, err
-		}
-		return Llama{Model: m}, nil
+	case "vit", "llama":
+	default:
+		return nil, fmt.Errorf("model type %q cannot be trained", mt)
 	}
-	return nil, fmt.Errorf("model type %q cannot be trained", mt)
+	// QLoRA quantises the original weights first and folds the norms into the NF4 weights itself.
+	qlora := cfg.Method == MethodQLoRA
+	fold := cfg.MSNorm && !qlora
+	var model Model
+	if mt == "vit" {
+		m, err := vit.Load(dir, vit.Options{ApproxActivation: cfg.ApproxAct, MSNorm: fold, GradCheckpoint: cfg.GradCkpt, Attention: kind})
+		if err != nil {
+			return nil, err
+		}
+		model = ViT{Model: m}
+	} else {
+		m, err := llama.Load(dir, llama.Options{ApproxActivation: cfg.ApproxAct, MSNorm: fold, GradCheckpoint: cfg.GradCkpt, Attention: kind})
+		if err != nil {
+			return nil, err
+		}
+		model = Llama{Model: m}
+	}
+	if qlora {
+		if err := quantizeModel(model, cfg.MSNorm); err != nil {
+			return nil, err
+		}
+	}
+	return model, nil
 }
 
 // LoadExamples reads a dataset stored as a safetensors file: one tensor per model input, the examples on the

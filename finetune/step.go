@@ -64,6 +64,7 @@ func buildGradStep(backend backends.Backend, spec stepSpec) (*graph.Graph, []*gr
 		if spec.adapters != nil {
 			bound.Linear = spec.adapters.Hook()
 		}
+		bound.Weights = nf4Hook(spec.model.LinearLayers(), spec.compute)
 		if spec.compute != dtypes.Float32 {
 			for n, node := range batch {
 				if node.DType() == dtypes.Float32 {

@@ -151,6 +151,13 @@ func New(model Model, cfg Config, backend backends.Backend, opts ...Option) (*Tr
 	}
 	compute := t.computeDType()
 	for name, p := range params {
+		if isNF4(name) {
+			if trainBase(name) {
+				return nil, fmt.Errorf("parameter %q is NF4-quantised and cannot train (train_modules must name float modules)", name)
+			}
+			t.Frozen[name] = p // codes and scales stay as they are; the graph dequantises them
+			continue
+		}
 		if trainBase(name) {
 			t.Train[name] = p
 		} else {

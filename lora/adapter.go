@@ -107,8 +107,8 @@ func (s *Set) split(name string) (string, string) {
 // (models.Bind + Bound.Merge). Layers without an adapter get the plain engine.Linear.
 func (s *Set) Hook() models.LinearHook {
 	return func(b models.Bound, path string, x *graph.Node) *graph.Node {
-		weight, bias := b.Nodes[path+".weight"], b.Nodes[path+".bias"]
 		a, ok := s.Adapters[path]
+		weight, bias := b.Weight(path), b.Nodes[path+".bias"]
 		if !ok {
 			return engine.Linear(x, weight, bias)
 		}

@@ -58,6 +58,10 @@ func (p Params) Dims(name string) []int {
 // models never know which is in use.
 type LinearHook func(b Bound, path string, x *graph.Node) *graph.Node
 
+// WeightHook supplies the weight [out, in] of the linear layer at path when it is not stored as one tensor (an
+// NF4-quantised base weight, say), or nil when it has none.
+type WeightHook func(b Bound, path string) *graph.Node
+
 // Bound are a model's parameters as graph parameters: one node per name, created in sorted name order.
 type Bound struct {
 	// Names are the parameter names in the order their graph parameters were created (sorted).
@@ -66,6 +70,8 @@ type Bound struct {
 	Nodes map[string]*graph.Node
 	// Linear, when not nil, replaces engine.Linear for every linear layer the model applies through Bound.Linear.
 	Linear LinearHook
+	// Weights, when not nil, supplies linear weights that are not stored as <path>.weight (see Weight).
+	Weights WeightHook
 	// Training is set in training steps (adapters apply dropout only then).
 	Training bool
 	// RNG, when set, is the step's random-number source (dropout).
@@ -75,19 +81,39 @@ type Bound struct {
 // ApplyLinear applies the linear layer at module path (weights path+".weight", optional path+".bias") to x,
 // through the hook when one is set. It panics (a graph-building error) when the weight is missing.
 func (b Bound) ApplyLinear(path string, x *graph.Node) *graph.Node {
-	if b.Nodes[path+".weight"] == nil {
-		panic(fmt.Sprintf("models: no weight for linear layer %q", path))
-	}
 	if b.Linear != nil {
+		if !b.HasWeight(path) {
+			panic(fmt.Sprintf("models: no weight for linear layer %q", path))
+		}
 		return b.Linear(b, path, x)
 	}
-	return engine.Linear(x, b.Nodes[path+".weight"], b.Nodes[path+".bias"])
+	return engine.Linear(x, b.Weight(path), b.Nodes[path+".bias"])
+}
+
+// Weight returns the weight [out, in] of the linear layer at path: the <path>.weight parameter, or what the
+// Weights hook builds for it (a dequantised NF4 weight). It panics (a graph-building error) when there is none.
+// Each call of a hook builds a new node, so call it once per use.
+func (b Bound) Weight(path string) *graph.Node {
+	if w := b.Nodes[path+".weight"]; w != nil {
+		return w
+	}
+	if b.Weights != nil {
+		if w := b.Weights(b, path); w != nil {
+			return w
+		}
+	}
+	panic(fmt.Sprintf("models: no weight for linear layer %q", path))
+}
+
+// HasWeight reports whether the linear layer at path has a weight (stored or supplied by the hook's tensors).
+func (b Bound) HasWeight(path string) bool {
+	return b.Nodes[path+".weight"] != nil || b.Nodes[path+".weight.nf4_codes"] != nil
 }
 
 // Merge returns a Bound holding the nodes of b and of others (their names must not collide) and b's hook.
 func (b Bound) Merge(others ...Bound) Bound {
 	out := Bound{Names: append([]string(nil), b.Names...), Nodes: map[string]*graph.Node{}, Linear: b.Linear,
-		Training: b.Training, RNG: b.RNG}
+		Weights: b.Weights, Training: b.Training, RNG: b.RNG}
 	for n, v := range b.Nodes {
 		out.Nodes[n] = v
 	}
@@ -120,7 +146,7 @@ func (b Bound) Checkpointed(prefix string, x *graph.Node, block func(b Bound, x 
 	return engine.Checkpoint(func(in []*graph.Node) *graph.Node {
 		// The recomputation must draw the same random numbers as the forward pass, which Checkpoint cannot
 		// guarantee with a shared RNG: checkpointed blocks run without the RNG (no dropout inside them).
-		sub := Bound{Names: names, Nodes: map[string]*graph.Node{}, Linear: b.Linear, Training: b.Training}
+		sub := Bound{Names: names, Nodes: map[string]*graph.Node{}, Linear: b.Linear, Weights: b.Weights, Training: b.Training}
 		for i, n := range names {
 			sub.Nodes[n] = in[1+i]
 		}

@@ -1,0 +1,214 @@
+package finetune
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/memfit/memfit/models"
+	"github.com/memfit/memfit/quant"
+)
+
+// MethodQLoRA trains LoRA adapters over a base whose linear layers (all but the output head) are stored in NF4
+// with double-quantised scales and dequantised inside the step (forward and, again, backward).
+const MethodQLoRA = "qlora"
+
+// isNF4 reports whether a parameter name is part of an NF4 weight.
+func isNF4(name string) bool { return strings.Contains(name, ".weight.nf4_") }
+
+// quantizeModel replaces every non-head linear weight of model (loaded without MS-norm folding) by its NF4 form
+// (double-quantised scales). With msNorm, it then folds each norm into the layers it feeds, as loading with
+// MSNorm would: into NF4 weights exactly, gamma as a per-input-channel scale (quant.NF4.Fold) and beta as
+// bias + W_nf4 beta (W_nf4 the dequantised weight, ViT's LayerNorm); into the float32 head as usual. The norm
+// tensors move to the model's Folded set and the model builds MS-norms.
+func quantizeModel(model Model, msNorm bool) error {
+	params := model.Params()
+	quantized := map[string]*quant.NF4{}
+	for _, l := range model.LinearLayers() {
+		if l.Head {
+			continue
+		}
+		name := l.Path + ".weight"
+		w, err := params.Float32s(name)
+		if err != nil {
+			return err
+		}
+		q, err := quant.QuantizeNF4(w, l.Out, l.In, true)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		quantized[name] = q
+	}
+	removed := models.Params{}
+	if msNorm {
+		for _, f := range model.Folds() {
+			gamma, err := params.Float32s(f.Gamma)
+			if err != nil {
+				return err
+			}
+			var beta []float32
+			if _, ok := params[f.Beta]; ok && f.Beta != "" {
+				if beta, err = params.Float32s(f.Beta); err != nil {
+					return err
+				}
+			}
+			var rest []models.Linear
+			for _, l := range f.Linears {
+				q, ok := quantized[l.Weight]
+				if !ok {
+					rest = append(rest, l)
+					continue
+				}
+				if beta != nil {
+					if l.Bias == "" {
+						return fmt.Errorf("folding %s into %s needs a bias", f.Beta, l.Weight)
+					}
+					wq := q.Dequantize()
+					bias := make([]float32, q.Out)
+					if _, ok := params[l.Bias]; ok {
+						if bias, err = params.Float32s(l.Bias); err != nil {
+							return err
+						}
+					}
+					for o := 0; o < q.Out; o++ {
+						acc := float64(bias[o])
+						for j := 0; j < q.In; j++ {
+							acc += float64(wq[o*q.In+j]) * float64(beta[j])
+						}
+						bias[o] = float32(acc)
+					}
+					params[l.Bias] = tensors.FromFlatDataAndDimensions(bias, q.Out)
+				}
+				if err := q.Fold(effectiveGamma(gamma, f.PlusOne)); err != nil {
+					return err
+				}
+			}
+			if len(rest) > 0 {
+				sub := f
+				sub.Linears = rest
+				out, _, err := models.ApplyFolds(params, []models.Fold{sub})
+				if err != nil {
+					return err
+				}
+				for _, l := range rest {
+					params[l.Weight] = out[l.Weight]
+					if t, ok := out[l.Bias]; ok && l.Bias != "" {
+						params[l.Bias] = t
+					}
+				}
+			}
+			for _, n := range []string{f.Gamma, f.Beta} {
+				if t, ok := params[n]; ok && n != "" {
+					removed[n] = t
+					delete(params, n)
+				}
+			}
+		}
+	}
+	for name, q := range quantized {
+		delete(params, name)
+		for n, t := range q.Tensors(name) {
+			params[n] = t
+		}
+	}
+	switch m := model.(type) {
+	case ViT:
+		m.Model.Folded, m.Model.Options.MSNorm = removed, msNorm
+	case Llama:
+		m.Model.Folded, m.Model.Options.MSNorm = removed, msNorm
+	default:
+		return fmt.Errorf("QLoRA does not know model %T", model)
+	}
+	return nil
+}
+
+func effectiveGamma(gamma []float32, plusOne bool) []float32 {
+	if !plusOne {
+		return gamma
+	}
+	g := make([]float32, len(gamma))
+	for i, v := range gamma {
+		g[i] = 1 + v
+	}
+	return g
+}
+
+// nf4Hook returns the Bound.Weights hook that dequantises the model's NF4 weights in dtype.
+func nf4Hook(layers []models.LinearLayer, dtype dtypes.DType) models.WeightHook {
+	dims := map[string][2]int{}
+	for _, l := range layers {
+		dims[l.Path] = [2]int{l.Out, l.In}
+	}
+	return func(b models.Bound, path string) *graph.Node {
+		p, ok := quant.BoundNodes(b.Nodes, path+".weight")
+		d, known := dims[path]
+		if !ok || !known {
+			return nil
+		}
+		return quant.Weight(p, d[0], d[1], dtype)
+	}
+}
+
+// nf4Shapes replaces, in frozen parameter shapes, every non-head linear weight by its NF4 tensors' shapes.
+func nf4Shapes(frozen map[string]shapes.Shape, layers []models.LinearLayer, folded bool) {
+	for _, l := range layers {
+		if l.Head {
+			continue
+		}
+		name := l.Path + ".weight"
+		if _, ok := frozen[name]; !ok {
+			continue
+		}
+		delete(frozen, name)
+		for suffix, s := range quant.Shapes(l.Out, l.In, true, folded) {
+			frozen[name+suffix] = s
+		}
+	}
+}
+
+// dequantizeAll returns p with every NF4 weight replaced by its dequantised float32 weight (folded norms'
+// gamma included, as the graph computes it).
+func dequantizeAll(p models.Params, layers []models.LinearLayer) (models.Params, error) {
+	out := models.Params{}
+	for n, v := range p {
+		if !isNF4(n) {
+			out[n] = v
+		}
+	}
+	for _, l := range layers {
+		prefix := l.Path + ".weight"
+		codes, ok := p[prefix+quant.SuffixCodes]
+		if !ok {
+			continue
+		}
+		q := &quant.NF4{Out: l.Out, In: l.In}
+		var err error
+		get := func(suffix string) []float32 {
+			t, ok := p[prefix+suffix]
+			if !ok || err != nil {
+				return nil
+			}
+			var v []float32
+			v, err = p.Float32s(prefix + suffix)
+			_ = t
+			return v
+		}
+		codes.MustConstFlatData(func(f any) { q.Codes = append([]uint8(nil), f.([]uint8)...) })
+		q.Absmax, q.Absmax2, q.ColScale = get(quant.SuffixAbsmax), get(quant.SuffixAbsmax2), get(quant.SuffixColScale)
+		if off := get(quant.SuffixOffset); off != nil {
+			q.Offset = off[0]
+		}
+		if t, ok := p[prefix+quant.SuffixAbsmaxQ]; ok {
+			t.MustConstFlatData(func(f any) { q.AbsmaxQ = append([]uint8(nil), f.([]uint8)...) })
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", prefix, err)
+		}
+		out[prefix] = tensors.FromFlatDataAndDimensions(q.Dequantize(), l.Out, l.In)
+	}
+	return out, nil
+}
