@@ -174,6 +174,10 @@ func writeMemoryTable(out io.Writer, rep *finetune.MemoryReport) error {
 	if len(rep.Variants) > 0 {
 		fmt.Fprintf(out, "\nsaved act.: %s\nstep peak: %s\ntotal = step peak + optimizer state\n",
 			rep.Variants[0].SavedMethod, rep.Variants[0].PeakMethod)
+		if v := rep.Variants[0]; v.QuantizedParams > 0 {
+			fmt.Fprintf(out, "NF4 base: %d parameters in %s, %.3f bits per parameter (double-quantised scales)\n",
+				v.QuantizedParams, memory.FormatBytes(v.QuantizedBytes), v.QuantizedBits)
+		}
 	}
 	return nil
 }

@@ -28,7 +28,7 @@ func usagef(format string, args ...any) error { return usageError{fmt.Errorf(for
 
 // trainFlags binds the training config's fields to flags; only flags the user set override the config file.
 func trainFlags(f *pflag.FlagSet, c *finetune.Config) {
-	f.StringVar(&c.Method, "method", c.Method, "full, lora or lora-fa")
+	f.StringVar(&c.Method, "method", c.Method, "full, lora, lora-fa or qlora (LoRA over an NF4 base)")
 	f.IntVar(&c.LoRARank, "lora-r", c.LoRARank, "LoRA rank")
 	f.Float64Var(&c.LoRAAlpha, "lora-alpha", c.LoRAAlpha, "LoRA alpha (scale alpha/r)")
 	f.BoolVar(&c.RSLoRA, "rslora", c.RSLoRA, "rank-stabilised scale alpha/sqrt(r)")

@@ -86,6 +86,11 @@ type MemoryVariant struct {
 	// across steps, added.
 	TotalBytes      int64 `json:"total_bytes"`
 	TrainableParams int64 `json:"trainable_params"`
+	// QuantizedParams and QuantizedBytes count the NF4 weights (qlora): parameters and their storage (codes,
+	// double-quantised scales, folded-norm column scales); QuantizedBits is the bits per quantised parameter.
+	QuantizedParams int64   `json:"quantized_params,omitempty"`
+	QuantizedBytes  int64   `json:"quantized_bytes,omitempty"`
+	QuantizedBits   float64 `json:"quantized_bits_per_param,omitempty"`
 	// SavedRatio, PeakRatio and TotalRatio compare with the first variant of the report (plain).
 	SavedRatio float64 `json:"saved_ratio"`
 	PeakRatio  float64 `json:"peak_ratio"`
@@ -275,8 +280,19 @@ func PlanStep(backend backends.Backend, model Model, paramShapes map[string][]in
 	for _, k := range engine.Kinds {
 		v.SavedByKind[k.String()] = saved.ByKind[k]
 	}
-	for _, s := range spec.frozen {
+	for name, s := range spec.frozen {
 		v.WeightsBytes += int64(s.Memory())
+		if isNF4(name) {
+			v.QuantizedBytes += int64(s.Memory())
+		}
+	}
+	if v.QuantizedBytes > 0 {
+		for _, l := range model.LinearLayers() {
+			if !l.Head {
+				v.QuantizedParams += int64(l.Out) * int64(l.In)
+			}
+		}
+		v.QuantizedBits = 8 * float64(v.QuantizedBytes) / float64(v.QuantizedParams)
 	}
 	moments := int64(2)
 	if cfg.Optimizer == "sgd" {

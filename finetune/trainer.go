@@ -470,3 +470,13 @@ func freeAll(ts map[string]*tensors.Tensor) {
 		t.MustFinalizeAll()
 	}
 }
+
+// SavedReport returns the saved-activation report of the gradient step for b's shapes (building the step if
+// needed).
+func (t *Trainer) SavedReport(b Batch) *memory.SavedReport {
+	gs, err := t.gradFor(b)
+	if err != nil {
+		return &memory.SavedReport{}
+	}
+	return gs.saved
+}
