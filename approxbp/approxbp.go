@@ -59,7 +59,7 @@ func forward(act Activation, x *graph.Node) *graph.Node {
 func GELU(x *graph.Node) *graph.Node {
 	y := forward(ActGELU, x)
 	return engine.SetVJP(y, engine.KindActivation, func(node, v *graph.Node) []*graph.Node {
-		x := node.Inputs()[0]
+		x := engine.Fresh(node.Inputs()[0]) // an int8 copy under Mesa
 		phi := graph.MulScalar(graph.Exp(graph.MulScalar(graph.Square(x), -0.5)), 1/math.Sqrt(2*math.Pi))
 		d := graph.Add(gate(ActGELU, x), graph.Mul(x, phi))
 		return []*graph.Node{graph.Mul(v, d), nil}
@@ -72,7 +72,7 @@ func GELU(x *graph.Node) *graph.Node {
 func SiLU(x *graph.Node) *graph.Node {
 	y := forward(ActSiLU, x)
 	return engine.SetVJP(y, engine.KindActivation, func(node, v *graph.Node) []*graph.Node {
-		x := node.Inputs()[0]
+		x := engine.Fresh(node.Inputs()[0]) // an int8 copy under Mesa
 		s := graph.Logistic(x)
 		d := graph.Mul(s, graph.OnePlus(graph.Mul(x, graph.OneMinus(s))))
 		return []*graph.Node{graph.Mul(v, d), nil}

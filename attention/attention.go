@@ -27,6 +27,7 @@ func Softmax(x *graph.Node) *graph.Node {
 	e := engine.PassThrough(graph.Exp(shifted), engine.KindAttention, 0)
 	p := graph.Div(e, graph.ReduceAndKeep(e, graph.ReduceSum, -1))
 	return engine.SetVJP(p, engine.KindAttention, func(p, g *graph.Node) []*graph.Node {
+		p = engine.Fresh(p) // an int8 copy under Mesa
 		dot := graph.ReduceAndKeep(graph.Mul(g, p), graph.ReduceSum, -1)
 		return []*graph.Node{graph.Mul(p, graph.Sub(g, dot)), nil}
 	})
@@ -70,6 +71,17 @@ type Mask struct {
 	// KeyPadding, if not nil, is [B, M] with a non-zero value for real keys and 0 for padding; padding keys are
 	// hidden from every query.
 	KeyPadding *graph.Node
+	// Keep, when set, is given the tensors the backward pass keeps ("attn": the matmul operands q, k, v;
+	// "softmax": the probabilities) with their head axis, and may return them marked for cheaper storage
+	// (quant.Mesa stores them as int8).
+	Keep func(kind string, x *graph.Node, headAxis int) *graph.Node
+}
+
+func (m Mask) keep(kind string, x *graph.Node, headAxis int) *graph.Node {
+	if m.Keep == nil {
+		return x
+	}
+	return m.Keep(kind, x, headAxis)
 }
 
 // maskValue is added to the scores of hidden keys: exp of it underflows to exactly 0 in float32 and bfloat16.
@@ -182,7 +194,8 @@ func maskScores(s *graph.Node, mask Mask, n, m int) *graph.Node {
 func Standard(q, k, v *graph.Node, heads, kvHeads int, mask Mask) *graph.Node {
 	l := newLayout(q, k, v, heads, kvHeads)
 	q5, k4, v4 := l.split(q, k, v)
-	probs := Softmax(maskScores(scores(q5, k4), mask, l.n, l.m))
+	q5, k4, v4 = mask.keep("attn", q5, 2), mask.keep("attn", k4, 2), mask.keep("attn", v4, 2)
+	probs := mask.keep("softmax", Softmax(maskScores(scores(q5, k4), mask, l.n, l.m)), 1)
 	return l.merge(engine.SetKind(context(probs, v4), engine.KindAttention))
 }
 
@@ -203,6 +216,7 @@ func Standard(q, k, v *graph.Node, heads, kvHeads int, mask Mask) *graph.Node {
 func MemoryEfficient(q, k, v *graph.Node, heads, kvHeads int, mask Mask) *graph.Node {
 	l := newLayout(q, k, v, heads, kvHeads)
 	q5, k4, v4 := l.split(q, k, v)
+	q5, k4, v4 = mask.keep("attn", q5, 2), mask.keep("attn", k4, 2), mask.keep("attn", v4, 2)
 	s := maskScores(scores(q5, k4), mask, l.n, l.m)
 	mx := graph.StopGradient(graph.ReduceAndKeep(s, graph.ReduceMax, -1))
 	shifted := engine.PassThrough(graph.Sub(s, mx), engine.KindAttention, 0)
@@ -212,6 +226,7 @@ func MemoryEfficient(q, k, v *graph.Node, heads, kvHeads int, mask Mask) *graph.
 	probs := engine.PassThrough(graph.Div(e, sum), engine.KindAttention, 0)
 	ctx := context(probs, v4)
 	engine.SetVJP(ctx, engine.KindAttention, func(ctx, g *graph.Node) []*graph.Node {
+		q5, k4, v4 := engine.Fresh(q5), engine.Fresh(k4), engine.Fresh(v4) // int8 copies under Mesa
 		p := graph.Exp(graph.Sub(maskScores(scores(q5, k4), mask, l.n, l.m), lse))
 		dv := engine.DotGeneral(p, []int{2, 3}, []int{0, 1}, g, []int{2, 3}, []int{0, 1}) // [B, Hkv, M, Dh]
 		dp := engine.DotGeneral(g, []int{4}, []int{0, 1}, v4, []int{3}, []int{0, 2})      // [B, Hkv, N, G, M]

@@ -57,8 +57,8 @@ whose total fits the budget (the paper's Table 9).`,
 			if err := cfg.Validate(); err != nil {
 				return usageError{err}
 			}
-			if cmd.Flags().Changed("approx-act") || cmd.Flags().Changed("ms-norm") || cmd.Flags().Changed("grad-ckpt") {
-				return usagef("memory compares the variants itself: choose them with --variants, not --approx-act/--ms-norm/--grad-ckpt")
+			if cmd.Flags().Changed("approx-act") || cmd.Flags().Changed("ms-norm") || cmd.Flags().Changed("grad-ckpt") || cmd.Flags().Changed("mesa") {
+				return usagef("memory compares the variants itself: choose them with --variants, not --approx-act/--ms-norm/--grad-ckpt/--mesa")
 			}
 			var variants []finetune.Variant
 			for _, name := range strings.Split(variantList, ",") {
@@ -124,7 +124,8 @@ whose total fits the budget (the paper's Table 9).`,
 	f.StringVar(&configFile, "config", "", "YAML training config (keys as finetune train's flags, snake_case)")
 	f.IntVar(&seq, "seq", 256, "sequence length (LLaMA)")
 	f.IntVar(&labels, "labels", 0, "classes of a preset's classification head (0: ViTModel / causal LM)")
-	f.StringVar(&variantList, "variants", "plain,approx-act,ms-norm,approx-act+ms-norm,grad-ckpt", "variants to compare, plain first")
+	f.StringVar(&variantList, "variants", "plain,approx-act,ms-norm,approx-act+ms-norm,grad-ckpt,mesa",
+		"variants to compare, plain first (also: approx-act+ms-norm+mesa-softmax)")
 	f.BoolVar(&asJSON, "json", false, `print one JSON object {"variants": [...]} instead of the table`)
 	f.IntVar(&maxBatch, "max-batch", 0, "search the largest batch size up to N that fits --budget")
 	f.IntVar(&maxSeq, "max-seq", 0, "search the longest sequence up to N that fits --budget (LLaMA)")

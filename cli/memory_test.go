@@ -34,8 +34,11 @@ func TestMemoryJSON(t *testing.T) {
 		}
 		saved[v["name"].(string)] = v["saved_activation_bytes"].(float64)
 	}
-	if len(saved) != 5 {
-		t.Fatalf("want 5 variants, got %v", saved)
+	if len(saved) != 6 {
+		t.Fatalf("want 6 variants, got %v", saved)
+	}
+	if !(saved["mesa"] < saved["plain"]) {
+		t.Errorf("Mesa keeps more than plain: %v", saved)
 	}
 	if !(saved["approx-act+ms-norm"] < saved["approx-act"] && saved["approx-act"] < saved["plain"] &&
 		saved["ms-norm"] < saved["plain"] && saved["grad-ckpt"] < saved["approx-act+ms-norm"]) {

@@ -39,6 +39,7 @@ func trainFlags(f *pflag.FlagSet, c *finetune.Config) {
 	f.BoolVar(&c.ApproxAct, "approx-act", c.ApproxAct, "ReGELU2/ReSiLU2: exact activation forward, 2-bit backward")
 	f.BoolVar(&c.MSNorm, "ms-norm", c.MSNorm, "MS-LN/MS-RMSNorm: fold norm affines into the next linear layers")
 	f.BoolVar(&c.GradCkpt, "grad-ckpt", c.GradCkpt, "gradient checkpointing per block (recompute in backward)")
+	f.StringSliceVar(&c.Mesa, "mesa", c.Mesa, "store these saved activations as int8 (Mesa): act, norm, softmax, attn, linear or all")
 	f.StringVar(&c.Attention, "attention", c.Attention, "standard or memory-efficient")
 	f.StringVar(&c.Optimizer, "optimizer", c.Optimizer, "adamw or sgd")
 	f.Float64Var(&c.LR, "lr", c.LR, "learning rate")
@@ -172,6 +173,8 @@ func applyFlag(cfg, flags *finetune.Config, name string) {
 		cfg.MSNorm = flags.MSNorm
 	case "grad-ckpt":
 		cfg.GradCkpt = flags.GradCkpt
+	case "mesa":
+		cfg.Mesa = flags.Mesa
 	case "attention":
 		cfg.Attention = flags.Attention
 	case "optimizer":

@@ -2,8 +2,8 @@ package demo
 
 import (
 	"fmt"
-	"strings"
 	"image/color"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"

@@ -7,6 +7,7 @@ import (
 
 	"github.com/memfit/memfit/attention"
 	"github.com/memfit/memfit/lora"
+	"github.com/memfit/memfit/quant"
 )
 
 // Methods of fine-tuning.
@@ -68,6 +69,9 @@ type Config struct {
 	Attention string `json:"attention" yaml:"attention"`
 	// BatchSize is the number of examples per micro-batch.
 	BatchSize int `json:"batch_size" yaml:"batch_size"`
+	// Mesa lists the saved-activation kinds stored as int8 (act, norm, softmax, attn, linear; "all"), with
+	// running per-group ranges kept in the trainer's state.
+	Mesa []string `json:"mesa,omitempty" yaml:"mesa,omitempty"`
 }
 
 // Defaults returns a config with the usual settings: LoRA r=8, alpha=16 on q,v; AdamW lr 1e-4, betas
@@ -100,6 +104,9 @@ func (c Config) Validate() error {
 		}
 	default:
 		bad("method must be full, lora, lora-fa or qlora, got %q", c.Method)
+	}
+	if _, err := quant.ParseMesa(c.Mesa); err != nil {
+		bad("mesa: %v", err)
 	}
 	switch c.Optimizer {
 	case "adamw":

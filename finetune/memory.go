@@ -18,6 +18,7 @@ import (
 	"github.com/memfit/memfit/models/auto"
 	"github.com/memfit/memfit/models/llama"
 	"github.com/memfit/memfit/models/vit"
+	"github.com/memfit/memfit/quant"
 )
 
 // Variant is one combination of the memory-saving options, applied on top of a Config.
@@ -26,11 +27,13 @@ type Variant struct {
 	ApproxAct bool
 	MSNorm    bool
 	GradCkpt  bool
+	// Mesa lists the activation kinds stored as int8 (quant.Mesa).
+	Mesa []string
 }
 
 // Apply returns cfg with the variant's options set (and the others cleared).
 func (v Variant) Apply(cfg Config) Config {
-	cfg.ApproxAct, cfg.MSNorm, cfg.GradCkpt = v.ApproxAct, v.MSNorm, v.GradCkpt
+	cfg.ApproxAct, cfg.MSNorm, cfg.GradCkpt, cfg.Mesa = v.ApproxAct, v.MSNorm, v.GradCkpt, v.Mesa
 	return cfg
 }
 
@@ -41,6 +44,8 @@ var Variants = []Variant{
 	{Name: "ms-norm", MSNorm: true},
 	{Name: "approx-act+ms-norm", ApproxAct: true, MSNorm: true},
 	{Name: "grad-ckpt", GradCkpt: true},
+	{Name: "mesa", Mesa: []string{quant.MesaActivation, quant.MesaNorm}},
+	{Name: "approx-act+ms-norm+mesa-softmax", ApproxAct: true, MSNorm: true, Mesa: []string{quant.MesaSoftmax}},
 }
 
 // VariantByName returns the named variant of Variants.
@@ -257,7 +262,8 @@ func PlanStep(backend backends.Backend, model Model, paramShapes map[string][]in
 	default:
 		return MemoryVariant{}, fmt.Errorf("memory planning supports methods full, lora, lora-fa and qlora, not %q", cfg.Method)
 	}
-	g, outputs, err := buildGradStep(backend, spec)
+	spec.mesa, _ = quant.ParseMesa(cfg.Mesa)
+	g, outputs, _, err := buildGradStep(backend, spec)
 	if err != nil {
 		return MemoryVariant{}, err
 	}

@@ -60,7 +60,7 @@ func TestPlanMemoryMatchesAnalyticCount(t *testing.T) {
 		c, _ := vit.Preset(strings.TrimPrefix(preset.name, "vit:"), 10)
 		var plain, best int64
 		for _, v := range rep.Variants {
-			if v.Name == "grad-ckpt" {
+			if v.Name == "grad-ckpt" || strings.Contains(v.Name, "mesa") {
 				continue
 			}
 			want := analyticViTLoRA(c, preset.batch, cfg.LoRARank, 10, v.Name == "approx-act" || v.Name == "approx-act+ms-norm",
@@ -86,8 +86,10 @@ func TestPlanMemoryMatchesAnalyticCount(t *testing.T) {
 		if preset.name == "vit-b16" && float64(best) > 0.72*float64(plain) {
 			t.Errorf("vit-b16: approx-act+ms-norm saved %d > 0.72 x plain %d", best, plain)
 		}
-		if ck := rep.Variants[len(rep.Variants)-1]; ck.Name != "grad-ckpt" || ck.SavedActivationBytes >= best {
-			t.Errorf("grad-ckpt should keep the least: %+v", ck)
+		for _, ck := range rep.Variants {
+			if ck.Name == "grad-ckpt" && ck.SavedActivationBytes >= best {
+				t.Errorf("grad-ckpt should keep the least: %+v", ck)
+			}
 		}
 		// LoRA r on q, k, v, o, fc1, fc2 of every layer: r*(in+out) each.
 		d, m := c.HiddenSize, c.IntermediateSize

@@ -83,6 +83,9 @@ func (t *Trainer) Save(dir string, data Iterator) error {
 	for n, v := range t.V {
 		opt["v."+n] = v
 	}
+	for i, m := range t.Mesa {
+		opt[fmt.Sprintf("mesa.%d", i)] = m
+	}
 	if err := safetensors.WriteTensors(filepath.Join(tmp, OptimizerFile), opt, "", nil); err != nil {
 		return err
 	}
@@ -172,6 +175,15 @@ func Resume(dir string, model Model, backend backends.Backend, data Iterator) (*
 		return nil, err
 	}
 	m, v := models.Params{}, models.Params{}
+	var mesa []*tensors.Tensor
+	for i := 0; ; i++ {
+		x, ok := opt[fmt.Sprintf("mesa.%d", i)]
+		if !ok {
+			break
+		}
+		mesa = append(mesa, x)
+		delete(opt, fmt.Sprintf("mesa.%d", i))
+	}
 	for n, x := range opt {
 		switch {
 		case len(n) > 2 && n[:2] == "m.":
@@ -188,7 +200,7 @@ func Resume(dir string, model Model, backend backends.Backend, data Iterator) (*
 	if err := sameNames(t.V, v, "optimizer second moments"); err != nil {
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
-	t.Train, t.M, t.V, t.Step = train, m, v, s.Step
+	t.Train, t.M, t.V, t.Step, t.Mesa = train, m, v, s.Step, mesa
 	if len(s.RNG) != t.RNG.Shape().Size() {
 		return nil, fmt.Errorf("%s: the random-number state has %d words, want %d", dir, len(s.RNG), t.RNG.Shape().Size())
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/lora"
 	"github.com/memfit/memfit/models"
+	"github.com/memfit/memfit/quant"
 )
 
 // stepSpec is what the gradient step's graph depends on: the model, its adapters, the compute dtype and the
@@ -23,20 +24,25 @@ type stepSpec struct {
 	batch    map[string]shapes.Shape
 	frozen   map[string]shapes.Shape
 	train    map[string]shapes.Shape
+	// mesa lists the int8-stored kinds (quant.Mesa); their running-range states become extra parameters after
+	// the trainable ones and extra outputs after the RNG state.
+	mesa []string
 }
 
 // buildGradStep builds and compiles the gradient step: its parameters are the batch tensors ("batch.<name>",
 // sorted by name), the RNG state, the frozen tensors and the trainable tensors (each sorted by name), in that
-// order; its outputs are the loss, the gradient of every trainable tensor (float32, sorted by name) and the next
-// RNG state.
-func buildGradStep(backend backends.Backend, spec stepSpec) (*graph.Graph, []*graph.Node, error) {
+// order, then the Mesa range states in creation order; its outputs are the loss, the gradient of every trainable
+// tensor (float32, sorted by name), the next RNG state and the updated Mesa states. The Mesa states' shapes are
+// returned too.
+func buildGradStep(backend backends.Backend, spec stepSpec) (*graph.Graph, []*graph.Node, []shapes.Shape, error) {
 	for _, name := range spec.model.BatchInputs() {
 		if _, ok := spec.batch[name]; !ok {
-			return nil, nil, fmt.Errorf("batch has no %q (the model needs %v)", name, spec.model.BatchInputs())
+			return nil, nil, nil, fmt.Errorf("batch has no %q (the model needs %v)", name, spec.model.BatchInputs())
 		}
 	}
 	var g *graph.Graph
 	var outputs []*graph.Node
+	var mesaShapes []shapes.Shape
 	err := engine.Try(func() {
 		g = graph.NewGraph(backend, "train-step")
 		batch := map[string]*graph.Node{}
@@ -65,6 +71,11 @@ func buildGradStep(backend backends.Backend, spec stepSpec) (*graph.Graph, []*gr
 			bound.Linear = spec.adapters.Hook()
 		}
 		bound.Weights = nf4Hook(spec.model.LinearLayers(), spec.compute)
+		var mesa *quant.Mesa
+		if len(spec.mesa) > 0 {
+			mesa = quant.NewMesa(spec.mesa, rng)
+			bound.Mesa = mesa
+		}
 		if spec.compute != dtypes.Float32 {
 			for n, node := range batch {
 				if node.DType() == dtypes.Float32 {
@@ -75,10 +86,16 @@ func buildGradStep(backend backends.Backend, spec stepSpec) (*graph.Graph, []*gr
 		loss := spec.model.Loss(bound, batch)
 		grads := engine.Gradient(loss, trainNodes...)
 		outputs = append(append([]*graph.Node{loss}, grads...), rng.State())
+		if mesa != nil {
+			outputs = append(outputs, mesa.Out...)
+			for _, in := range mesa.In {
+				mesaShapes = append(mesaShapes, in.Shape())
+			}
+		}
 		g.Compile(outputs...)
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("building the training step: %w", err)
+		return nil, nil, nil, fmt.Errorf("building the training step: %w", err)
 	}
-	return g, outputs, nil
+	return g, outputs, mesaShapes, nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/memfit/memfit/lora"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/models"
+	"github.com/memfit/memfit/quant"
 )
 
 // Trainer trains a model: it owns the trainable parameters (float32 master copies), the frozen ones, the
@@ -42,6 +43,9 @@ type Trainer struct {
 	Step int
 	// RNG is the random-number state of the training steps (dropout), advanced by every micro-batch.
 	RNG *tensors.Tensor
+	// Mesa holds the running int8 ranges of the Mesa-stored activations ([groups, 3]: min, max, initialised),
+	// updated by every micro-batch and saved in checkpoints.
+	Mesa []*tensors.Tensor
 
 	gradSteps map[string]*gradStep
 	update    *updateStep
@@ -276,6 +280,7 @@ type gradStep struct {
 	trainNames  []string
 	saved       *memory.SavedReport
 	peak        *memory.Peak
+	mesa        int // Mesa states among the parameters and outputs
 }
 
 func batchSignature(b Batch) string {
@@ -314,10 +319,21 @@ func (t *Trainer) gradFor(b Batch) (*gradStep, error) {
 	for n, v := range t.Train {
 		spec.train[n] = v.Shape()
 	}
+	spec.mesa, _ = quant.ParseMesa(t.Config.Mesa)
 	var err error
-	if gs.g, gs.outputs, err = buildGradStep(t.Backend, spec); err != nil {
+	var mesaShapes []shapes.Shape
+	if gs.g, gs.outputs, mesaShapes, err = buildGradStep(t.Backend, spec); err != nil {
 		return nil, err
 	}
+	if t.Mesa == nil && len(mesaShapes) > 0 {
+		for _, s := range mesaShapes { // zero: not initialised (the first batch sets the ranges)
+			t.Mesa = append(t.Mesa, tensors.FromShape(s))
+		}
+	}
+	if len(mesaShapes) != len(t.Mesa) {
+		return nil, fmt.Errorf("the step has %d Mesa states, the trainer %d", len(mesaShapes), len(t.Mesa))
+	}
+	gs.mesa = len(mesaShapes)
 	saved, err := memory.Saved(gs.g, gs.outputs...)
 	if err != nil {
 		return nil, err
@@ -349,6 +365,9 @@ func (t *Trainer) runGrad(gs *gradStep, b Batch) (float64, map[string]*tensors.T
 	for _, n := range gs.trainNames {
 		args = append(args, t.Train[n])
 	}
+	for _, m := range t.Mesa {
+		args = append(args, m)
+	}
 	var outs []*tensors.Tensor
 	run := func() error {
 		return engine.Try(func() { outs = gs.g.Run(args...) })
@@ -374,7 +393,10 @@ func (t *Trainer) runGrad(gs *gradStep, b Batch) (float64, map[string]*tensors.T
 	for i, n := range gs.trainNames {
 		grads[n] = outs[1+i]
 	}
-	t.RNG = outs[len(outs)-1]
+	t.RNG = outs[len(outs)-1-gs.mesa]
+	if gs.mesa > 0 {
+		t.Mesa = outs[len(outs)-gs.mesa:]
+	}
 	return loss, grads, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"github.com/memfit/memfit/engine"
+	"github.com/memfit/memfit/quant"
 )
 
 // Params holds a model's tensors by their Hugging Face name ("vit.encoder.layer.0.attention.attention.query.weight").
@@ -76,6 +77,8 @@ type Bound struct {
 	Training bool
 	// RNG, when set, is the step's random-number source (dropout).
 	RNG *engine.RNG
+	// Mesa, when set, stores the saved activations of its kinds as int8 (training steps only).
+	Mesa *quant.Mesa
 }
 
 // ApplyLinear applies the linear layer at module path (weights path+".weight", optional path+".bias") to x,
@@ -88,6 +91,23 @@ func (b Bound) ApplyLinear(path string, x *graph.Node) *graph.Node {
 		return b.Linear(b, path, x)
 	}
 	return engine.Linear(x, b.Weight(path), b.Nodes[path+".bias"])
+}
+
+// Keep marks x, a tensor the backward pass reads, for int8 storage when b.Mesa covers kind (see quant.Mesa);
+// groupAxis is the head axis, or -1 for channel groups of the last axis. It returns x.
+func (b Bound) Keep(kind string, x *graph.Node, groupAxis int) *graph.Node {
+	if !b.Training || b.Mesa == nil {
+		return x
+	}
+	return b.Mesa.Keep(kind, x, groupAxis)
+}
+
+// AttentionKeep is the attention.Mask.Keep hook of b (nil without Mesa).
+func (b Bound) AttentionKeep() func(kind string, x *graph.Node, headAxis int) *graph.Node {
+	if !b.Training || b.Mesa == nil {
+		return nil
+	}
+	return b.Mesa.Keep
 }
 
 // Weight returns the weight [out, in] of the linear layer at path: the <path>.weight parameter, or what the
@@ -113,7 +133,7 @@ func (b Bound) HasWeight(path string) bool {
 // Merge returns a Bound holding the nodes of b and of others (their names must not collide) and b's hook.
 func (b Bound) Merge(others ...Bound) Bound {
 	out := Bound{Names: append([]string(nil), b.Names...), Nodes: map[string]*graph.Node{}, Linear: b.Linear,
-		Weights: b.Weights, Training: b.Training, RNG: b.RNG}
+		Weights: b.Weights, Training: b.Training, RNG: b.RNG, Mesa: b.Mesa}
 	for n, v := range b.Nodes {
 		out.Nodes[n] = v
 	}

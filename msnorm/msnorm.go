@@ -30,6 +30,7 @@ func MSLayerNorm(x *graph.Node, eps float64) *graph.Node {
 	z := graph.Mul(centred, rstd)
 	return engine.SetVJP(z, engine.KindNorm, func(z, g *graph.Node) []*graph.Node {
 		r := z.Inputs()[1]
+		z = engine.Fresh(z) // an int8 copy under Mesa
 		meanG := graph.ReduceAndKeep(g, graph.ReduceMean, -1)
 		meanGZ := graph.ReduceAndKeep(graph.Mul(g, z), graph.ReduceMean, -1)
 		dx := graph.Mul(r, graph.Sub(graph.Sub(g, meanG), graph.Mul(meanGZ, z)))
@@ -51,6 +52,7 @@ func MSRMSNorm(x *graph.Node, eps float64) *graph.Node {
 	z := graph.Mul(x, rstd)
 	return engine.SetVJP(z, engine.KindNorm, func(z, g *graph.Node) []*graph.Node {
 		r := z.Inputs()[1]
+		z = engine.Fresh(z) // an int8 copy under Mesa
 		meanGZ := graph.ReduceAndKeep(graph.Mul(g, z), graph.ReduceMean, -1)
 		dx := graph.Mul(r, graph.Sub(g, graph.Mul(meanGZ, z)))
 		return []*graph.Node{dx, nil}
@@ -89,7 +91,7 @@ func Affine(z, gamma, beta *graph.Node, plusOne bool) *graph.Node {
 	rank := z.Rank()
 	y := graph.Mul(z, graph.ExpandLeftToRank(scale, rank))
 	engine.SetVJP(y, engine.KindNorm, func(y, v *graph.Node) []*graph.Node {
-		z := y.Inputs()[0]
+		z := engine.Fresh(y.Inputs()[0]) // an int8 copy under Mesa
 		// Re-expand the scale from its source inside the backward, so no forward broadcast is kept.
 		s := graph.ExpandLeftToRank(scale, rank)
 		leading := make([]int, rank-1)

@@ -15,6 +15,7 @@ import (
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/msnorm"
+	"github.com/memfit/memfit/quant"
 )
 
 // Hugging Face parameter names.
@@ -260,26 +261,29 @@ func (m *Model) layer(b models.Bound, pre string, x *graph.Node, rope rotary, ma
 	cfg := m.Config
 	node := func(name string) *graph.Node { return b.Node(pre + name) }
 	lin := func(in *graph.Node, name string) *graph.Node { return b.ApplyLinear(pre+name, in) }
+	// Under Mesa (b.Keep), the norm output z and the linear inputs are kept as int8; with MS-RMSNorm z is both.
 	norm := func(x *graph.Node, gamma string) *graph.Node {
+		z := b.Keep(quant.MesaNorm, msnorm.MSRMSNorm(x, cfg.RMSNormEps), -1)
 		if m.Options.MSNorm {
-			return msnorm.MSRMSNorm(x, cfg.RMSNormEps)
+			return b.Keep(quant.MesaLinear, z, -1)
 		}
-		return msnorm.RMSNorm(x, node(gamma), cfg.RMSNormEps, false)
+		return b.Keep(quant.MesaLinear, msnorm.Affine(z, node(gamma), nil, false), -1)
 	}
+	mask.Keep = b.AttentionKeep()
 	n1 := norm(x, InputNorm)
 	q := rope.apply(lin(n1, QProj), cfg.NumAttentionHeads)
 	k := rope.apply(lin(n1, KProj), cfg.NumKeyValueHeads)
 	v := lin(n1, VProj)
 	ctx := attention.Attention(m.Options.Attention, q, k, v, cfg.NumAttentionHeads, cfg.NumKeyValueHeads, mask)
-	h := graph.Add(x, lin(ctx, OProj))
+	h := graph.Add(x, lin(b.Keep(quant.MesaLinear, ctx, -1), OProj))
 
 	n2 := norm(h, PostNorm)
 	act := approxbp.SiLU
 	if m.Options.ApproxActivation {
 		act = approxbp.ReSiLU2
 	}
-	gated := engine.SetKind(graph.Mul(act(lin(n2, GateProj)), lin(n2, UpProj)), engine.KindOther)
-	return graph.Add(h, lin(gated, DownProj))
+	gated := engine.SetKind(graph.Mul(act(b.Keep(quant.MesaActivation, lin(n2, GateProj), -1)), lin(n2, UpProj)), engine.KindOther)
+	return graph.Add(h, lin(b.Keep(quant.MesaLinear, gated, -1), DownProj))
 }
 
 // embedTokens looks the ids up in the embedding table [vocab, D] with a Gather (its gradient scatters into the

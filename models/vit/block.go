@@ -11,6 +11,7 @@ import (
 	"github.com/memfit/memfit/attention"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/msnorm"
+	"github.com/memfit/memfit/quant"
 )
 
 // BlockOptions choose the block's shape and memory-saving modes.
@@ -46,11 +47,13 @@ func Block(x *graph.Node, b models.Bound, prefix string, opt BlockOptions) *grap
 	if opt.Heads <= 0 {
 		panic(fmt.Sprintf("vit.Block: heads must be positive, got %d", opt.Heads))
 	}
+	// Under Mesa (b.Keep), the norm output z and the linear inputs are kept as int8; with MS-LN z is both.
 	norm := func(x *graph.Node, gamma, beta string) *graph.Node {
+		z := b.Keep(quant.MesaNorm, msnorm.MSLayerNorm(x, opt.Eps), -1)
 		if opt.MSNorm {
-			return msnorm.MSLayerNorm(x, opt.Eps)
+			return b.Keep(quant.MesaLinear, z, -1)
 		}
-		return msnorm.LayerNorm(x, node(gamma), node(beta), opt.Eps)
+		return b.Keep(quant.MesaLinear, msnorm.Affine(z, node(gamma), node(beta), false), -1)
 	}
 	lin := func(name string, x *graph.Node) *graph.Node { return b.ApplyLinear(prefix+name, x) }
 	act := approxbp.GELU
@@ -62,10 +65,10 @@ func Block(x *graph.Node, b models.Bound, prefix string, opt BlockOptions) *grap
 	q := lin(Query, n1)
 	k := lin(Key, n1)
 	v := lin(Value, n1)
-	ctx := attention.Attention(opt.Attention, q, k, v, opt.Heads, opt.Heads, attention.Mask{})
-	h := graph.Add(x, lin(Out, ctx))
+	ctx := attention.Attention(opt.Attention, q, k, v, opt.Heads, opt.Heads, attention.Mask{Keep: b.AttentionKeep()})
+	h := graph.Add(x, lin(Out, b.Keep(quant.MesaLinear, ctx, -1)))
 
 	n2 := norm(h, NormAfterWeight, NormAfterBias)
-	m := act(lin(Up, n2))
+	m := b.Keep(quant.MesaLinear, act(b.Keep(quant.MesaActivation, lin(Up, n2), -1)), -1)
 	return graph.Add(h, lin(Down, m))
 }

@@ -1,0 +1,145 @@
+package quant
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+
+	"github.com/memfit/memfit/engine"
+)
+
+// Mesa layer kinds: which saved tensors are stored as int8.
+const (
+	MesaActivation = "act"     // GELU / SiLU inputs
+	MesaNorm       = "norm"    // norm outputs z (with MS-norm: the tensor the norm and the next linear share)
+	MesaSoftmax    = "softmax" // attention probabilities
+	MesaAttention  = "attn"    // the attention matmuls' q, k, v operands
+	MesaLinear     = "linear"  // linear-layer inputs kept for a trainable weight's gradient
+)
+
+// MesaKinds lists the kinds in a stable order.
+var MesaKinds = []string{MesaActivation, MesaNorm, MesaSoftmax, MesaAttention, MesaLinear}
+
+// ParseMesa checks a list of Mesa kinds ("all" selects every kind).
+func ParseMesa(kinds []string) ([]string, error) {
+	var out []string
+	for _, k := range kinds {
+		k = strings.TrimSpace(k)
+		if k == "all" {
+			return append([]string(nil), MesaKinds...), nil
+		}
+		ok := false
+		for _, m := range MesaKinds {
+			ok = ok || k == m
+		}
+		if !ok {
+			return nil, fmt.Errorf("unknown Mesa kind %q (use %s or all)", k, strings.Join(MesaKinds, ", "))
+		}
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// MesaDecay is the momentum of the running range estimates: range = decay * range + (1 - decay) * batch range.
+const MesaDecay = 0.9
+
+// MesaGroups is the number of channel groups of a [..., C] tensor (each with its own range).
+const MesaGroups = 8
+
+// Mesa stores selected saved activations of one training step as int8 (Mesa, Pan et al. 2021): every tensor
+// marked with Keep is quantised in the forward pass, asymmetrically per group (attention heads, or channel
+// groups), with stochastic rounding and clamping to [0, 255] at both ends, and dequantised in the backward pass
+// in place of the original (engine.Recomputable / Fresh), so the backward keeps 1 byte per value.
+//
+// Ranges are running estimates carried across steps as state: each Keep adds a graph parameter
+// "mesa.<n>" [groups, 3] (min, max, initialised flag) and an output with its update; the first batch
+// initialises it. The caller feeds the states (zeros at the start) and stores the outputs (Inputs/Outputs).
+type Mesa struct {
+	Kinds map[string]bool
+	RNG   *engine.RNG
+	// Names, In and Out are the state parameters and their updates, in creation order.
+	Names   []string
+	In, Out []*graph.Node
+}
+
+// NewMesa returns a Mesa over the given kinds drawing rounding noise from rng.
+func NewMesa(kinds []string, rng *engine.RNG) *Mesa {
+	m := &Mesa{Kinds: map[string]bool{}, RNG: rng}
+	for _, k := range kinds {
+		m.Kinds[k] = true
+	}
+	return m
+}
+
+// Enabled reports whether kind is stored as int8.
+func (m *Mesa) Enabled(kind string) bool { return m != nil && m.RNG != nil && m.Kinds[kind] }
+
+// Keep marks x (a tensor some backward pass reads) to be kept as int8 when kind is enabled, and returns x.
+// groupAxis >= 0 groups by that axis (attention heads); -1 splits the last axis into MesaGroups channel groups
+// (fewer when it does not divide).
+func (m *Mesa) Keep(kind string, x *graph.Node, groupAxis int) *graph.Node {
+	if !m.Enabled(kind) || !x.DType().IsFloat() {
+		return x
+	}
+	g := x.Graph()
+	dims := x.Shape().Dimensions
+	rank := len(dims)
+	// xg: x with the group axis isolated, [rest..., G, rest...]; reduce over every other axis.
+	var xg *graph.Node
+	var groups, gAxis int
+	if groupAxis >= 0 {
+		xg, groups, gAxis = x, dims[groupAxis], groupAxis
+	} else {
+		c := dims[rank-1]
+		groups = MesaGroups
+		for c%groups != 0 {
+			groups--
+		}
+		xg = graph.Reshape(x, append(append([]int(nil), dims[:rank-1]...), groups, c/groups)...)
+		gAxis = rank - 1
+	}
+	var others []int
+	for a := 0; a < xg.Rank(); a++ {
+		if a != gAxis {
+			others = append(others, a)
+		}
+	}
+	xf := graph.StopGradient(graph.ConvertDType(xg, dtypes.Float32))
+	bmin := graph.ReduceMin(xf, others...)
+	bmax := graph.ReduceMax(xf, others...)
+	name := fmt.Sprintf("mesa.%d", len(m.Names))
+	state := graph.Parameter(g, name, shapes.Make(dtypes.Float32, groups, 3))
+	smin := graph.Reshape(graph.Slice(state, graph.AxisRange(), graph.AxisRange(0, 1)), groups)
+	smax := graph.Reshape(graph.Slice(state, graph.AxisRange(), graph.AxisRange(1, 2)), groups)
+	init := graph.Reshape(graph.Slice(state, graph.AxisRange(), graph.AxisRange(2, 3)), groups)
+	started := graph.GreaterThan(init, graph.ZerosLike(init))
+	nmin := graph.Where(started, graph.Add(graph.MulScalar(smin, MesaDecay), graph.MulScalar(bmin, 1-MesaDecay)), bmin)
+	nmax := graph.Where(started, graph.Add(graph.MulScalar(smax, MesaDecay), graph.MulScalar(bmax, 1-MesaDecay)), bmax)
+	next := graph.Concatenate([]*graph.Node{graph.Reshape(nmin, groups, 1), graph.Reshape(nmax, groups, 1), graph.OnesLike(graph.Reshape(init, groups, 1))}, 1)
+	m.Names, m.In, m.Out = append(m.Names, name), append(m.In, state), append(m.Out, next)
+
+	// Broadcast the per-group range over xg.
+	bshape := make([]int, xg.Rank())
+	for i := range bshape {
+		bshape[i] = 1
+	}
+	bshape[gAxis] = groups
+	lo := graph.Reshape(nmin, bshape...)
+	scale := graph.MaxScalar(graph.DivScalar(graph.Sub(graph.Reshape(nmax, bshape...), lo), 255), 1e-12)
+	// Stochastic rounding: floor((x - lo)/scale + u), u ~ U[0, 1), then clamped to [0, 255] (values outside the
+	// running range saturate instead of wrapping).
+	u := m.RNG.Uniform(xf.Shape())
+	q := graph.Floor(graph.Add(graph.Div(graph.Sub(xf, lo), scale), u))
+	codes := graph.ConvertDType(graph.Clip(q, graph.ZerosLike(q), graph.MulScalar(graph.OnesLike(q), 255)), dtypes.Uint8)
+	codes = engine.SetKind(codes, engine.KindOther)
+	dtype := x.DType()
+	return engine.Recomputable(x, func() *graph.Node {
+		deq := graph.Add(graph.Mul(graph.ConvertDType(codes, dtypes.Float32), scale), lo)
+		return graph.ConvertDType(graph.Reshape(deq, dims...), dtype)
+	})
+}
