@@ -4,12 +4,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/evals"
@@ -82,6 +85,7 @@ func newEvalMMLUCommand(opts *Options) *cobra.Command {
 	var subjects []string
 	var o evals.MMLUOptions
 	var asJSON bool
+	var limit int
 	cmd := &cobra.Command{
 		Use:   "mmlu --model DIR --data DIR [--adapter DIR] [--subjects a,b] [--shots 5]",
 		Short: "MMLU k-shot accuracy (log-likelihood of \" A\"..\" D\" and letter argmax), micro and macro",
@@ -112,6 +116,11 @@ adapter (or the model) as eval-mmlu.json, with the prompt format, shots, averagi
 			if err != nil {
 				return err
 			}
+			if limit > 0 {
+				for s := range test {
+					test[s] = test[s][:min(limit, len(test[s]))]
+				}
+			}
 			backend, err := opts.NewBackend()
 			if err != nil {
 				return err
@@ -122,19 +131,19 @@ adapter (or the model) as eval-mmlu.json, with the prompt format, shots, averagi
 				return err
 			}
 			stderr := cmd.ErrOrStderr()
-			o.Progress = func(done, total int) { fmt.Fprintf(stderr, "\rMMLU %d/%d questions", done, total) }
+			o.Progress = countProgress(stderr, "MMLU questions")
 			res, err := evals.EvalMMLU(lm, t, dev, test, o)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(stderr, "\n")
 			full := struct {
 				Model      string `json:"model"`
 				Adapter    string `json:"adapter,omitempty"`
 				Data       string `json:"data"`
 				DataSHA256 string `json:"data_sha256"`
+				Limit      int    `json:"questions_per_subject_limit,omitempty"`
 				*evals.MMLUResult
-			}{abs(model), absIf(adapter), abs(dataDir), hash, res}
+			}{abs(model), absIf(adapter), abs(dataDir), hash, limit, res}
 			path := resultPath(out, model, adapter, "eval-mmlu.json")
 			if err := writeResult(path, full); err != nil {
 				return err
@@ -154,6 +163,7 @@ adapter (or the model) as eval-mmlu.json, with the prompt format, shots, averagi
 	f.IntVar(&o.Shots, "shots", 5, "dev questions used as examples")
 	f.IntVar(&o.MaxLen, "max-len", 0, "cut prompts longer than this many tokens from the left (default: the model's positions)")
 	f.IntVar(&o.BatchSize, "batch-size", 8, "prompts per forward pass")
+	f.IntVar(&limit, "limit", 0, "score only the first N test questions of each subject (0: all; the results say so)")
 	f.StringVar(&out, "out", "", "results file (default: eval-mmlu.json next to the adapter or model)")
 	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
 	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
@@ -260,10 +270,9 @@ next to the adapter or model, or --out).`,
 				defer backend.Finalize()
 				runner := finetune.NewLogitsRunner(backend, m, nil, set)
 				stderr := cmd.ErrOrStderr()
-				if p, err = evals.PredictGLUE(runner, t, dev, seqLen, batch, func(d, n int) { fmt.Fprintf(stderr, "\rGLUE %s %d/%d", task, d, n) }); err != nil {
+				if p, err = evals.PredictGLUE(runner, t, dev, seqLen, batch, countProgress(stderr, "GLUE "+task+" examples")); err != nil {
 					return err
 				}
-				fmt.Fprintln(stderr)
 				source = "model " + abs(model)
 				if adapter != "" {
 					source += " + adapter " + abs(adapter)
@@ -310,4 +319,27 @@ next to the adapter or model, or --out).`,
 	f.StringVar(&out, "out", "", "results file")
 	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
 	return cmd
+}
+
+// countProgress reports done/total: a progress bar on a terminal, otherwise a line at every tenth of the way.
+func countProgress(w io.Writer, label string) func(done, total int) {
+	var bar *progressbar.ProgressBar
+	last := -1
+	return func(done, total int) {
+		if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+			if bar == nil {
+				bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(w), progressbar.OptionShowCount(),
+					progressbar.OptionSetDescription(label), progressbar.OptionShowIts(), progressbar.OptionSetWidth(30))
+			}
+			_ = bar.Set(done)
+			if done == total {
+				fmt.Fprintln(w)
+			}
+			return
+		}
+		if tenth := 10 * done / max(total, 1); tenth != last {
+			last = tenth
+			fmt.Fprintf(w, "%s: %d/%d\n", label, done, total)
+		}
+	}
 }
