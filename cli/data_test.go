@@ -81,6 +81,8 @@ func TestTrainDataErrors(t *testing.T) {
 		{[]string{"--model", model, "--data", two}, 1, "2 classes"},
 		{[]string{"--model", model, "--data", bad}, 1, "text data needs a LLaMA model"},
 		{[]string{"--model", model, "--data", two, "--data-format", "csv"}, 1, "unknown data format"},
+		{[]string{"--model", filepath.Join("..", "pretrained", "llama-tiny"), "--data", bad}, 1, "bad.jsonl:2: not a JSON object"},
+		{[]string{"--model", model, "--data", two, "--mesa", "gelu"}, 2, "unknown Mesa kind"},
 	} {
 		out := filepath.Join(tmp, "out")
 		args := append([]string{"train", "--out", out, "--steps", "1", "--batch-size", "2"}, tc.args...)
