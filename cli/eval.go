@@ -30,26 +30,35 @@ func newEvalCommand(opts *Options) *cobra.Command {
 	return cmd
 }
 
+// loadModelAdapter loads a model folder with an optional PEFT adapter (and its modules_to_save).
+func loadModelAdapter(model, adapter string) (finetune.Model, *lora.Set, error) {
+	m, err := finetune.LoadModel(model, finetune.Defaults())
+	if err != nil {
+		return nil, nil, err
+	}
+	if adapter == "" {
+		return m, nil, nil
+	}
+	set, _, err := finetune.ImportAdapter(adapter, m)
+	if err != nil {
+		return nil, nil, err
+	}
+	mods, err := finetune.ImportModules(adapter)
+	if err != nil {
+		return nil, nil, err
+	}
+	for n, t := range mods {
+		m.Params()[n] = t
+	}
+	return m, set, nil
+}
+
 // loadForEval loads a model folder with an optional PEFT adapter and the tokenizer (--tokenizer, else the model
 // folder).
 func loadForEval(model, adapter, tok string) (finetune.Model, *lora.Set, *tokenizer.Tokenizer, error) {
-	cfg := finetune.Defaults()
-	m, err := finetune.LoadModel(model, cfg)
+	m, set, err := loadModelAdapter(model, adapter)
 	if err != nil {
 		return nil, nil, nil, err
-	}
-	var set *lora.Set
-	if adapter != "" {
-		if set, _, err = finetune.ImportAdapter(adapter, m); err != nil {
-			return nil, nil, nil, err
-		}
-		mods, err := finetune.ImportModules(adapter)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		for n, t := range mods {
-			m.Params()[n] = t
-		}
 	}
 	if tok == "" {
 		tok = model

@@ -3,8 +3,11 @@ package cli
 import (
 	"fmt"
 
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/spf13/cobra"
 
+	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/models/auto"
 )
 
@@ -62,18 +65,19 @@ when a checkpoint is loaded with a new num_labels; tokenizer files come along.`,
 }
 
 func newLogitsCommand(opts *Options) *cobra.Command {
-	var model, inputs string
+	var model, inputs, adapter string
 	cmd := &cobra.Command{
-		Use:   "logits --model DIR --inputs FILE.json",
+		Use:   "logits --model DIR --inputs FILE.json [--adapter DIR]",
 		Short: "Run a model on JSON inputs and print {\"logits\": [...]}",
 		Long: `Loads a Hugging Face model folder (ViT or LLaMA) and prints its logits as JSON nested lists. The inputs file
 holds input_ids (and optionally attention_mask) for LLaMA or pixel_values (NCHW) for ViT, as nested lists, either
-at the top level or under "inputs" (the layout of the golden files).`,
+at the top level or under "inputs" (the layout of the golden files). --adapter applies a PEFT LoRA adapter (and
+its modules_to_save) to the model.`,
 		Example: `  finetune logits --model ../shared/data/golden/llama_a --inputs ../shared/data/golden/llama_a/golden.json`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if model == "" || inputs == "" {
-				return fmt.Errorf("--model and --inputs are required")
+				return usagef("--model and --inputs are required")
 			}
 			in, err := auto.ReadInputs(inputs)
 			if err != nil {
@@ -83,7 +87,12 @@ at the top level or under "inputs" (the layout of the golden files).`,
 			if err != nil {
 				return err
 			}
-			logits, err := auto.Logits(backend, model, in)
+			var logits *tensors.Tensor
+			if adapter == "" {
+				logits, err = auto.Logits(backend, model, in)
+			} else {
+				logits, err = adapterLogits(backend, model, adapter, in)
+			}
 			if err != nil {
 				return err
 			}
@@ -97,5 +106,21 @@ at the top level or under "inputs" (the layout of the golden files).`,
 	}
 	cmd.Flags().StringVar(&model, "model", "", "model folder (config.json + safetensors)")
 	cmd.Flags().StringVar(&inputs, "inputs", "", "inputs JSON file")
+	cmd.Flags().StringVar(&adapter, "adapter", "", "PEFT LoRA adapter folder to apply")
 	return cmd
+}
+
+// adapterLogits runs the model at dir with a PEFT adapter on inputs.
+func adapterLogits(backend backends.Backend, dir, adapter string, in auto.Inputs) (*tensors.Tensor, error) {
+	m, set, err := loadModelAdapter(dir, adapter)
+	if err != nil {
+		return nil, err
+	}
+	b := finetune.Batch{}
+	for name, t := range map[string]*tensors.Tensor{"input_ids": in.InputIDs, "attention_mask": in.AttentionMask, "pixel_values": in.PixelValues} {
+		if t != nil {
+			b[name] = t
+		}
+	}
+	return finetune.Logits(backend, m, nil, set, b)
 }

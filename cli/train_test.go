@@ -126,8 +126,25 @@ func TestTrainExportResume(t *testing.T) {
 	}
 	raw, _ := json.Marshal(map[string]any{"pixel_values": px})
 	os.WriteFile(inputs, raw, 0o644)
-	if _, stderr, code := run(t, "logits", "--model", merged, "--inputs", inputs); code != 0 {
+	mergedOut, stderr, code := run(t, "logits", "--model", merged, "--inputs", inputs)
+	if code != 0 {
 		t.Fatalf("logits of the merged model: %s", stderr)
+	}
+	// The base model with the PEFT adapter (and its trained classifier) gives the merged model's logits.
+	adapterOut, stderr, code := run(t, "logits", "--model", model, "--adapter", filepath.Join(tmp, "peft"), "--inputs", inputs)
+	if code != 0 {
+		t.Fatalf("logits with --adapter: %s", stderr)
+	}
+	var a, b struct{ Logits [][]float64 }
+	json.Unmarshal([]byte(mergedOut), &a)
+	json.Unmarshal([]byte(adapterOut), &b)
+	if len(a.Logits) != 1 || len(b.Logits) != 1 || len(a.Logits[0]) != len(b.Logits[0]) {
+		t.Fatalf("logits %v / %v", a.Logits, b.Logits)
+	}
+	for i := range a.Logits[0] {
+		if d := a.Logits[0][i] - b.Logits[0][i]; d > 1e-4 || d < -1e-4 {
+			t.Errorf("logit %d: merged %g, base + adapter %g", i, a.Logits[0][i], b.Logits[0][i])
+		}
 	}
 }
 
