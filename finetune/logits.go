@@ -76,7 +76,7 @@ func evaluate(backend backends.Backend, model Model, params models.Params, set *
 
 // Logits computes the trained model's logits on batch (current trainable tensors and adapters).
 func (t *Trainer) Logits(batch Batch) (*tensors.Tensor, error) {
-	params, set := t.current()
+	params, set := t.Current()
 	return Logits(t.Backend, t.Model, params, set, batch)
 }
 
@@ -84,7 +84,7 @@ func (t *Trainer) Logits(batch Batch) (*tensors.Tensor, error) {
 // batchSize (the last may be shorter); each batch's loss (a mean over its examples or tokens) weighs by its
 // number of examples.
 func (t *Trainer) MeanLoss(data Examples, batchSize int) (float64, error) {
-	params, set := t.current()
+	params, set := t.Current()
 	n := data.Len()
 	if n == 0 || batchSize <= 0 {
 		return 0, fmt.Errorf("mean loss needs examples and a positive batch size (got %d, %d)", n, batchSize)
@@ -115,8 +115,8 @@ func (t *Trainer) MeanLoss(data Examples, batchSize int) (float64, error) {
 	return sum / float64(n), nil
 }
 
-// current returns the model parameters with the trained tensors in place, and the adapters with theirs.
-func (t *Trainer) current() (models.Params, *lora.Set) {
+// Current returns the model parameters with the trained tensors in place, and the adapters with theirs.
+func (t *Trainer) Current() (models.Params, *lora.Set) {
 	params := models.Params{}
 	for n, v := range t.Model.Params() {
 		params[n] = v
