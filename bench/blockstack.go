@@ -309,7 +309,7 @@ func WriteTable(w io.Writer, cfg StackConfig, results []Result) error {
 	fmt.Fprintf(tw, "variant\tsaved\tx base\tanalytic\tsaved/analytic\tpeak\tx base\tstep\t(min-max)\tx base\t\n")
 	for _, r := range results {
 		lo, hi := r.StepRange()
-		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%s\t%.4f\t%s\t%.3f\t%.2fs\t(%.2f-%.2f)\t%.3f\t\n", r.Variant.Name,
+		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%s\t%.4f\t%s\t%.3f\t%.3fs\t(%.3f-%.3f)\t%.3f\t\n", r.Variant.Name,
 			memory.FormatBytes(r.Saved.Total), ratio(r.Saved.Total, base.Saved.Total),
 			memory.FormatBytes(r.Analytic), ratio(r.Saved.Total, r.Analytic),
 			memory.FormatBytes(r.Peak.Bytes), ratio(r.Peak.Bytes, base.Peak.Bytes),
