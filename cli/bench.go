@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/memfit/memfit/bench"
+	"github.com/memfit/memfit/finetune"
 )
 
 func newBenchCommand(opts *Options) *cobra.Command {
@@ -51,7 +52,61 @@ its ratio to GELU+LN.`,
 	f.IntVar(&cfg.Heads, "heads", cfg.Heads, "attention heads")
 	f.IntVar(&cfg.Steps, "steps", cfg.Steps, "timed steps per variant, after one warm-up step")
 	f.StringVar(&variants, "variants", "", "comma-separated subset of "+variantNames()+" (default all; the first is the baseline for ratios)")
-	cmd.AddCommand(blocks)
+	cmd.AddCommand(blocks, newBenchMemoryCommand(opts))
+	return cmd
+}
+
+func newBenchMemoryCommand(opts *Options) *cobra.Command {
+	var jsonOut, dtype, attention string
+	var vitBatch, llamaBatch, llamaSeq, rank int
+	var llamaModels []string
+	cmd := &cobra.Command{
+		Use:   "memory [--json FILE]",
+		Short: "The paper's memory tables in one run: models x methods x variants, planned without running",
+		Long: `Plans (builds and compiles, without running or reading weights) the training step of every model x method x
+variant and prints saved activations (exact), the step peak (simulated on the pure-Go backend, compiled sizes on
+XLA) and the total with the optimizer state, each with its ratio to the plain variant of the same model and method.
+Models: vit-b16 (10 classes) and the LLaMA presets of --llama; methods: lora-qv, lora-all, lora-fa, full, qlora;
+variants: plain, approx-act, ms-norm, approx-act+ms-norm, grad-ckpt, mesa. --json writes every cell.`,
+		Example: `  finetune bench memory --json docs/benchmarks/memory-grid.json`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			backend, err := opts.NewBackend()
+			if err != nil {
+				return err
+			}
+			defer backend.Finalize()
+			base := finetune.Defaults()
+			base.LoRARank, base.LoRAAlpha, base.ComputeDType, base.Attention = rank, float64(2*rank), dtype, attention
+			gm := []bench.GridModel{{Model: "vit-b16", Labels: 10, Shape: finetune.Shape{Batch: vitBatch}, Base: base}}
+			for _, m := range llamaModels {
+				gm = append(gm, bench.GridModel{Model: m, Shape: finetune.Shape{Batch: llamaBatch, Seq: llamaSeq}, Base: base})
+			}
+			stderr := cmd.ErrOrStderr()
+			cells, err := bench.MemoryGrid(backend, gm, bench.GridMethods, finetune.Variants[:6], func(s string) { fmt.Fprintln(stderr, s) })
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "LoRA r=%d alpha=%d, %s compute, %s attention, backend %s\n\n", rank, 2*rank, dtype, attention, backend.Name())
+			if err := bench.WriteGrid(cmd.OutOrStdout(), cells); err != nil {
+				return err
+			}
+			if jsonOut != "" {
+				return writeResult(jsonOut, map[string]any{"lora_r": rank, "compute_dtype": dtype, "attention": attention,
+					"backend": backend.Name(), "cells": cells})
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&jsonOut, "json", "", "write every cell to this JSON file")
+	f.IntVar(&vitBatch, "vit-batch", 64, "ViT batch size")
+	f.IntVar(&llamaBatch, "llama-batch", 4, "LLaMA batch size")
+	f.IntVar(&llamaSeq, "llama-seq", 512, "LLaMA sequence length")
+	f.StringSliceVar(&llamaModels, "llama", []string{"llama-1b", "llama-7b"}, "LLaMA presets or folders")
+	f.IntVar(&rank, "lora-r", 8, "LoRA rank (alpha = 2 r)")
+	f.StringVar(&dtype, "compute-dtype", "bfloat16", "float32 or bfloat16")
+	f.StringVar(&attention, "attention", "memory-efficient", "standard or memory-efficient")
 	return cmd
 }
 

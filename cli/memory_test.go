@@ -84,3 +84,18 @@ func TestMemoryBadInput(t *testing.T) {
 		}
 	}
 }
+
+func TestBenchMemoryGrid(t *testing.T) {
+	out, errOut, code := run(t, "bench", "memory", "--llama", "llama:tiny", "--vit-batch", "2", "--llama-batch", "1", "--llama-seq", "16")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"vit-b16, batch 2", "llama:tiny, batch 1, seq 16", "qlora", "lora-fa", "grad-ckpt", "mesa", "saved act.: exact"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("grid lacks %q", want)
+		}
+	}
+	if n := strings.Count(out, "approx-act+ms-norm"); n != 10 {
+		t.Errorf("%d approx-act+ms-norm rows, want 10 (2 models x 5 methods)", n)
+	}
+}

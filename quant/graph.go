@@ -100,7 +100,7 @@ func Dequantize(p Nodes, out, in int, dtype dtypes.DType) *graph.Node {
 		dq := graph.Mul(graph.Reshape(dyn, groups, DQBlockSize), graph.Reshape(p.Absmax2, groups, 1))
 		scale = graph.Add(graph.Reshape(dq, groups*DQBlockSize), p.Offset)
 		if groups*DQBlockSize != blocks {
-			scale = graph.Slice(scale, graph.AxisRange(0, blocks))
+			scale = engine.SliceAxis(scale, 0, 0, blocks) // engine: a Slice gradient would need Pad
 		}
 	} else {
 		scale = p.Absmax
@@ -108,7 +108,7 @@ func Dequantize(p Nodes, out, in int, dtype dtypes.DType) *graph.Node {
 	w := graph.Mul(graph.Reshape(vals, blocks, BlockSize), graph.Reshape(scale, blocks, 1))
 	w = graph.Reshape(w, blocks*BlockSize)
 	if blocks*BlockSize != n {
-		w = graph.Slice(w, graph.AxisRange(0, n))
+		w = engine.SliceAxis(w, 0, 0, n)
 	}
 	w = graph.Reshape(w, out, in)
 	if p.ColScale != nil {
