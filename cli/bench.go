@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -52,7 +53,7 @@ its ratio to GELU+LN.`,
 	f.IntVar(&cfg.Heads, "heads", cfg.Heads, "attention heads")
 	f.IntVar(&cfg.Steps, "steps", cfg.Steps, "timed steps per variant, after one warm-up step")
 	f.StringVar(&variants, "variants", "", "comma-separated subset of "+variantNames()+" (default all; the first is the baseline for ratios)")
-	cmd.AddCommand(blocks, newBenchMemoryCommand(opts))
+	cmd.AddCommand(blocks, newBenchMemoryCommand(opts), newBenchGridCommand(opts))
 	return cmd
 }
 
@@ -136,4 +137,83 @@ func pickVariants(list string) ([]bench.Variant, error) {
 		}
 	}
 	return out, nil
+}
+
+func newBenchGridCommand(opts *Options) *cobra.Command {
+	var jsonOut, methodList, variantList string
+	var steps int
+	cmd := &cobra.Command{
+		Use:   "grid [--steps N] [--json FILE]",
+		Short: "Timed training steps of every model x method x variant in one run (CPU-scaled models)",
+		Long: `Trains, on random data, a ViT and a LLaMA scaled down for a CPU (the output states the shapes) with each method
+(lora-qv, lora-all, lora-fa, full, qlora) in each variant (plain, approx-act, ms-norm, approx-act+ms-norm,
+grad-ckpt, mesa): one warm-up step, then --steps timed optimizer steps with the variants of a method interleaved
+round by round. Prints saved activations (exact), the step peak, the median step time and throughput with ratios
+to plain, and the step's matmul GFLOP/s beside the backend's own float32 matmul speed. For the full-size memory
+tables use "finetune bench memory".`,
+		Example: `  finetune bench grid --steps 3 --json docs/benchmarks/grid-cpu.json`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var methods []bench.GridMethod
+			for _, name := range strings.Split(methodList, ",") {
+				found := false
+				for _, m := range bench.GridMethods {
+					if m.Name == strings.TrimSpace(name) {
+						methods, found = append(methods, m), true
+					}
+				}
+				if !found {
+					return usagef("unknown method %q", name)
+				}
+			}
+			var variants []finetune.Variant
+			for _, name := range strings.Split(variantList, ",") {
+				v, err := finetune.VariantByName(strings.TrimSpace(name))
+				if err != nil {
+					return usageError{err}
+				}
+				variants = append(variants, v)
+			}
+			backend, err := opts.NewBackend()
+			if err != nil {
+				return err
+			}
+			defer backend.Finalize()
+			dir, err := os.MkdirTemp("", "memfit-grid-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(dir)
+			tms, err := bench.ScaledModels(dir)
+			if err != nil {
+				return err
+			}
+			mm, err := bench.MatmulGFLOPS(backend, 1024, 3)
+			if err != nil {
+				return err
+			}
+			cells, err := bench.TimeGrid(backend, tms, methods, variants, steps, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			if err := bench.WriteTimedGrid(cmd.OutOrStdout(), tms, cells, mm); err != nil {
+				return err
+			}
+			if jsonOut != "" {
+				desc := map[string]string{}
+				for _, tm := range tms {
+					desc[tm.Name] = tm.Describe
+				}
+				return writeResult(jsonOut, map[string]any{"models": desc, "backend": backend.Name(), "steps": steps,
+					"matmul_gflops": mm, "cells": cells})
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&steps, "steps", 3, "timed steps per cell, after one warm-up step")
+	f.StringVar(&jsonOut, "json", "", "write every cell to this JSON file")
+	f.StringVar(&methodList, "methods", "lora-qv,lora-all,lora-fa,full,qlora", "methods")
+	f.StringVar(&variantList, "variants", "plain,approx-act,ms-norm,approx-act+ms-norm,grad-ckpt,mesa", "variants, plain first")
+	return cmd
 }

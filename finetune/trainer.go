@@ -502,3 +502,13 @@ func (t *Trainer) SavedReport(b Batch) *memory.SavedReport {
 	}
 	return gs.saved
 }
+
+// StepGraph returns the compiled gradient step for b's shapes (building it if needed), for instance to count its
+// matmul FLOPs with memory.MatmulFLOPs.
+func (t *Trainer) StepGraph(b Batch) (*graph.Graph, error) {
+	gs, err := t.gradFor(b)
+	if err != nil {
+		return nil, err
+	}
+	return gs.g, nil
+}

@@ -1,0 +1,262 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"path/filepath"
+	"sort"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/memfit/memfit/engine"
+	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/models"
+	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/vit"
+)
+
+// TimedModel is a model of the timed grid: a checkpoint folder (random weights are fine), its input shape and
+// the base config each method starts from.
+type TimedModel struct {
+	Name  string
+	Dir   string
+	Shape finetune.Shape
+	Base  finetune.Config
+	// Describe says how the model is scaled, for the output.
+	Describe string
+}
+
+// TimedCell is one model x method x variant: memory from the trainer's own step and timed training steps.
+type TimedCell struct {
+	Model   string `json:"model"`
+	Method  string `json:"method"`
+	Variant string `json:"variant"`
+	// SavedActivationBytes (exact) and PeakBytes (PeakMethod) of the gradient step.
+	SavedActivationBytes int64  `json:"saved_activation_bytes"`
+	PeakBytes            int64  `json:"peak_bytes"`
+	PeakMethod           string `json:"peak_method"`
+	// StepSeconds is the median of the timed optimizer steps (StepMin, StepMax their range); PerSecond the
+	// examples (ViT) or tokens (LLaMA) per second at the median.
+	StepSeconds float64 `json:"step_seconds"`
+	StepMin     float64 `json:"step_seconds_min"`
+	StepMax     float64 `json:"step_seconds_max"`
+	PerSecond   float64 `json:"per_second"`
+	Unit        string  `json:"unit"`
+	// MatmulGFLOP is the gradient step's matrix-product work (memory.MatmulFLOPs); GFLOPS that work per second
+	// of the median step.
+	MatmulGFLOP float64 `json:"matmul_gflop"`
+	GFLOPS      float64 `json:"gflops"`
+	// Ratios to the plain variant of the same model and method.
+	SavedRatio float64 `json:"saved_ratio"`
+	PeakRatio  float64 `json:"peak_ratio"`
+	TimeRatio  float64 `json:"time_ratio"`
+}
+
+// randomBatch makes one batch of random inputs for model.
+func randomBatch(model finetune.Model, shape finetune.Shape, seed uint64) finetune.Batch {
+	r := rand.New(rand.NewPCG(seed, 7))
+	switch m := model.(type) {
+	case finetune.ViT:
+		c := m.Config
+		px := make([]float32, shape.Batch*c.NumChannels*c.ImageSize*c.ImageSize)
+		for i := range px {
+			px[i] = float32(r.NormFloat64())
+		}
+		labels := make([]int32, shape.Batch)
+		for i := range labels {
+			labels[i] = int32(r.IntN(max(1, len(c.Labels))))
+		}
+		return finetune.Batch{"pixel_values": tensors.FromFlatDataAndDimensions(px, shape.Batch, c.NumChannels, c.ImageSize, c.ImageSize),
+			"labels": tensors.FromFlatDataAndDimensions(labels, shape.Batch)}
+	case finetune.Llama:
+		n := shape.Batch * shape.Seq
+		ids := make([]int32, n)
+		mask := make([]int32, n)
+		for i := range ids {
+			ids[i], mask[i] = int32(r.IntN(m.Config.VocabSize)), 1
+		}
+		return finetune.Batch{"input_ids": tensors.FromFlatDataAndDimensions(ids, shape.Batch, shape.Seq),
+			"attention_mask": tensors.FromFlatDataAndDimensions(mask, shape.Batch, shape.Seq),
+			"labels":         tensors.FromFlatDataAndDimensions(append([]int32(nil), ids...), shape.Batch, shape.Seq)}
+	}
+	return nil
+}
+
+// TimeGrid trains every model x method x variant for steps timed optimizer steps after one warm-up step, the
+// variants of one model and method interleaved round by round (the order rotated each round) so that machine
+// drift hits them alike, and reports memory, median step time, throughput and matmul GFLOP/s.
+func TimeGrid(backend backends.Backend, tms []TimedModel, methods []GridMethod, variants []finetune.Variant, steps int, log io.Writer) ([]TimedCell, error) {
+	if steps <= 0 {
+		return nil, fmt.Errorf("steps must be positive")
+	}
+	var out []TimedCell
+	for _, tm := range tms {
+		for _, method := range methods {
+			type run struct {
+				tr    *finetune.Trainer
+				batch finetune.Batch
+				times []float64
+				cell  TimedCell
+			}
+			runs := make([]*run, len(variants))
+			for i, v := range variants {
+				cfg := v.Apply(method.Apply(tm.Base))
+				cfg.Steps = steps + 1
+				model, err := finetune.LoadModel(tm.Dir, cfg)
+				if err != nil {
+					return nil, fmt.Errorf("%s %s %s: %w", tm.Name, method.Name, v.Name, err)
+				}
+				tr, err := finetune.New(model, cfg, backend)
+				if err != nil {
+					return nil, fmt.Errorf("%s %s %s: %w", tm.Name, method.Name, v.Name, err)
+				}
+				b := randomBatch(model, tm.Shape, 1)
+				st, err := tr.TrainStep([]finetune.Batch{b}) // warm-up: builds and compiles the step
+				if err != nil {
+					return nil, fmt.Errorf("%s %s %s: %w", tm.Name, method.Name, v.Name, err)
+				}
+				g, err := tr.StepGraph(b)
+				if err != nil {
+					return nil, err
+				}
+				flops, err := memory.MatmulFLOPs(g)
+				if err != nil {
+					flops = 0
+				}
+				unit := "images/s"
+				if _, ok := model.(finetune.Llama); ok {
+					unit = "tokens/s"
+				}
+				runs[i] = &run{tr: tr, batch: b, cell: TimedCell{Model: tm.Name, Method: method.Name, Variant: v.Name,
+					SavedActivationBytes: st.SavedActivationBytes, PeakBytes: st.PeakBytes, PeakMethod: st.PeakMethod,
+					MatmulGFLOP: float64(flops) / 1e9, Unit: unit}}
+			}
+			for round := 0; round < steps; round++ {
+				for k := range runs {
+					r := runs[(k+round)%len(runs)]
+					st, err := r.tr.TrainStep([]finetune.Batch{r.batch})
+					if err != nil {
+						return nil, err
+					}
+					r.times = append(r.times, st.Seconds)
+				}
+			}
+			for _, r := range runs {
+				sort.Float64s(r.times)
+				c := &r.cell
+				c.StepSeconds, c.StepMin, c.StepMax = r.times[len(r.times)/2], r.times[0], r.times[len(r.times)-1]
+				n := float64(tm.Shape.Batch)
+				if c.Unit == "tokens/s" {
+					n *= float64(tm.Shape.Seq)
+				}
+				c.PerSecond = n / c.StepSeconds
+				c.GFLOPS = c.MatmulGFLOP / c.StepSeconds
+				base := runs[0].cell
+				c.SavedRatio = ratio(c.SavedActivationBytes, base.SavedActivationBytes)
+				c.PeakRatio = ratio(c.PeakBytes, base.PeakBytes)
+				c.TimeRatio = c.StepSeconds / runs[0].cell.StepSeconds
+				out = append(out, *c)
+			}
+			if log != nil {
+				fmt.Fprintf(log, "%s %s: %d variants timed\n", tm.Name, method.Name, len(runs))
+			}
+		}
+	}
+	return out, nil
+}
+
+// MatmulGFLOPS measures the backend's float32 matrix-product speed on an n x n x n product (median of reps).
+func MatmulGFLOPS(backend backends.Backend, n, reps int) (float64, error) {
+	var times []float64
+	err := engine.Try(func() {
+		g := graph.NewGraph(backend, "matmul")
+		a := graph.Parameter(g, "a", shapes.Make(dtypes.Float32, n, n))
+		b := graph.Parameter(g, "b", shapes.Make(dtypes.Float32, n, n))
+		g.Compile(graph.MatMul(a, b))
+		x := make([]float32, n*n)
+		for i := range x {
+			x[i] = float32(i%7) * 0.1
+		}
+		at, bt := tensors.FromFlatDataAndDimensions(x, n, n), tensors.FromFlatDataAndDimensions(x, n, n)
+		for i := 0; i < reps+1; i++ {
+			start := time.Now()
+			outs := g.Run(at, bt)
+			d := time.Since(start).Seconds()
+			outs[0].MustFinalizeAll()
+			if i > 0 {
+				times = append(times, d)
+			}
+		}
+	})
+	if err != nil {
+		return 0, err
+	}
+	sort.Float64s(times)
+	return 2 * float64(n) * float64(n) * float64(n) / times[len(times)/2] / 1e9, nil
+}
+
+// WriteTimedGrid prints the timed grid, one block per model, with the backend's matmul speed for reference.
+func WriteTimedGrid(w io.Writer, tms []TimedModel, cells []TimedCell, matmulGFLOPS float64) error {
+	for _, tm := range tms {
+		fmt.Fprintf(w, "%s: %s\n", tm.Name, tm.Describe)
+	}
+	fmt.Fprintf(w, "backend matmul speed: %.1f GFLOP/s (float32 1024^3 product)\n\n", matmulGFLOPS)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "model\tmethod\tvariant\tsaved act.\tx plain\tstep peak\tx plain\tstep\t(min-max)\tx plain\tthroughput\tmatmul GFLOP/s\tshare\t\n")
+	for _, c := range cells {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.3f\t%s\t%.3f\t%.3fs\t(%.3f-%.3f)\t%.3f\t%.1f %s\t%.1f\t%.0f%%\t\n", c.Model, c.Method, c.Variant,
+			memory.FormatBytes(c.SavedActivationBytes), c.SavedRatio, memory.FormatBytes(c.PeakBytes), c.PeakRatio,
+			c.StepSeconds, c.StepMin, c.StepMax, c.TimeRatio, c.PerSecond, c.Unit, c.GFLOPS, 100*c.GFLOPS/matmulGFLOPS)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(cells) > 0 {
+		_, err := fmt.Fprintf(w, "saved act.: %s\nstep peak: %s\nstep: median of the timed optimizer steps (gradient step + update), variants interleaved\n",
+			memory.MethodSavedWalk, cells[0].PeakMethod)
+		return err
+	}
+	return nil
+}
+
+// ScaledModels writes the CPU grid's models into dir (random weights): a ViT-S-shaped encoder (hidden 384, 6 heads,
+// MLP 1536, 2 layers, 224x224 images in 16x16 patches, 10 classes) at batch 8, and a LLaMA with llama-1b's head
+// and layer proportions scaled down (hidden 512, 8 heads, 4 key/value heads, MLP 1376, 2 layers, vocabulary 8000)
+// at batch 2, sequence 256.
+func ScaledModels(dir string) ([]TimedModel, error) {
+	vc, _ := vit.Preset("vit-b16", 10)
+	vc.HiddenSize, vc.NumAttentionHeads, vc.IntermediateSize, vc.NumHiddenLayers = 384, 6, 1536, 2
+	lc, _ := llama.Preset("llama-1b", 0)
+	lc.VocabSize, lc.HiddenSize, lc.NumAttentionHeads, lc.NumKeyValueHeads, lc.HeadDim, lc.IntermediateSize, lc.NumHiddenLayers = 8000, 512, 8, 4, 64, 1376, 2
+	vj, err := vc.JSON()
+	if err != nil {
+		return nil, err
+	}
+	lj, err := lc.JSON()
+	if err != nil {
+		return nil, err
+	}
+	vdir, ldir := filepath.Join(dir, "vit"), filepath.Join(dir, "llama")
+	if err := models.SaveCheckpoint(vdir, vj, vit.RandomParams(vc, 1), 0); err != nil {
+		return nil, err
+	}
+	if err := models.SaveCheckpoint(ldir, lj, llama.RandomParams(lc, 2), 0); err != nil {
+		return nil, err
+	}
+	base := finetune.Defaults()
+	base.Attention = "memory-efficient"
+	return []TimedModel{
+		{Name: "vit", Dir: vdir, Shape: finetune.Shape{Batch: 8}, Base: base,
+			Describe: "ViT-S-shaped (hidden 384, 6 heads, MLP 1536), 2 layers, 224x224 / 16 = 197 tokens, batch 8, float32, memory-efficient attention, LoRA r=8"},
+		{Name: "llama", Dir: ldir, Shape: finetune.Shape{Batch: 2, Seq: 256}, Base: base,
+			Describe: "LLaMA scaled down (hidden 512, 8 heads / 4 kv heads, MLP 1376, vocab 8000), 2 layers, batch 2 x 256 tokens, float32, memory-efficient attention, LoRA r=8"},
+	}, nil
+}

@@ -1,0 +1,64 @@
+package bench
+
+import (
+	"bytes"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/memfit/memfit/engine"
+	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/models"
+	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/vit"
+)
+
+// TestTimeGridTiny runs the timed grid on tiny models: every cell has memory, times, FLOPs, and the ratios are
+// relative to the plain variant of the same method.
+func TestTimeGridTiny(t *testing.T) {
+	backend, err := engine.NewBackend(engine.ChooseSpec("go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer backend.Finalize()
+	dir := t.TempDir()
+	vc, _ := vit.Preset("tiny", 3)
+	lc, _ := llama.Preset("tiny", 0)
+	vj, _ := vc.JSON()
+	lj, _ := lc.JSON()
+	if err := models.SaveCheckpoint(filepath.Join(dir, "vit"), vj, vit.RandomParams(vc, 1), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := models.SaveCheckpoint(filepath.Join(dir, "llama"), lj, llama.RandomParams(lc, 1), 0); err != nil {
+		t.Fatal(err)
+	}
+	base := finetune.Defaults()
+	tms := []TimedModel{{Name: "vit", Dir: filepath.Join(dir, "vit"), Shape: finetune.Shape{Batch: 4}, Base: base, Describe: "tiny"},
+		{Name: "llama", Dir: filepath.Join(dir, "llama"), Shape: finetune.Shape{Batch: 2, Seq: 16}, Base: base, Describe: "tiny"}}
+	variants := []finetune.Variant{finetune.Variants[0], finetune.Variants[3], finetune.Variants[5]}
+	cells, err := TimeGrid(backend, tms, []GridMethod{GridMethods[1], GridMethods[4]}, variants, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cells) != 2*2*3 {
+		t.Fatalf("%d cells", len(cells))
+	}
+	for _, c := range cells {
+		if c.StepSeconds <= 0 || c.PerSecond <= 0 || c.MatmulGFLOP <= 0 || c.SavedActivationBytes <= 0 || c.PeakBytes <= 0 {
+			t.Errorf("empty figures in %+v", c)
+		}
+		if c.Variant == "plain" && (c.SavedRatio != 1 || c.TimeRatio != 1) {
+			t.Errorf("plain's ratios are not 1: %+v", c)
+		}
+		if c.Variant == "approx-act+ms-norm" && !(c.SavedRatio < 1) {
+			t.Errorf("approx-act+ms-norm keeps no less than plain: %+v", c)
+		}
+	}
+	var buf bytes.Buffer
+	if err := WriteTimedGrid(&buf, tms, cells, 10); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "qlora") || !strings.Contains(buf.String(), "tokens/s") {
+		t.Errorf("table:\n%s", buf.String())
+	}
+}
