@@ -63,7 +63,7 @@ func newTrainCommand(opts *Options) *cobra.Command {
 	flagCfg := finetune.Defaults()
 	cmd := &cobra.Command{
 		Use:   "train --model DIR --data FILE --out DIR [flags]",
-		Short: "Fine-tune a model (full, LoRA or LoRA-FA) with the memory-saving options",
+		Short: "Fine-tune a model (full, LoRA, LoRA-FA or QLoRA) with the memory-saving options",
 		Long: `Trains a Hugging Face model folder on a dataset. --data is read by its format (--data-format, or from the path):
   safetensors  a .safetensors file, one tensor per model input, examples on the first axis
   images       a folder tree <class>/<image>.jpg|png (ViT; preprocessing from the model's preprocessor_config.json)
