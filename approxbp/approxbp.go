@@ -93,7 +93,9 @@ func ReSiLU2(x *graph.Node) *graph.Node { return Approx(x, ActSiLU, ReSiLU2Coeff
 //
 // Backward: the ReLU-formed approximation h~(x) = sum_i A_i max(x - C_i, 0) has derivative
 // h~'(x) = sum_{i : x > C_i} A_i = Levels[code(x)], a step function of the code alone. So
-// dL/dx = v * Levels[code], with the codes unpacked from the saved bytes and the levels looked up by Gather.
+// dL/dx = v * Levels[code]. The slopes come straight from the saved bytes with one Gather into a 256-row table
+// (ByteSlopes: row b holds the slopes of the codes packed in byte b), instead of unpacking the codes with
+// divisions and looking the levels up afterwards: one pass over the packed bytes.
 func Approx(x *graph.Node, act Activation, coeffs Coefficients) *graph.Node {
 	if err := coeffs.Validate(); err != nil {
 		panic(err)
@@ -101,14 +103,34 @@ func Approx(x *graph.Node, act Activation, coeffs Coefficients) *graph.Node {
 	y := forward(act, x)
 	packed := Pack(Codes(x, coeffs.C), coeffs.Bits)
 	dims := x.Shape().Dimensions
-	levels := coeffs.Levels()
+	table := ByteSlopes(coeffs.Levels(), coeffs.Bits)
 	return engine.SetVJP(y, engine.KindActivation, func(node, v *graph.Node) []*graph.Node {
-		n := v.Shape().Size()
-		codes := Unpack(packed, coeffs.Bits, n, 1)
-		table := graph.ConstAsDType(v.Graph(), v.DType(), levels)
-		slope := graph.Reshape(graph.Gather(table, codes), dims...)
-		return []*graph.Node{graph.Mul(v, slope), nil}
+		g := v.Graph()
+		n, m, per := v.Shape().Size(), packed.Shape().Size(), CodesPerByte(coeffs.Bits)
+		rows := graph.ConstAsDType(g, v.DType(), table) // [256, per]
+		slope := graph.Reshape(graph.Gather(rows, graph.Reshape(packed, m, 1)), m*per)
+		if m*per != n {
+			slope = engine.SliceAxis(slope, 0, 0, n)
+		}
+		return []*graph.Node{graph.Mul(v, graph.Reshape(slope, dims...)), nil}
 	})
+}
+
+// ByteSlopes returns the [256][per] table whose row b holds levels[code] for each of the per = CodesPerByte(bits)
+// codes Pack stores in byte b (slot s is bits s*w .. s*w+w-1); slot values with no level (only in bytes Pack never
+// writes) get 0.
+func ByteSlopes(levels []float64, bits int) [][]float64 {
+	per, w := CodesPerByte(bits), slotBits(bits)
+	table := make([][]float64, 256)
+	for b := range table {
+		table[b] = make([]float64, per)
+		for s := 0; s < per; s++ {
+			if code := (b >> (s * w)) & (1<<w - 1); code < len(levels) {
+				table[b][s] = levels[code]
+			}
+		}
+	}
+	return table
 }
 
 // Codes returns, for each element of x, the number of breakpoints strictly below it, as uint8 with x's shape.

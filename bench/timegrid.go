@@ -32,6 +32,10 @@ type TimedModel struct {
 	Base  finetune.Config
 	// Describe says how the model is scaled, for the output.
 	Describe string
+	// SeqBudget, for a LLaMA, is the memory budget of the longest-sequence search (0: no search): each cell
+	// also reports the longest sequence, at the model's batch size, whose step total (peak + optimizer state)
+	// fits it, as the paper's Table 9 does.
+	SeqBudget int64
 }
 
 // TimedCell is one model x method x variant: memory from the trainer's own step and timed training steps.
@@ -54,6 +58,15 @@ type TimedCell struct {
 	// of the median step.
 	MatmulGFLOP float64 `json:"matmul_gflop"`
 	GFLOPS      float64 `json:"gflops"`
+	// MatmulOnlySeconds is the time the step's products take each alone (MatmulOnlySeconds), OwnGFLOPS the
+	// backend's speed on them (MatmulGFLOP / MatmulOnlySeconds) and MatmulShare = GFLOPS / OwnGFLOPS, the share
+	// of the step that is matrix products at the backend's own speed.
+	MatmulOnlySeconds float64 `json:"matmul_only_seconds"`
+	OwnGFLOPS         float64 `json:"own_gflops"`
+	MatmulShare       float64 `json:"matmul_share"`
+	// MaxSeq is the longest sequence whose step fits MaxSeqBudget bytes (LLaMA models with a SeqBudget only).
+	MaxSeq       int   `json:"max_seq,omitempty"`
+	MaxSeqBudget int64 `json:"max_seq_budget_bytes,omitempty"`
 	// Ratios to the plain variant of the same model and method.
 	SavedRatio float64 `json:"saved_ratio"`
 	PeakRatio  float64 `json:"peak_ratio"`
@@ -98,6 +111,7 @@ func TimeGrid(backend backends.Backend, tms []TimedModel, methods []GridMethod, 
 		return nil, fmt.Errorf("steps must be positive")
 	}
 	var out []TimedCell
+	opSeconds := map[string]float64{} // one product's median time, by its shapes and axes (Count excluded)
 	for _, tm := range tms {
 		for _, method := range methods {
 			type run struct {
@@ -107,6 +121,7 @@ func TimeGrid(backend backends.Backend, tms []TimedModel, methods []GridMethod, 
 				cell  TimedCell
 			}
 			runs := make([]*run, len(variants))
+			isLlama := false
 			for i, v := range variants {
 				cfg := v.Apply(method.Apply(tm.Base))
 				cfg.Steps = steps + 1
@@ -127,17 +142,33 @@ func TimeGrid(backend backends.Backend, tms []TimedModel, methods []GridMethod, 
 				if err != nil {
 					return nil, err
 				}
-				flops, err := memory.MatmulFLOPs(g)
+				ops, err := memory.MatmulOps(g)
 				if err != nil {
-					flops = 0
+					return nil, err
+				}
+				var flops int64
+				mmSeconds := 0.0
+				for _, op := range ops {
+					flops += int64(op.Count) * op.FLOPs
+					one := op
+					one.Count = 1
+					key := one.String()
+					sec, ok := opSeconds[key]
+					if !ok {
+						if sec, err = MatmulOnlySeconds(backend, []memory.MatmulOp{one}, 3); err != nil {
+							return nil, err
+						}
+						opSeconds[key] = sec
+					}
+					mmSeconds += float64(op.Count) * sec
 				}
 				unit := "images/s"
 				if _, ok := model.(finetune.Llama); ok {
-					unit = "tokens/s"
+					unit, isLlama = "tokens/s", true
 				}
 				runs[i] = &run{tr: tr, batch: b, cell: TimedCell{Model: tm.Name, Method: method.Name, Variant: v.Name,
 					SavedActivationBytes: st.SavedActivationBytes, PeakBytes: st.PeakBytes, PeakMethod: st.PeakMethod,
-					MatmulGFLOP: float64(flops) / 1e9, Unit: unit}}
+					MatmulGFLOP: float64(flops) / 1e9, MatmulOnlySeconds: mmSeconds, Unit: unit}}
 			}
 			for round := 0; round < steps; round++ {
 				for k := range runs {
@@ -149,7 +180,17 @@ func TimeGrid(backend backends.Backend, tms []TimedModel, methods []GridMethod, 
 					r.times = append(r.times, st.Seconds)
 				}
 			}
-			for _, r := range runs {
+			var fits []finetune.Fit
+			if isLlama && tm.SeqBudget > 0 {
+				var err error
+				if fits, err = finetune.MaxFit(backend, tm.Dir, method.Apply(tm.Base), 0, tm.Shape, "seq", tm.SeqBudget, 1<<14, variants); err != nil {
+					return nil, fmt.Errorf("%s %s: longest sequence: %w", tm.Name, method.Name, err)
+				}
+			}
+			for i, r := range runs {
+				if fits != nil {
+					r.cell.MaxSeq, r.cell.MaxSeqBudget = fits[i].Max, tm.SeqBudget
+				}
 				sort.Float64s(r.times)
 				c := &r.cell
 				c.StepSeconds, c.StepMin, c.StepMax = r.times[len(r.times)/2], r.times[0], r.times[len(r.times)-1]
@@ -159,6 +200,10 @@ func TimeGrid(backend backends.Backend, tms []TimedModel, methods []GridMethod, 
 				}
 				c.PerSecond = n / c.StepSeconds
 				c.GFLOPS = c.MatmulGFLOP / c.StepSeconds
+				if c.MatmulOnlySeconds > 0 {
+					c.OwnGFLOPS = c.MatmulGFLOP / c.MatmulOnlySeconds
+					c.MatmulShare = c.MatmulOnlySeconds / c.StepSeconds
+				}
 				base := runs[0].cell
 				c.SavedRatio = ratio(c.SavedActivationBytes, base.SavedActivationBytes)
 				c.PeakRatio = ratio(c.PeakBytes, base.PeakBytes)
@@ -203,6 +248,64 @@ func MatmulGFLOPS(backend backends.Backend, n, reps int) (float64, error) {
 	return 2 * float64(n) * float64(n) * float64(n) / times[len(times)/2] / 1e9, nil
 }
 
+// MatmulOnlySeconds times, on backend, the distinct matrix products ops (memory.MatmulOps of a step) each alone
+// in its own compiled graph, and returns the seconds one step's products take: the sum over ops of Count x the
+// median of reps timed runs (after one warm-up run). Divided by a step's time it is the step's matmul share:
+// the step's GFLOP/s over the backend's own GFLOP/s on the very same products.
+func MatmulOnlySeconds(backend backends.Backend, ops []memory.MatmulOp, reps int) (float64, error) {
+	if reps <= 0 {
+		return 0, fmt.Errorf("reps must be positive")
+	}
+	total := 0.0
+	for _, op := range ops {
+		var times []float64
+		err := engine.Try(func() {
+			g := graph.NewGraph(backend, "matmul-op")
+			a := graph.Parameter(g, "a", op.LHS)
+			b := graph.Parameter(g, "b", op.RHS)
+			g.Compile(graph.DotGeneral(a, op.LHSContracting, op.LHSBatch, b, op.RHSContracting, op.RHSBatch))
+			at, bt := filledTensor(op.LHS), filledTensor(op.RHS)
+			for i := 0; i < reps+1; i++ {
+				start := time.Now()
+				outs := g.Run(at, bt)
+				d := time.Since(start).Seconds()
+				outs[0].MustFinalizeAll()
+				if i > 0 {
+					times = append(times, d)
+				}
+			}
+			g.Finalize()
+		})
+		if err != nil {
+			return 0, fmt.Errorf("timing %v: %w", op, err)
+		}
+		sort.Float64s(times)
+		total += float64(op.Count) * times[len(times)/2]
+	}
+	return total, nil
+}
+
+// maxSeq formats a cell's longest sequence and its budget, or "-".
+func maxSeq(c TimedCell) string {
+	if c.MaxSeqBudget == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%d in %s", c.MaxSeq, memory.FormatBytes(c.MaxSeqBudget))
+}
+
+// filledTensor returns a tensor of shape s, float32 ones filled with a non-zero pattern (other dtypes zeros).
+func filledTensor(s shapes.Shape) *tensors.Tensor {
+	t := tensors.FromShape(s)
+	if s.DType == dtypes.Float32 {
+		_ = tensors.MutableFlatData(t, func(flat []float32) {
+			for i := range flat {
+				flat[i] = float32(i%7)*0.1 - 0.3
+			}
+		})
+	}
+	return t
+}
+
 // WriteTimedGrid prints the timed grid, one block per model, with the backend's matmul speed for reference.
 func WriteTimedGrid(w io.Writer, tms []TimedModel, cells []TimedCell, matmulGFLOPS float64) error {
 	for _, tm := range tms {
@@ -210,32 +313,41 @@ func WriteTimedGrid(w io.Writer, tms []TimedModel, cells []TimedCell, matmulGFLO
 	}
 	fmt.Fprintf(w, "backend matmul speed: %.1f GFLOP/s (float32 1024^3 product)\n\n", matmulGFLOPS)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "model\tmethod\tvariant\tsaved act.\tx plain\tstep peak\tx plain\tstep\t(min-max)\tx plain\tthroughput\tmatmul GFLOP/s\tshare\t\n")
+	fmt.Fprintf(tw, "model\tmethod\tvariant\tsaved act.\tx plain\tstep peak\tx plain\tstep\t(min-max)\tx plain\tthroughput\tstep GFLOP/s\tsame products alone\tshare\tvs 1024^3\tmax seq\t\n")
 	for _, c := range cells {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.3f\t%s\t%.3f\t%.3fs\t(%.3f-%.3f)\t%.3f\t%.1f %s\t%.1f\t%.0f%%\t\n", c.Model, c.Method, c.Variant,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.3f\t%s\t%.3f\t%.3fs\t(%.3f-%.3f)\t%.3f\t%.1f %s\t%.1f\t%.1f\t%.0f%%\t%.0f%%\t%s\t\n", c.Model, c.Method, c.Variant,
 			memory.FormatBytes(c.SavedActivationBytes), c.SavedRatio, memory.FormatBytes(c.PeakBytes), c.PeakRatio,
-			c.StepSeconds, c.StepMin, c.StepMax, c.TimeRatio, c.PerSecond, c.Unit, c.GFLOPS, 100*c.GFLOPS/matmulGFLOPS)
+			c.StepSeconds, c.StepMin, c.StepMax, c.TimeRatio, c.PerSecond, c.Unit, c.GFLOPS, c.OwnGFLOPS, 100*c.MatmulShare,
+			100*c.GFLOPS/matmulGFLOPS, maxSeq(c))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	if len(cells) > 0 {
-		_, err := fmt.Fprintf(w, "saved act.: %s\nstep peak: %s\nstep: median of the timed optimizer steps (gradient step + update), variants interleaved\n",
+		_, err := fmt.Fprintf(w, "saved act.: %s\nstep peak: %s\nstep: median of the timed optimizer steps (gradient step + update), variants interleaved\n"+
+			"step GFLOP/s: the gradient step's matrix-product FLOPs / median step time; same products alone: the backend's GFLOP/s on\n"+
+			"  those very products, each timed alone (median of 3); share: the ratio of the two (the matmul-bound share of the step);\n"+
+			"  vs 1024^3: step GFLOP/s over the backend's speed on one large square product\n"+
+			"max seq: the longest sequence (same batch) whose step peak + optimizer state fits the budget, planned with the same\n"+
+			"  peak estimate (LLaMA only; the paper's Table 9)\n",
 			memory.MethodSavedWalk, cells[0].PeakMethod)
 		return err
 	}
 	return nil
 }
 
-// ScaledModels writes the CPU grid's models into dir (random weights): a ViT-S-shaped encoder (hidden 384, 6 heads,
-// MLP 1536, 2 layers, 224x224 images in 16x16 patches, 10 classes) at batch 8, and a LLaMA with llama-1b's head
-// and layer proportions scaled down (hidden 512, 8 heads, 4 key/value heads, MLP 1376, 2 layers, vocabulary 8000)
-// at batch 2, sequence 256.
+// ScaledModels writes the CPU grid's models into dir (random weights), scaled so that a step takes seconds on two
+// cores while activations outweigh weights as they do at the paper's GPU sizes: a ViT-Ti-shaped encoder (hidden
+// 192, 3 heads, MLP 768, 4 layers, 224x224 images in 16x16 patches, 10 classes) at batch 16, whose per-layer
+// activations:weights proportion (about 21:1 under LoRA) is vit-b16's at batch 64; and a LLaMA with llama-1b's
+// head and layer proportions scaled down (hidden 256, 4 heads of 64, 2 key/value heads, MLP 688, 4 layers,
+// vocabulary 1024 so the loss's logits stay a small share, as a 32k vocabulary is beside 16-32 real layers) at
+// batch 4, sequence 256.
 func ScaledModels(dir string) ([]TimedModel, error) {
 	vc, _ := vit.Preset("vit-b16", 10)
-	vc.HiddenSize, vc.NumAttentionHeads, vc.IntermediateSize, vc.NumHiddenLayers = 384, 6, 1536, 2
+	vc.HiddenSize, vc.NumAttentionHeads, vc.IntermediateSize, vc.NumHiddenLayers = 192, 3, 768, 4
 	lc, _ := llama.Preset("llama-1b", 0)
-	lc.VocabSize, lc.HiddenSize, lc.NumAttentionHeads, lc.NumKeyValueHeads, lc.HeadDim, lc.IntermediateSize, lc.NumHiddenLayers = 8000, 512, 8, 4, 64, 1376, 2
+	lc.VocabSize, lc.HiddenSize, lc.NumAttentionHeads, lc.NumKeyValueHeads, lc.HeadDim, lc.IntermediateSize, lc.NumHiddenLayers = 1024, 256, 4, 2, 64, 688, 4
 	vj, err := vc.JSON()
 	if err != nil {
 		return nil, err
@@ -254,9 +366,9 @@ func ScaledModels(dir string) ([]TimedModel, error) {
 	base := finetune.Defaults()
 	base.Attention = "memory-efficient"
 	return []TimedModel{
-		{Name: "vit", Dir: vdir, Shape: finetune.Shape{Batch: 8}, Base: base,
-			Describe: "ViT-S-shaped (hidden 384, 6 heads, MLP 1536), 2 layers, 224x224 / 16 = 197 tokens, batch 8, float32, memory-efficient attention, LoRA r=8"},
-		{Name: "llama", Dir: ldir, Shape: finetune.Shape{Batch: 2, Seq: 256}, Base: base,
-			Describe: "LLaMA scaled down (hidden 512, 8 heads / 4 kv heads, MLP 1376, vocab 8000), 2 layers, batch 2 x 256 tokens, float32, memory-efficient attention, LoRA r=8"},
+		{Name: "vit", Dir: vdir, Shape: finetune.Shape{Batch: 16}, Base: base,
+			Describe: "ViT-Ti-shaped (hidden 192, 3 heads, MLP 768), 4 layers, 224x224 / 16 = 197 tokens, batch 16 (activations:weights per layer as vit-b16 at batch 64), float32, memory-efficient attention, LoRA r=8"},
+		{Name: "llama", Dir: ldir, Shape: finetune.Shape{Batch: 4, Seq: 256}, Base: base, SeqBudget: 256 << 20,
+			Describe: "LLaMA scaled down (hidden 256, 4 heads / 2 kv heads of 64, MLP 688, vocab 1024), 4 layers, batch 4 x 256 tokens, float32, memory-efficient attention, LoRA r=8"},
 	}, nil
 }

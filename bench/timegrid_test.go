@@ -34,7 +34,7 @@ func TestTimeGridTiny(t *testing.T) {
 	}
 	base := finetune.Defaults()
 	tms := []TimedModel{{Name: "vit", Dir: filepath.Join(dir, "vit"), Shape: finetune.Shape{Batch: 4}, Base: base, Describe: "tiny"},
-		{Name: "llama", Dir: filepath.Join(dir, "llama"), Shape: finetune.Shape{Batch: 2, Seq: 16}, Base: base, Describe: "tiny"}}
+		{Name: "llama", Dir: filepath.Join(dir, "llama"), Shape: finetune.Shape{Batch: 2, Seq: 16}, Base: base, Describe: "tiny", SeqBudget: 4 << 20}}
 	variants := []finetune.Variant{finetune.Variants[0], finetune.Variants[3], finetune.Variants[5]}
 	cells, err := TimeGrid(backend, tms, []GridMethod{GridMethods[1], GridMethods[4]}, variants, 2, nil)
 	if err != nil {
@@ -44,11 +44,27 @@ func TestTimeGridTiny(t *testing.T) {
 		t.Fatalf("%d cells", len(cells))
 	}
 	for _, c := range cells {
-		if c.StepSeconds <= 0 || c.PerSecond <= 0 || c.MatmulGFLOP <= 0 || c.SavedActivationBytes <= 0 || c.PeakBytes <= 0 {
+		if c.StepSeconds <= 0 || c.PerSecond <= 0 || c.MatmulGFLOP <= 0 || c.SavedActivationBytes <= 0 || c.PeakBytes <= 0 ||
+			c.MatmulOnlySeconds <= 0 || c.OwnGFLOPS <= 0 {
 			t.Errorf("empty figures in %+v", c)
+		}
+		// The products alone cannot take much longer than the whole step that runs them (a loose bound: the
+		// products are timed separately, and tiny ones have fixed per-run costs).
+		if c.MatmulShare > 3 {
+			t.Errorf("products alone take %.3fs, the step %.3fs", c.MatmulOnlySeconds, c.StepSeconds)
 		}
 		if c.Variant == "plain" && (c.SavedRatio != 1 || c.TimeRatio != 1) {
 			t.Errorf("plain's ratios are not 1: %+v", c)
+		}
+		if c.Model == "llama" && c.MaxSeq < 2 {
+			t.Errorf("no longest sequence: %+v", c)
+		}
+		if c.Model == "llama" && c.Variant == "approx-act+ms-norm" {
+			for _, p := range cells {
+				if p.Model == c.Model && p.Method == c.Method && p.Variant == "plain" && c.MaxSeq < p.MaxSeq {
+					t.Errorf("%s: approx-act+ms-norm fits %d tokens, plain %d", c.Method, c.MaxSeq, p.MaxSeq)
+				}
+			}
 		}
 		if c.Variant == "approx-act+ms-norm" && !(c.SavedRatio < 1) {
 			t.Errorf("approx-act+ms-norm keeps no less than plain: %+v", c)

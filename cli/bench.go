@@ -140,7 +140,7 @@ func pickVariants(list string) ([]bench.Variant, error) {
 }
 
 func newBenchGridCommand(opts *Options) *cobra.Command {
-	var jsonOut, methodList, variantList string
+	var jsonOut, methodList, variantList, seqBudget string
 	var steps int
 	cmd := &cobra.Command{
 		Use:   "grid [--steps N] [--json FILE]",
@@ -149,8 +149,9 @@ func newBenchGridCommand(opts *Options) *cobra.Command {
 (lora-qv, lora-all, lora-fa, full, qlora) in each variant (plain, approx-act, ms-norm, approx-act+ms-norm,
 grad-ckpt, mesa): one warm-up step, then --steps timed optimizer steps with the variants of a method interleaved
 round by round. Prints saved activations (exact), the step peak, the median step time and throughput with ratios
-to plain, and the step's matmul GFLOP/s beside the backend's own float32 matmul speed. For the full-size memory
-tables use "finetune bench memory".`,
+to plain, the step's matmul GFLOP/s beside the backend's own speed on the same products (the matmul-bound share)
+and on a 1024^3 product, and for the LLaMA the longest sequence whose step fits --seq-budget. For the full-size
+memory tables use "finetune bench memory".`,
 		Example: `  finetune bench grid --steps 3 --json docs/benchmarks/grid-cpu.json`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -188,6 +189,17 @@ tables use "finetune bench memory".`,
 			if err != nil {
 				return err
 			}
+			budget := int64(0)
+			if seqBudget != "0" && seqBudget != "" {
+				if budget, err = parseBytes(seqBudget); err != nil {
+					return usageError{err}
+				}
+			}
+			for i := range tms {
+				if tms[i].SeqBudget > 0 {
+					tms[i].SeqBudget = budget
+				}
+			}
 			mm, err := bench.MatmulGFLOPS(backend, 1024, 3)
 			if err != nil {
 				return err
@@ -213,6 +225,7 @@ tables use "finetune bench memory".`,
 	f := cmd.Flags()
 	f.IntVar(&steps, "steps", 3, "timed steps per cell, after one warm-up step")
 	f.StringVar(&jsonOut, "json", "", "write every cell to this JSON file")
+	f.StringVar(&seqBudget, "seq-budget", "256MiB", "memory budget of the LLaMA's longest-sequence search (0: skip it)")
 	f.StringVar(&methodList, "methods", "lora-qv,lora-all,lora-fa,full,qlora", "methods")
 	f.StringVar(&variantList, "variants", "plain,approx-act,ms-norm,approx-act+ms-norm,grad-ckpt,mesa", "variants, plain first")
 	return cmd

@@ -84,11 +84,13 @@ func SetVJP(node *graph.Node, kind Kind, fn VJP) *graph.Node {
 	return node
 }
 
-// Recomputable marks node as cheap to rebuild with build (which must build the same value from graph
-// parameters and constants only, e.g. a weight dequantised from its quantised codes) and returns node. Backward
-// functions that read it go through Fresh, which builds a new copy at backward time instead of keeping node alive
-// from the forward pass: QLoRA's dequantised base weight is used this way, so the saved activations never hold a
-// full-precision weight.
+// Recomputable marks node as cheap to rebuild with build and returns node. build must build the same value from
+// graph parameters and constants (a weight dequantised from its quantised codes) or from forward tensors the
+// backward pass keeps anyway (the factors of a gated product, which the product's own backward reads); anything
+// else it reads is kept alive instead of node. Backward functions that read node go through Fresh, which builds a
+// new copy at backward time instead of keeping node alive from the forward pass: QLoRA's dequantised base weight
+// is used this way, so the saved activations never hold a full-precision weight, and so is LLaMA's SiLU(gate)*up
+// under approx-act.
 func Recomputable(node *graph.Node, build func() *graph.Node) *graph.Node {
 	if node == nil || build == nil {
 		panic("engine.Recomputable: nil node or build function")

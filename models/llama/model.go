@@ -282,7 +282,16 @@ func (m *Model) layer(b models.Bound, pre string, x *graph.Node, rope rotary, ma
 	if m.Options.ApproxActivation {
 		act = approxbp.ReSiLU2
 	}
-	gated := engine.SetKind(graph.Mul(act(b.Keep(quant.MesaActivation, lin(n2, GateProj), -1)), lin(n2, UpProj)), engine.KindOther)
+	s, u := act(b.Keep(quant.MesaActivation, lin(n2, GateProj), -1)), lin(n2, UpProj)
+	gated := engine.SetKind(graph.Mul(s, u), engine.KindOther)
+	if m.Options.ApproxActivation {
+		// Memory sharing in the gated product: the product's own backward keeps its factors s = SiLU(gate) and
+		// u = up (ds = v*u, du = v*s), and ReSiLU2 keeps only 2-bit codes of the gate, so the down projection's
+		// input s*u is rebuilt from those two saved tensors when its backward needs it (one elementwise
+		// multiply) instead of being kept as a third [B,T,intermediate] tensor. Exact: the rebuilt value is
+		// the forward value bit for bit.
+		gated = engine.Recomputable(gated, func() *graph.Node { return graph.Mul(s, u) })
+	}
 	return graph.Add(h, lin(b.Keep(quant.MesaLinear, gated, -1), DownProj))
 }
 
