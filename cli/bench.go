@@ -53,7 +53,7 @@ its ratio to GELU+LN.`,
 	f.IntVar(&cfg.Heads, "heads", cfg.Heads, "attention heads")
 	f.IntVar(&cfg.Steps, "steps", cfg.Steps, "timed steps per variant, after one warm-up step")
 	f.StringVar(&variants, "variants", "", "comma-separated subset of "+variantNames()+" (default all; the first is the baseline for ratios)")
-	cmd.AddCommand(blocks, newBenchMemoryCommand(opts), newBenchGridCommand(opts))
+	cmd.AddCommand(blocks, newBenchMemoryCommand(opts), newBenchGridCommand(opts), newBenchStepCommand(opts), newBenchCompareCommand())
 	return cmd
 }
 
@@ -228,5 +228,108 @@ memory tables use "finetune bench memory".`,
 	f.StringVar(&seqBudget, "seq-budget", "256MiB", "memory budget of the LLaMA's longest-sequence search (0: skip it)")
 	f.StringVar(&methodList, "methods", "lora-qv,lora-all,lora-fa,full,qlora", "methods")
 	f.StringVar(&variantList, "variants", "plain,approx-act,ms-norm,approx-act+ms-norm,grad-ckpt,mesa", "variants, plain first")
+	return cmd
+}
+
+func newBenchStepCommand(opts *Options) *cobra.Command {
+	var model, methodName, variantName, jsonOut, workDir string
+	var labels, batch, seq, steps int
+	base := finetune.Defaults()
+	cmd := &cobra.Command{
+		Use:   "step --model NAME --method M --variant V",
+		Short: "Time one model x method x variant training step (one configuration per process, for GPU comparisons)",
+		Long: `Trains one configuration on random data: a memfit preset with random weights (vit-b16, llama-1b, llama-7b,
+vit:tiny, llama:tiny, ...; written to --work-dir first) or a Hugging Face folder. One warm-up step, then --steps
+timed optimizer steps. Prints one JSON object: saved activations (exact), the step peak (simulated on the pure-Go
+backend, compiled-program sizes on XLA), on XLA the device's peak bytes in use (PJRT memory stats, preallocation
+off: the peak since the process started, hence one configuration per process), the median step time and the
+throughput. bench/pytorch/peft_compare.py prints the same fields for PyTorch + PEFT; bench/gpu/compare.sh runs both.`,
+		Example: `  finetune --backend xla:cuda bench step --model vit-b16 --method lora-qv --variant approx-act+ms-norm --batch 64
+  finetune --backend xla:cuda bench step --model llama-7b --method qlora --variant plain --batch 4 --seq 512`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			method, err := bench.GridMethodByName(methodName)
+			if err != nil {
+				return usageError{err}
+			}
+			variant, err := finetune.VariantByName(variantName)
+			if err != nil {
+				return usageError{err}
+			}
+			if model == "" {
+				return usagef("--model is required")
+			}
+			base.LoRAAlpha = float64(2 * base.LoRARank)
+			backend, err := opts.NewBackend()
+			if err != nil {
+				return err
+			}
+			defer backend.Finalize()
+			if workDir == "" {
+				if workDir, err = os.MkdirTemp("", "memfit-step-"); err != nil {
+					return err
+				}
+				defer os.RemoveAll(workDir)
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "preparing %s ...\n", model)
+			dir, err := bench.PresetCheckpoint(model, labels, workDir)
+			if err != nil {
+				return usageError{err}
+			}
+			r, err := bench.RunStep(backend, dir, finetune.Shape{Batch: batch, Seq: seq}, base, method, variant, steps, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			r.Model = model
+			if err := writeJSON(cmd.OutOrStdout(), r); err != nil {
+				return err
+			}
+			if jsonOut != "" {
+				return writeResult(jsonOut, r)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&model, "model", "", "preset (vit-b16, llama-1b, llama-7b, vit:tiny, llama:tiny, ...) or Hugging Face folder")
+	f.StringVar(&methodName, "method", "lora-all", "lora-qv, lora-all, lora-fa, full or qlora")
+	f.StringVar(&variantName, "variant", "plain", "plain, approx-act, ms-norm, approx-act+ms-norm, grad-ckpt, mesa, ...")
+	f.IntVar(&labels, "labels", 10, "classes of a ViT preset's head")
+	f.IntVar(&batch, "batch", 8, "batch size")
+	f.IntVar(&seq, "seq", 512, "sequence length (LLaMA)")
+	f.IntVar(&steps, "steps", 10, "timed steps after one warm-up step")
+	f.StringVar(&base.ComputeDType, "compute-dtype", "bfloat16", "float32 or bfloat16 (float32 master weights)")
+	f.StringVar(&base.Attention, "attention", "memory-efficient", "standard or memory-efficient")
+	f.IntVar(&base.LoRARank, "lora-r", 8, "LoRA rank (alpha = 2 r)")
+	f.StringVar(&jsonOut, "json", "", "also write the result to this file")
+	f.StringVar(&workDir, "work-dir", "", "where a preset's random checkpoint is written (default: a temporary folder, removed after)")
+	return cmd
+}
+
+func newBenchCompareCommand() *cobra.Command {
+	var jsonOut string
+	cmd := &cobra.Command{
+		Use:   "compare DIR",
+		Short: "Side-by-side table of memfit and PyTorch + PEFT results (bench/gpu/compare.sh writes DIR)",
+		Long: `Reads DIR's memfit-*.json (from "finetune bench step") and pytorch-*.json (from bench/pytorch/peft_compare.py),
+pairs them by model, method and variant, and prints both peaks (memfit's device peak on XLA when measured, else
+its step peak; PyTorch's torch.cuda.max_memory_allocated), both throughputs, the ratios to each side's plain
+variant and memfit's ratios to PyTorch, with issue 10's goals for every approx-act+ms-norm row.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			rows, err := bench.ReadComparison(args[0])
+			if err != nil {
+				return usageError{err}
+			}
+			if err := bench.WriteComparison(cmd.OutOrStdout(), rows); err != nil {
+				return err
+			}
+			if jsonOut != "" {
+				return writeResult(jsonOut, rows)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&jsonOut, "json", "", "also write the paired rows to this JSON file")
 	return cmd
 }

@@ -25,8 +25,8 @@ type Spec struct {
 	// Options for the pure-Go backend (comma-separated simplego options; ops_sequential is always added unless
 	// ops_parallel is given).
 	Options string
-	// Plugin is the XLA PJRT plugin: a name such as "cuda" (searched as pjrt_c_api_<name>_plugin.so) or an
-	// absolute path to the plugin's .so file.
+	// Plugin is the XLA PJRT plugin: a name such as "cuda" (searched as pjrt_c_api_<name>_plugin.so, and for
+	// "cuda" then in a JAX CUDA install, see FindJAXCUDA) or an absolute path to the plugin's .so file.
 	Plugin string
 }
 
@@ -134,6 +134,14 @@ func findPlugin(plugin string) (string, error) {
 		if st, err := os.Stat(p); err == nil && !st.IsDir() {
 			return p, nil
 		}
+	}
+	if plugin == "cuda" {
+		inst, err := FindJAXCUDA()
+		if err == nil {
+			return inst.Plugin, nil
+		}
+		return "", fmt.Errorf("XLA plugin %q not found (looked for %s in %s, and %v): install JAX's CUDA plugin (pip install \"jax[cuda13]\"), set PJRT_PLUGIN_LIBRARY_PATH to a plugin's folder or use --backend xla:/abs/path/to/plugin.so; memfit never downloads plugins",
+			plugin, file, strings.Join(dirs, ", "), err)
 	}
 	return "", fmt.Errorf("XLA plugin %q not found (looked for %s in %s): set PJRT_PLUGIN_LIBRARY_PATH to its folder or use --backend xla:/abs/path/to/plugin.so; memfit never downloads plugins",
 		plugin, file, strings.Join(dirs, ", "))

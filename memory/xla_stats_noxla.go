@@ -3,6 +3,7 @@
 package memory
 
 import (
+	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 )
 
@@ -28,3 +29,7 @@ func XLAProgramSizes(g *graph.Graph) (XLASizes, error) { return XLASizes{}, ErrN
 // XLAProgramPeak returns the peak device memory of one execution of g as XLA planned it. This build has no XLA
 // support: it always returns ErrNoXLA.
 func XLAProgramPeak(g *graph.Graph) (Peak, error) { return Peak{}, ErrNoXLA }
+
+// XLADeviceStats returns the memory statistics of an XLA device. This build has no XLA support: it always
+// returns ErrNoXLA.
+func XLADeviceStats(backend backends.Backend, device int) (DeviceStats, error) { return DeviceStats{}, ErrNoXLA }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
@@ -159,6 +160,26 @@ func TestReSiLU2AndMSNormKeepLess(t *testing.T) {
 		t.Errorf("MS-RMSNorm saves %d bytes, want %d", plain.Total-ms.Total, want)
 	}
 	both := byMode["true/true"]
+	// The graph shape XLA must keep (issue 10's buffer-assignment check relies on it): the activation's backward
+	// reads only the packed uint8 codes, never a float tensor the codes could be recomputed from, and each
+	// MS-RMSNorm output is one saved tensor read by both the norm's and the next linear layer's backward.
+	shared := 0
+	for _, st := range both.Tensors {
+		if st.Kind == engine.KindActivation && st.Shape.DType != dtypes.Uint8 {
+			t.Errorf("approx-act keeps a %s tensor for the activation's backward", st.Shape)
+		}
+		reads := map[engine.Kind]bool{}
+		for _, k := range st.ReadBy {
+			reads[k] = true
+		}
+		if reads[engine.KindLinear] && reads[engine.KindNorm] {
+			shared++
+		}
+	}
+	// Every weight is trainable here: two norms per layer, and the final norm shared with lm_head.
+	if shared != 2*cfg.NumHiddenLayers+1 {
+		t.Errorf("%d saved tensors shared by a norm and a linear layer, want %d", shared, 2*cfg.NumHiddenLayers+1)
+	}
 	if !(both.Total < ms.Total && both.Total < byMode["true/false"].Total) {
 		t.Errorf("combined %d not below each alone (%d, %d)", both.Total, ms.Total, byMode["true/false"].Total)
 	}
