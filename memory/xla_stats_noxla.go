@@ -32,4 +32,6 @@ func XLAProgramPeak(g *graph.Graph) (Peak, error) { return Peak{}, ErrNoXLA }
 
 // XLADeviceStats returns the memory statistics of an XLA device. This build has no XLA support: it always
 // returns ErrNoXLA.
-func XLADeviceStats(backend backends.Backend, device int) (DeviceStats, error) { return DeviceStats{}, ErrNoXLA }
+func XLADeviceStats(backend backends.Backend, device int) (DeviceStats, error) {
+	return DeviceStats{}, ErrNoXLA
+}
