@@ -113,8 +113,9 @@ func TestPlanMemoryLlama(t *testing.T) {
 	}
 	plain, best := rep.Variants[0], rep.Variants[1]
 	t.Logf("llama-1b: saved %.3fx, step peak %.3fx", best.SavedRatio, best.PeakRatio)
-	if best.SavedRatio > 0.82 {
-		t.Errorf("approx-act+ms-norm keeps %.3fx plain's activations, want <= 0.82", best.SavedRatio)
+	// 0.669x: ReSiLU2's codes, MS-RMSNorm's shared outputs and the gated product rebuilt from its saved factors.
+	if best.SavedRatio > 0.70 {
+		t.Errorf("approx-act+ms-norm keeps %.3fx plain's activations, want <= 0.70", best.SavedRatio)
 	}
 	// LoRA r=8 on q,k,v,o,gate,up,down of 22 layers (TinyLlama-1.1B shapes): r*(in+out) each.
 	d, kv, m := 2048, 4*64, 5632
