@@ -213,7 +213,7 @@ def build_llama(args):
                                           device="meta")
                     q.weight = bnb.nn.Params4bit(lin.weight.data, requires_grad=False, compress_statistics=True,
                                                  quant_type="nf4")
-                    q = q.cuda()  # quantises
+                    q = q.to("cuda")  # quantises (bitsandbytes quantises a Linear4bit when it moves to the GPU)
                     setattr(parent, name, q)
                     del lin
         torch.cuda.empty_cache()
