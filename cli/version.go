@@ -34,7 +34,10 @@ func newVersionCommand() *cobra.Command {
 			fmt.Fprintf(out, "memfit %s\nGoMLX %s\n%s %s/%s\n", version, gomlx, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 			backends := "go (pure Go, default)"
 			if engine.XLAAvailable() {
-				backends += ", xla (go-xla " + goxla + "; point --backend xla:<plugin> at a PJRT plugin)"
+				backends += ", xla (go-xla " + goxla + "; --backend xla:cuda finds a PJRT CUDA plugin or JAX's, xla:/abs/plugin.so loads one)"
+				if inst, err := engine.FindJAXCUDA(); err == nil {
+					backends += "\nJAX CUDA plugin: " + inst.Plugin
+				}
 			} else {
 				backends += "; xla not built in (rebuild with -tags xla)"
 			}
