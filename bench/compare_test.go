@@ -26,6 +26,12 @@ func TestStepAndCompare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	st1, _ := os.Stat(filepath.Join(ckpt, "model.safetensors"))
+	if again, err := PresetCheckpoint("vit:tiny", 3, dir); err != nil || again != ckpt {
+		t.Errorf("second call: %s, %v", again, err)
+	} else if st2, _ := os.Stat(filepath.Join(ckpt, "model.safetensors")); st1 == nil || !st2.ModTime().Equal(st1.ModTime()) {
+		t.Error("the checkpoint was written again instead of reused")
+	}
 	if _, err := PresetCheckpoint("nonsense", 3, dir); err == nil {
 		t.Error("an unknown model was accepted")
 	}

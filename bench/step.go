@@ -28,9 +28,10 @@ type StepResult struct {
 	DevicePeakMethod string `json:"device_peak_method,omitempty"`
 }
 
-// PresetCheckpoint writes a random-weight checkpoint of a memfit preset ("vit-b16", "llama-7b", "vit:tiny",
-// "llama:tiny", ...) into dir, with labels classes for a ViT (a causal LM for a LLaMA), and returns dir. A name
-// that is an existing folder is returned as it is.
+// PresetCheckpoint writes a random-weight bfloat16 checkpoint of a memfit preset ("vit-b16", "llama-7b", "vit:tiny",
+// "llama:tiny", ...) into a sub-folder of dir named after it, with labels classes for a ViT (a causal LM for a
+// LLaMA), and returns that folder; one written there before (same seed, same weights) is reused. A name that is an
+// existing folder is returned as it is.
 func PresetCheckpoint(name string, labels int, dir string) (string, error) {
 	if st, err := os.Stat(name); err == nil && st.IsDir() {
 		return name, nil
@@ -50,7 +51,11 @@ func PresetCheckpoint(name string, labels int, dir string) (string, error) {
 		labels = 0
 	}
 	out := filepath.Join(dir, strings.ReplaceAll(name, ":", "-"))
-	if err := auto.Init(arch, preset, labels, 1, out, 4<<30); err != nil {
+	if _, err := os.Stat(filepath.Join(out, "config.json")); err == nil {
+		return out, nil // written by an earlier run into the same folder (the weights are seeded: the same)
+	}
+	// Stored as bfloat16, as Hugging Face checkpoints usually are (a llama-7b file of 13.5 GB instead of 27 GB).
+	if err := auto.InitAs(arch, preset, labels, 1, out, 4<<30, "bfloat16"); err != nil {
 		return "", err
 	}
 	return out, nil

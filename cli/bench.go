@@ -302,7 +302,7 @@ throughput. bench/pytorch/peft_compare.py prints the same fields for PyTorch + P
 	f.StringVar(&base.Attention, "attention", "memory-efficient", "standard or memory-efficient")
 	f.IntVar(&base.LoRARank, "lora-r", 8, "LoRA rank (alpha = 2 r)")
 	f.StringVar(&jsonOut, "json", "", "also write the result to this file")
-	f.StringVar(&workDir, "work-dir", "", "where a preset's random checkpoint is written (default: a temporary folder, removed after)")
+	f.StringVar(&workDir, "work-dir", "", "where a preset's random checkpoint is written, or reused when already there (default: a temporary folder, removed after)")
 	return cmd
 }
 

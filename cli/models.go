@@ -12,7 +12,7 @@ import (
 )
 
 func newInitCommand(_ *Options) *cobra.Command {
-	var arch, preset, out, from string
+	var arch, preset, out, from, dtype string
 	var seed uint64
 	var numLabels int
 	var shardMB int64
@@ -46,7 +46,7 @@ when a checkpoint is loaded with a new num_labels; tokenizer files come along.`,
 			if arch == "" {
 				return usagef("--arch (vit or llama) or --from is required")
 			}
-			if err := auto.Init(arch, preset, numLabels, seed, out, shardMB<<20); err != nil {
+			if err := auto.InitAs(arch, preset, numLabels, seed, out, shardMB<<20, dtype); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s (%s %s)\n", out, arch, preset)
@@ -61,6 +61,7 @@ when a checkpoint is loaded with a new num_labels; tokenizer files come along.`,
 	f.IntVar(&numLabels, "num-labels", 0, "number of classes (0: ViTModel / causal LM)")
 	f.Int64Var(&shardMB, "max-shard-mb", 0, "shard the weights above this many MiB (0: one file)")
 	f.StringVar(&from, "from", "", "make a classifier from this model folder: its weights and a new --num-labels head")
+	f.StringVar(&dtype, "dtype", "float32", "stored dtype: float32 or bfloat16")
 	return cmd
 }
 

@@ -6,10 +6,14 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
 	"github.com/memfit/memfit/internal/golden"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/models/llama"
 	"github.com/memfit/memfit/models/vit"
+	"github.com/memfit/memfit/safetensors"
 )
 
 func tensorBytes(t *testing.T, p models.Params, name string) []byte {
@@ -71,5 +75,45 @@ func TestCheckpointRoundTrip(t *testing.T) {
 				t.Errorf("%s: sharded save wrote only %d files", name, len(files))
 			}
 		}
+	}
+}
+
+// TestToBFloat16RoundTrip: float32 tensors become bfloat16 (rounded to nearest, ties to even), an int tensor is
+// kept, and a checkpoint saved from them stores BF16 that reads back to the rounded values.
+func TestToBFloat16RoundTrip(t *testing.T) {
+	vals := []float32{1, 1 + 1.0/256, 1 + 3.0/256, -3.14159, 0, 65504}
+	p := models.Params{
+		"w":   tensors.FromFlatDataAndDimensions(append([]float32(nil), vals...), 2, 3),
+		"ids": tensors.FromFlatDataAndDimensions([]int32{1, 2}, 2),
+	}
+	if _, err := p.ToBFloat16(); err != nil {
+		t.Fatal(err)
+	}
+	if p["w"].DType() != dtypes.BFloat16 || p["ids"].DType() != dtypes.Int32 {
+		t.Fatalf("dtypes %s %s", p["w"].DType(), p["ids"].DType())
+	}
+	dir := t.TempDir()
+	if err := models.SaveCheckpoint(dir, []byte(`{}`), p, 0); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := safetensors.OpenCheckpoint(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := ck.Info("w"); info.DType != safetensors.BF16 {
+		t.Errorf("stored as %s", info.DType)
+	}
+	back, err := ck.TensorAs("w", dtypes.Float32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := back.Value().([][]float32)
+	for i, v := range vals {
+		if want := safetensors.BF16ToF32(safetensors.F32ToBF16(v)); got[i/3][i%3] != want {
+			t.Errorf("element %d: %g, want %g", i, got[i/3][i%3], want)
+		}
+	}
+	if got[0][1] != 1 || got[0][2] != 1+4.0/256 { // ties to even: 1+1/256 -> 1, 1+3/256 -> 1+4/256
+		t.Errorf("rounding: %v", got[0])
 	}
 }

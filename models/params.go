@@ -9,10 +9,12 @@ import (
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/quant"
+	"github.com/memfit/memfit/safetensors"
 )
 
 // Params holds a model's tensors by their Hugging Face name ("vit.encoder.layer.0.attention.attention.query.weight").
@@ -204,4 +206,33 @@ func (b Bound) Inputs(p Params) []*tensors.Tensor {
 		out[i] = p[n]
 	}
 	return out
+}
+
+// ToBFloat16 rounds every float32 tensor of p to bfloat16 (nearest, ties to even), in place, each float32 tensor
+// dropped as soon as it is converted (so converting a large model holds one extra tensor at a time), and returns
+// p. Other dtypes are left as they are. Hugging Face checkpoints are usually stored this way.
+func (p Params) ToBFloat16() (Params, error) {
+	for _, name := range p.Names() {
+		t := p[name]
+		if t.DType() != dtypes.Float32 {
+			continue
+		}
+		var flat []float32
+		if err := tensors.ConstFlatData[float32](t, func(f []float32) { flat = f }); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		out := tensors.FromShape(shapes.Make(dtypes.BFloat16, t.Shape().Dimensions...))
+		if len(flat) > 0 {
+			if err := out.MutableBytes(func(b []byte) {
+				for i, v := range flat {
+					h := safetensors.F32ToBF16(v)
+					b[2*i], b[2*i+1] = byte(h), byte(h>>8)
+				}
+			}); err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+		}
+		p[name] = out
+	}
+	return p, nil
 }

@@ -15,7 +15,8 @@ OUT=${1:-bench-gpu-out}
 BIN=${MEMFIT_BIN:-bin/finetune-xla}
 PY=${PYTHON:-python3}
 STEPS=${STEPS:-10}
-mkdir -p "$OUT"
+WORK=${WORK:-/tmp/memfit-compare-models}   # random-weight checkpoints, written once and shared by the runs
+mkdir -p "$OUT" "$WORK"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/gpu.txt" 2>/dev/null || true
 
 # model method batch seq
@@ -31,7 +32,7 @@ for cfg in "${CONFIGS[@]}"; do
 		[ "$seq" != 0 ] && tag="$tag-s$seq"
 		echo "== $tag" >&2
 		"$BIN" --backend xla:cuda bench step --model "$model" --method "$method" --variant "$variant" \
-			--batch "$batch" --seq "${seq/#0/512}" --steps "$STEPS" --compute-dtype bfloat16 --attention memory-efficient \
+			--batch "$batch" --seq "${seq/#0/512}" --steps "$STEPS" --compute-dtype bfloat16 --attention memory-efficient --work-dir "$WORK" \
 			--json "$OUT/memfit-$tag.json" > /dev/null 2> "$OUT/memfit-$tag.log" || echo "memfit $tag failed (see $OUT/memfit-$tag.log)" >&2
 		"$PY" bench/pytorch/peft_compare.py --model "$model" --method "$method" --variant "$variant" \
 			--batch "$batch" --seq "${seq/#0/512}" --steps "$STEPS" --attention sdpa \
@@ -39,3 +40,4 @@ for cfg in "${CONFIGS[@]}"; do
 	done
 done
 "$BIN" bench compare "$OUT" --json "$OUT/compare.json" | tee "$OUT/compare.txt"
+rm -rf "$WORK"

@@ -65,6 +65,15 @@ func Presets(arch string) ([]string, error) {
 // the named architecture and preset to dir. numLabels > 0 makes a classifier (ViTForImageClassification,
 // LlamaForSequenceClassification); for ViT it defaults to an unlabelled ViTModel, for LLaMA to a causal LM.
 func Init(arch, preset string, numLabels int, seed uint64, dir string, maxShardBytes int64) error {
+	return InitAs(arch, preset, numLabels, seed, dir, maxShardBytes, "float32")
+}
+
+// InitAs is Init with the stored dtype: "float32", or "bfloat16" (the weights drawn in float32, rounded to
+// bfloat16 one tensor at a time; half the file, as most Hugging Face checkpoints are stored).
+func InitAs(arch, preset string, numLabels int, seed uint64, dir string, maxShardBytes int64, dtype string) error {
+	if dtype != "float32" && dtype != "bfloat16" {
+		return fmt.Errorf("dtype must be float32 or bfloat16, got %q", dtype)
+	}
 	if numLabels < 0 {
 		return fmt.Errorf("--num-labels must not be negative, got %d", numLabels)
 	}
@@ -91,6 +100,12 @@ func Init(arch, preset string, numLabels int, seed uint64, dir string, maxShardB
 		params = llama.RandomParams(cfg, seed)
 	default:
 		return fmt.Errorf("unknown architecture %q: use one of %v", arch, Architectures)
+	}
+	if dtype == "bfloat16" {
+		var err error
+		if params, err = params.ToBFloat16(); err != nil {
+			return err
+		}
 	}
 	return models.SaveCheckpoint(dir, config, params, maxShardBytes)
 }
