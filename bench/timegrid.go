@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -285,14 +286,6 @@ func MatmulOnlySeconds(backend backends.Backend, ops []memory.MatmulOp, reps int
 	return total, nil
 }
 
-// maxSeq formats a cell's longest sequence and its budget, or "-".
-func maxSeq(c TimedCell) string {
-	if c.MaxSeqBudget == 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%d in %s", c.MaxSeq, memory.FormatBytes(c.MaxSeqBudget))
-}
-
 // filledTensor returns a tensor of shape s, float32 ones filled with a non-zero pattern (other dtypes zeros).
 func filledTensor(s shapes.Shape) *tensors.Tensor {
 	t := tensors.FromShape(s)
@@ -306,34 +299,97 @@ func filledTensor(s shapes.Shape) *tensors.Tensor {
 	return t
 }
 
-// WriteTimedGrid prints the timed grid, one block per model, with the backend's matmul speed for reference.
+// WriteTimedGrid prints the timed grid, one block per model, with the backend's matmul speed for reference. The
+// table is kept under 150 columns; the JSON has every figure (the step time's min-max among them).
 func WriteTimedGrid(w io.Writer, tms []TimedModel, cells []TimedCell, matmulGFLOPS float64) error {
 	for _, tm := range tms {
-		fmt.Fprintf(w, "%s: %s\n", tm.Name, tm.Describe)
+		fmt.Fprintln(w, wrap(tm.Name+": "+tm.Describe, 118, "  "))
 	}
 	fmt.Fprintf(w, "backend matmul speed: %.1f GFLOP/s (float32 1024^3 product)\n\n", matmulGFLOPS)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "model\tmethod\tvariant\tsaved act.\tx plain\tstep peak\tx plain\tstep\t(min-max)\tx plain\tthroughput\tstep GFLOP/s\tsame products alone\tshare\tvs 1024^3\tmax seq\t\n")
+	fmt.Fprintf(tw, "model\tmethod\tvariant\tsaved\tx\tstep peak\tx\tstep\tx\tthroughput\tGFLOP/s step/alone\tshare\tvs 1024^3\tmax seq\t\n")
+	budget := int64(0)
 	for _, c := range cells {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.3f\t%s\t%.3f\t%.3fs\t(%.3f-%.3f)\t%.3f\t%.1f %s\t%.1f\t%.1f\t%.0f%%\t%.0f%%\t%s\t\n", c.Model, c.Method, c.Variant,
-			memory.FormatBytes(c.SavedActivationBytes), c.SavedRatio, memory.FormatBytes(c.PeakBytes), c.PeakRatio,
-			c.StepSeconds, c.StepMin, c.StepMax, c.TimeRatio, c.PerSecond, c.Unit, c.GFLOPS, c.OwnGFLOPS, 100*c.MatmulShare,
-			100*c.GFLOPS/matmulGFLOPS, maxSeq(c))
+		seq := "-"
+		if c.MaxSeqBudget > 0 {
+			seq, budget = fmt.Sprint(c.MaxSeq), c.MaxSeqBudget
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.3f\t%s\t%.3f\t%.2fs\t%.3f\t%.1f %s\t%.1f / %.1f\t%.0f%%\t%.0f%%\t%s\t\n", c.Model, c.Method, c.Variant,
+			shortBytes(c.SavedActivationBytes), c.SavedRatio, shortBytes(c.PeakBytes), c.PeakRatio,
+			c.StepSeconds, c.TimeRatio, c.PerSecond, c.Unit, c.GFLOPS, c.OwnGFLOPS,
+			100*c.MatmulShare, 100*c.GFLOPS/matmulGFLOPS, seq)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if len(cells) > 0 {
-		_, err := fmt.Fprintf(w, "saved act.: %s\nstep peak: %s\nstep: median of the timed optimizer steps (gradient step + update), variants interleaved\n"+
-			"step GFLOP/s: the gradient step's matrix-product FLOPs / median step time; same products alone: the backend's GFLOP/s on\n"+
-			"  those very products, each timed alone (median of 3); share: the ratio of the two (the matmul-bound share of the step);\n"+
-			"  vs 1024^3: step GFLOP/s over the backend's speed on one large square product\n"+
-			"max seq: the longest sequence (same batch) whose step peak + optimizer state fits the budget, planned with the same\n"+
-			"  peak estimate (LLaMA only; the paper's Table 9)\n",
-			memory.MethodSavedWalk, cells[0].PeakMethod)
-		return err
+	if len(cells) == 0 {
+		return nil
 	}
-	return nil
+	_, err := fmt.Fprintf(w, "x: ratio to the plain variant of the same model and method\n"+
+		"saved: activations kept for the backward, %s\n"+
+		"step peak: %s\n"+
+		"step: median of the timed optimizer steps (gradient step + update), variants interleaved round by round\n"+
+		"GFLOP/s step/alone: the step's matrix-product FLOPs over the median step time / the backend's GFLOP/s on those very\n"+
+		"  products, each timed alone (median of 3); share: their ratio, the matmul-bound share of the step; vs 1024^3: the\n"+
+		"  step's GFLOP/s over the backend's speed on one large square product\n",
+		memory.MethodSavedWalk, cells[0].PeakMethod)
+	if err == nil && budget > 0 {
+		_, err = fmt.Fprintf(w, "max seq: the longest sequence (same batch) whose step peak + optimizer state fits %s, planned with the same\n"+
+			"  peak estimate (LLaMA only; the paper's Table 9)\n", memory.FormatBytes(budget))
+	}
+	return err
+}
+
+// wrap breaks text into lines of at most width characters at spaces, indenting the continuation lines.
+func wrap(text string, width int, indent string) string {
+	var out, line []byte
+	for _, word := range bytes.Fields([]byte(text)) {
+		if len(line) > 0 && len(line)+1+len(word) > width {
+			out = append(append(out, line...), '\n')
+			line = append([]byte(indent), word...)
+			continue
+		}
+		if len(line) > 0 {
+			line = append(line, ' ')
+		}
+		line = append(line, word...)
+	}
+	return string(append(out, line...))
+}
+
+// shortBytes formats b with one decimal (97.2 MiB).
+func shortBytes(b int64) string {
+	switch {
+	case b >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30))
+	case b >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
+	case b >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(b)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", b)
+}
+
+// GridRun is the JSON `finetune bench grid --json` writes.
+type GridRun struct {
+	Models       map[string]string `json:"models"`
+	Backend      string            `json:"backend"`
+	Steps        int               `json:"steps"`
+	MatmulGFLOPS float64           `json:"matmul_gflops"`
+	Cells        []TimedCell       `json:"cells"`
+}
+
+// WriteGridRun prints an earlier run's table from its JSON, the models in the order of their first cell.
+func WriteGridRun(w io.Writer, run GridRun) error {
+	var tms []TimedModel
+	seen := map[string]bool{}
+	for _, c := range run.Cells {
+		if !seen[c.Model] {
+			seen[c.Model] = true
+			tms = append(tms, TimedModel{Name: c.Model, Describe: run.Models[c.Model]})
+		}
+	}
+	return WriteTimedGrid(w, tms, run.Cells, run.MatmulGFLOPS)
 }
 
 // ScaledModels writes the CPU grid's models into dir (random weights), scaled so that a step takes seconds on two

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -76,5 +77,21 @@ func TestTimeGridTiny(t *testing.T) {
 	}
 	if !strings.Contains(buf.String(), "qlora") || !strings.Contains(buf.String(), "tokens/s") {
 		t.Errorf("table:\n%s", buf.String())
+	}
+	// The JSON round trip (as --json writes it, --render reads it) prints the very same table.
+	js, err := json.Marshal(GridRun{Models: map[string]string{"vit": "tiny", "llama": "tiny"}, Steps: 2, MatmulGFLOPS: 10, Cells: cells})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var run GridRun
+	if err := json.Unmarshal(js, &run); err != nil {
+		t.Fatal(err)
+	}
+	var again bytes.Buffer
+	if err := WriteGridRun(&again, run); err != nil {
+		t.Fatal(err)
+	}
+	if again.String() != buf.String() {
+		t.Errorf("rendered from JSON:\n%s\nprinted by the run:\n%s", again.String(), buf.String())
 	}
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -140,7 +141,7 @@ func pickVariants(list string) ([]bench.Variant, error) {
 }
 
 func newBenchGridCommand(opts *Options) *cobra.Command {
-	var jsonOut, methodList, variantList, seqBudget string
+	var jsonOut, methodList, variantList, seqBudget, render string
 	var steps int
 	cmd := &cobra.Command{
 		Use:   "grid [--steps N] [--json FILE]",
@@ -155,6 +156,17 @@ memory tables use "finetune bench memory".`,
 		Example: `  finetune bench grid --steps 3 --json docs/benchmarks/grid-cpu.json`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if render != "" {
+				b, err := os.ReadFile(render)
+				if err != nil {
+					return usageError{err}
+				}
+				var run bench.GridRun
+				if err := json.Unmarshal(b, &run); err != nil || len(run.Cells) == 0 {
+					return usagef("%s is not a bench grid JSON file (%v)", render, err)
+				}
+				return bench.WriteGridRun(cmd.OutOrStdout(), run)
+			}
 			var methods []bench.GridMethod
 			for _, name := range strings.Split(methodList, ",") {
 				found := false
@@ -216,8 +228,8 @@ memory tables use "finetune bench memory".`,
 				for _, tm := range tms {
 					desc[tm.Name] = tm.Describe
 				}
-				return writeResult(jsonOut, map[string]any{"models": desc, "backend": backend.Name(), "steps": steps,
-					"matmul_gflops": mm, "cells": cells})
+				return writeResult(jsonOut, bench.GridRun{Models: desc, Backend: backend.Name(), Steps: steps,
+					MatmulGFLOPS: mm, Cells: cells})
 			}
 			return nil
 		},
@@ -226,6 +238,7 @@ memory tables use "finetune bench memory".`,
 	f.IntVar(&steps, "steps", 3, "timed steps per cell, after one warm-up step")
 	f.StringVar(&jsonOut, "json", "", "write every cell to this JSON file")
 	f.StringVar(&seqBudget, "seq-budget", "256MiB", "memory budget of the LLaMA's longest-sequence search (0: skip it)")
+	f.StringVar(&render, "render", "", "print the table of an earlier run from its --json file instead of running")
 	f.StringVar(&methodList, "methods", "lora-qv,lora-all,lora-fa,full,qlora", "methods")
 	f.StringVar(&variantList, "variants", "plain,approx-act,ms-norm,approx-act+ms-norm,grad-ckpt,mesa", "variants, plain first")
 	return cmd
