@@ -289,8 +289,11 @@ func (m *Model) layer(b models.Bound, pre string, x *graph.Node, rope rotary, ma
 		// u = up (ds = v*u, du = v*s), and ReSiLU2 keeps only 2-bit codes of the gate, so the down projection's
 		// input s*u is rebuilt from those two saved tensors when its backward needs it (one elementwise
 		// multiply) instead of being kept as a third [B,T,intermediate] tensor. Exact: the rebuilt value is
-		// the forward value bit for bit.
-		gated = engine.Recomputable(gated, func() *graph.Node { return graph.Mul(s, u) })
+		// the forward value bit for bit. The factors are swapped (u*s, the same IEEE product) so that the rebuild is
+		// not an instruction-for-instruction copy of the forward one, which XLA's common-subexpression pass could
+		// merge back into the kept forward value (GoMLX v0.26 has no optimization barrier; docs/gpu.md lists the
+		// buffer-assignment check still to run on a GPU).
+		gated = engine.Recomputable(gated, func() *graph.Node { return graph.Mul(u, s) })
 	}
 	return graph.Add(h, lin(b.Keep(quant.MesaLinear, gated, -1), DownProj))
 }
