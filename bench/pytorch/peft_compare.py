@@ -118,7 +118,7 @@ class _MSNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, eps, rms):
-        xf = x.float()
+        xf = x if x.dtype == torch.float64 else x.float()  # statistics in float32 at least
         if rms:
             r = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
             y = xf * r
@@ -134,7 +134,7 @@ class _MSNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         y, r = ctx.saved_tensors
-        gf, yf = g.float(), y.float()
+        gf, yf = (g, y) if g.dtype == torch.float64 else (g.float(), y.float())
         inner = (gf * yf).mean(-1, keepdim=True)
         if ctx.rms:
             dx = r * (gf - yf * inner)
