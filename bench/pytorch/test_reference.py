@@ -24,7 +24,8 @@ import peft_compare as pc  # noqa: E402
 
 def go_coefficients(name):
     """Reads memfit's published coefficients (A, C) for name from approxbp/coefficients.go."""
-    src = open(os.path.join(HERE, "..", "..", "approxbp", "coefficients.go")).read()
+    with open(os.path.join(HERE, "..", "..", "approxbp", "coefficients.go")) as f:
+        src = f.read()
     block = src[src.index(name + "Coefficients = Coefficients{"):]
     block = block[:block.index("}\n")]
     nums = lambda key: [float(v) for v in re.search(key + r":\s*\[\]float64\{([^}]*)\}", block).group(1).split(",")]
