@@ -59,7 +59,7 @@ type TimedCell struct {
 	// of the median step.
 	MatmulGFLOP float64 `json:"matmul_gflop"`
 	GFLOPS      float64 `json:"gflops"`
-	// MatmulOnlySeconds is the time the step's products take each alone (MatmulOnlySeconds), OwnGFLOPS the
+	// MatmulOnlySeconds is the time the step's products take each alone (MatmulOpSeconds x count), OwnGFLOPS the
 	// backend's speed on them (MatmulGFLOP / MatmulOnlySeconds) and MatmulShare = GFLOPS / OwnGFLOPS, the share
 	// of the step that is matrix products at the backend's own speed.
 	MatmulOnlySeconds float64 `json:"matmul_only_seconds"`
@@ -151,15 +151,12 @@ func TimeGrid(backend backends.Backend, tms []TimedModel, methods []GridMethod, 
 				mmSeconds := 0.0
 				for _, op := range ops {
 					flops += int64(op.Count) * op.FLOPs
-					one := op
-					one.Count = 1
-					key := one.String()
-					sec, ok := opSeconds[key]
+					sec, ok := opSeconds[opKey(op)]
 					if !ok {
-						if sec, err = MatmulOnlySeconds(backend, []memory.MatmulOp{one}, 3); err != nil {
+						if sec, err = MatmulOpSeconds(backend, op, 3); err != nil {
 							return nil, err
 						}
-						opSeconds[key] = sec
+						opSeconds[opKey(op)] = sec
 					}
 					mmSeconds += float64(op.Count) * sec
 				}
@@ -221,17 +218,30 @@ func TimeGrid(backend backends.Backend, tms []TimedModel, methods []GridMethod, 
 
 // MatmulGFLOPS measures the backend's float32 matrix-product speed on an n x n x n product (median of reps).
 func MatmulGFLOPS(backend backends.Backend, n, reps int) (float64, error) {
+	sq := shapes.Make(dtypes.Float32, n, n)
+	sec, err := MatmulOpSeconds(backend, memory.MatmulOp{LHS: sq, RHS: sq, LHSContracting: []int{1}, RHSContracting: []int{0}}, reps)
+	if err != nil {
+		return 0, err
+	}
+	return 2 * float64(n) * float64(n) * float64(n) / sec / 1e9, nil
+}
+
+// MatmulOpSeconds times one matrix product (a memory.MatmulOp, its Count ignored) alone on backend, in its own
+// compiled graph: the median of reps timed runs after one warm-up run. Summed over a step's products times their
+// counts and divided by the step's time, it is the step's matmul share: the step's GFLOP/s over the backend's own
+// GFLOP/s on the very same products.
+func MatmulOpSeconds(backend backends.Backend, op memory.MatmulOp, reps int) (float64, error) {
+	if reps <= 0 {
+		return 0, fmt.Errorf("reps must be positive")
+	}
 	var times []float64
 	err := engine.Try(func() {
-		g := graph.NewGraph(backend, "matmul")
-		a := graph.Parameter(g, "a", shapes.Make(dtypes.Float32, n, n))
-		b := graph.Parameter(g, "b", shapes.Make(dtypes.Float32, n, n))
-		g.Compile(graph.MatMul(a, b))
-		x := make([]float32, n*n)
-		for i := range x {
-			x[i] = float32(i%7) * 0.1
-		}
-		at, bt := tensors.FromFlatDataAndDimensions(x, n, n), tensors.FromFlatDataAndDimensions(x, n, n)
+		g := graph.NewGraph(backend, "matmul-op")
+		a := graph.Parameter(g, "a", op.LHS)
+		b := graph.Parameter(g, "b", op.RHS)
+		g.Compile(graph.DotGeneral(a, op.LHSContracting, op.LHSBatch, b, op.RHSContracting, op.RHSBatch))
+		defer g.Finalize()
+		at, bt := filledTensor(op.LHS), filledTensor(op.RHS)
 		for i := 0; i < reps+1; i++ {
 			start := time.Now()
 			outs := g.Run(at, bt)
@@ -243,47 +253,15 @@ func MatmulGFLOPS(backend backends.Backend, n, reps int) (float64, error) {
 		}
 	})
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("timing %v: %w", op, err)
 	}
 	sort.Float64s(times)
-	return 2 * float64(n) * float64(n) * float64(n) / times[len(times)/2] / 1e9, nil
+	return times[len(times)/2], nil
 }
 
-// MatmulOnlySeconds times, on backend, the distinct matrix products ops (memory.MatmulOps of a step) each alone
-// in its own compiled graph, and returns the seconds one step's products take: the sum over ops of Count x the
-// median of reps timed runs (after one warm-up run). Divided by a step's time it is the step's matmul share:
-// the step's GFLOP/s over the backend's own GFLOP/s on the very same products.
-func MatmulOnlySeconds(backend backends.Backend, ops []memory.MatmulOp, reps int) (float64, error) {
-	if reps <= 0 {
-		return 0, fmt.Errorf("reps must be positive")
-	}
-	total := 0.0
-	for _, op := range ops {
-		var times []float64
-		err := engine.Try(func() {
-			g := graph.NewGraph(backend, "matmul-op")
-			a := graph.Parameter(g, "a", op.LHS)
-			b := graph.Parameter(g, "b", op.RHS)
-			g.Compile(graph.DotGeneral(a, op.LHSContracting, op.LHSBatch, b, op.RHSContracting, op.RHSBatch))
-			at, bt := filledTensor(op.LHS), filledTensor(op.RHS)
-			for i := 0; i < reps+1; i++ {
-				start := time.Now()
-				outs := g.Run(at, bt)
-				d := time.Since(start).Seconds()
-				outs[0].MustFinalizeAll()
-				if i > 0 {
-					times = append(times, d)
-				}
-			}
-			g.Finalize()
-		})
-		if err != nil {
-			return 0, fmt.Errorf("timing %v: %w", op, err)
-		}
-		sort.Float64s(times)
-		total += float64(op.Count) * times[len(times)/2]
-	}
-	return total, nil
+// opKey identifies a product by its shapes and dimension numbers (not its count).
+func opKey(op memory.MatmulOp) string {
+	return fmt.Sprint(op.LHS, op.RHS, op.LHSContracting, op.LHSBatch, op.RHSContracting, op.RHSBatch)
 }
 
 // filledTensor returns a tensor of shape s, float32 ones filled with a non-zero pattern (other dtypes zeros).
@@ -315,7 +293,7 @@ func WriteTimedGrid(w io.Writer, tms []TimedModel, cells []TimedCell, matmulGFLO
 			seq, budget = fmt.Sprint(c.MaxSeq), c.MaxSeqBudget
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.3f\t%s\t%.3f\t%.2fs\t%.3f\t%.1f %s\t%.1f / %.1f\t%.0f%%\t%.0f%%\t%s\t\n", c.Model, c.Method, c.Variant,
-			shortBytes(c.SavedActivationBytes), c.SavedRatio, shortBytes(c.PeakBytes), c.PeakRatio,
+			memory.FormatBytesPrec(c.SavedActivationBytes, 1), c.SavedRatio, memory.FormatBytesPrec(c.PeakBytes, 1), c.PeakRatio,
 			c.StepSeconds, c.TimeRatio, c.PerSecond, c.Unit, c.GFLOPS, c.OwnGFLOPS,
 			100*c.MatmulShare, 100*c.GFLOPS/matmulGFLOPS, seq)
 	}
@@ -355,19 +333,6 @@ func wrap(text string, width int, indent string) string {
 		line = append(line, word...)
 	}
 	return string(append(out, line...))
-}
-
-// shortBytes formats b with one decimal (97.2 MiB).
-func shortBytes(b int64) string {
-	switch {
-	case b >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30))
-	case b >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
-	case b >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(b)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", b)
 }
 
 // GridRun is the JSON `finetune bench grid --json` writes.

@@ -169,15 +169,11 @@ memory tables use "finetune bench memory".`,
 			}
 			var methods []bench.GridMethod
 			for _, name := range strings.Split(methodList, ",") {
-				found := false
-				for _, m := range bench.GridMethods {
-					if m.Name == strings.TrimSpace(name) {
-						methods, found = append(methods, m), true
-					}
+				m, err := bench.GridMethodByName(strings.TrimSpace(name))
+				if err != nil {
+					return usageError{err}
 				}
-				if !found {
-					return usagef("unknown method %q", name)
-				}
+				methods = append(methods, m)
 			}
 			var variants []finetune.Variant
 			for _, name := range strings.Split(variantList, ",") {

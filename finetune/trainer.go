@@ -238,7 +238,7 @@ func zerosLike(p *tensors.Tensor) *tensors.Tensor {
 	return tensors.FromShape(shapes.Make(dtypes.Float32, p.Shape().Dimensions...))
 }
 
-// convert returns p in dtype (p itself when it already is).
+// convert returns p in dtype (p itself when it already is); float32 to bfloat16 is the only conversion.
 func convert(p *tensors.Tensor, dtype dtypes.DType) (*tensors.Tensor, error) {
 	if p.DType() == dtype {
 		return p, nil
@@ -246,29 +246,7 @@ func convert(p *tensors.Tensor, dtype dtypes.DType) (*tensors.Tensor, error) {
 	if p.DType() != dtypes.Float32 || dtype != dtypes.BFloat16 {
 		return nil, fmt.Errorf("cannot convert %s to %s", p.DType(), dtype)
 	}
-	var flat []float32
-	if err := tensors.ConstFlatData[float32](p, func(f []float32) { flat = f }); err != nil {
-		return nil, err
-	}
-	out := tensors.FromShape(shapes.Make(dtypes.BFloat16, p.Shape().Dimensions...))
-	if len(flat) == 0 {
-		return out, nil
-	}
-	err := out.MutableBytes(func(b []byte) {
-		for i, v := range flat {
-			h := bf16(v)
-			b[2*i], b[2*i+1] = byte(h), byte(h>>8)
-		}
-	})
-	return out, err
-}
-
-func bf16(f float32) uint16 {
-	bits := math.Float32bits(f)
-	if f != f {
-		return uint16(bits>>16) | 0x40
-	}
-	return uint16((bits + 0x7fff + (bits>>16)&1) >> 16)
+	return models.BFloat16Tensor(p)
 }
 
 // gradStep is a compiled gradient computation for one batch signature.

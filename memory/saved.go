@@ -167,7 +167,10 @@ func (r *SavedReport) WriteTable(w io.Writer) error {
 }
 
 // FormatBytes prints a byte count in binary units (B, KiB, MiB, GiB) with three significant decimals.
-func FormatBytes(b int64) string {
+func FormatBytes(b int64) string { return FormatBytesPrec(b, 3) }
+
+// FormatBytesPrec is FormatBytes with the given number of decimals (FormatBytesPrec(b, 1): "97.2 MiB").
+func FormatBytesPrec(b int64, decimals int) string {
 	const unit = 1024
 	if b < unit {
 		return fmt.Sprintf("%d B", b)
@@ -176,10 +179,10 @@ func FormatBytes(b int64) string {
 	for _, u := range []string{"KiB", "MiB", "GiB", "TiB"} {
 		v /= unit
 		if v < unit {
-			return fmt.Sprintf("%.3f %s", v, u)
+			return fmt.Sprintf("%.*f %s", decimals, v, u)
 		}
 	}
-	return fmt.Sprintf("%.3f PiB", v/unit)
+	return fmt.Sprintf("%.*f PiB", decimals, v/unit)
 }
 
 func equalDims(a, b []int) bool {

@@ -208,31 +208,42 @@ func (b Bound) Inputs(p Params) []*tensors.Tensor {
 	return out
 }
 
-// ToBFloat16 rounds every float32 tensor of p to bfloat16 (nearest, ties to even), in place, each float32 tensor
+// ToBFloat16 rounds every float32 tensor of p to bfloat16 (BFloat16Tensor), in place, each float32 tensor
 // dropped as soon as it is converted (so converting a large model holds one extra tensor at a time), and returns
 // p. Other dtypes are left as they are. Hugging Face checkpoints are usually stored this way.
 func (p Params) ToBFloat16() (Params, error) {
 	for _, name := range p.Names() {
-		t := p[name]
-		if t.DType() != dtypes.Float32 {
+		if p[name].DType() != dtypes.Float32 {
 			continue
 		}
-		var flat []float32
-		if err := tensors.ConstFlatData[float32](t, func(f []float32) { flat = f }); err != nil {
+		t, err := BFloat16Tensor(p[name])
+		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		out := tensors.FromShape(shapes.Make(dtypes.BFloat16, t.Shape().Dimensions...))
-		if len(flat) > 0 {
-			if err := out.MutableBytes(func(b []byte) {
-				for i, v := range flat {
-					h := safetensors.F32ToBF16(v)
-					b[2*i], b[2*i+1] = byte(h), byte(h>>8)
-				}
-			}); err != nil {
-				return nil, fmt.Errorf("%s: %w", name, err)
-			}
-		}
-		p[name] = out
+		p[name] = t
 	}
 	return p, nil
+}
+
+// BFloat16Tensor returns a bfloat16 copy of the float32 tensor t, each value rounded to the nearest bfloat16, ties
+// to even (safetensors.F32ToBF16).
+func BFloat16Tensor(t *tensors.Tensor) (*tensors.Tensor, error) {
+	if t.DType() != dtypes.Float32 {
+		return nil, fmt.Errorf("cannot convert %s to bfloat16", t.DType())
+	}
+	var flat []float32
+	if err := tensors.ConstFlatData[float32](t, func(f []float32) { flat = f }); err != nil {
+		return nil, err
+	}
+	out := tensors.FromShape(shapes.Make(dtypes.BFloat16, t.Shape().Dimensions...))
+	if len(flat) == 0 {
+		return out, nil
+	}
+	err := out.MutableBytes(func(b []byte) {
+		for i, v := range flat {
+			h := safetensors.F32ToBF16(v)
+			b[2*i], b[2*i+1] = byte(h), byte(h>>8)
+		}
+	})
+	return out, err
 }
