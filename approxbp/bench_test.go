@@ -3,7 +3,7 @@ package approxbp_test
 import (
 	"testing"
 
-	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/core/graph"
 
 	"github.com/memfit/memfit/approxbp"
 	"github.com/memfit/memfit/engine"

@@ -11,11 +11,11 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/gomlx/gomlx/backends"
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
-	"github.com/gomlx/gomlx/pkg/core/graph"
-	"github.com/gomlx/gomlx/pkg/core/shapes"
-	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/gomlx/core/graph"
+	"github.com/gomlx/compute/shapes"
+	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/memory"
@@ -70,7 +70,7 @@ type Step struct {
 }
 
 // BuildStep builds and compiles the training step of cfg in variant v on backend.
-func BuildStep(backend backends.Backend, cfg StackConfig, v Variant) (*Step, error) {
+func BuildStep(backend compute.Backend, cfg StackConfig, v Variant) (*Step, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -195,7 +195,7 @@ func (r Result) sortedTimes() []time.Duration {
 // warm-up round), so that background load on the machine spreads over the variants instead of skewing their
 // ratios. progress, if not nil, receives
 // a line per phase and step.
-func Measure(backend backends.Backend, cfg StackConfig, variants []Variant, progress io.Writer) ([]Result, error) {
+func Measure(backend compute.Backend, cfg StackConfig, variants []Variant, progress io.Writer) ([]Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

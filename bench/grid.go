@@ -5,7 +5,7 @@ import (
 	"io"
 	"text/tabwriter"
 
-	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/compute"
 
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/memory"
@@ -63,7 +63,7 @@ type GridCell struct {
 // MemoryGrid plans every model x method x variant step (no weights read, nothing run): exact saved activations
 // and the step peak (simulated on the pure-Go backend, compiled sizes on XLA), with ratios to the plain variant
 // of the same model and method.
-func MemoryGrid(backend backends.Backend, gridModels []GridModel, methods []GridMethod, variants []finetune.Variant, progress func(string)) ([]GridCell, error) {
+func MemoryGrid(backend compute.Backend, gridModels []GridModel, methods []GridMethod, variants []finetune.Variant, progress func(string)) ([]GridCell, error) {
 	var out []GridCell
 	for _, gm := range gridModels {
 		for _, m := range methods {

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/compute"
 
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/memory"
@@ -64,7 +64,7 @@ func PresetCheckpoint(name string, labels int, dir string) (string, error) {
 // RunStep trains one model x method x variant for steps timed steps after a warm-up (TimeGrid with one cell) and
 // adds, on XLA, the device's peak bytes in use. Run one configuration per process when the device peak matters:
 // it is the peak since the backend started.
-func RunStep(backend backends.Backend, dir string, shape finetune.Shape, base finetune.Config, method GridMethod, variant finetune.Variant, steps int, log io.Writer) (StepResult, error) {
+func RunStep(backend compute.Backend, dir string, shape finetune.Shape, base finetune.Config, method GridMethod, variant finetune.Variant, steps int, log io.Writer) (StepResult, error) {
 	tm := TimedModel{Name: filepath.Base(dir), Dir: dir, Shape: shape, Base: base}
 	cells, err := TimeGrid(backend, []TimedModel{tm}, []GridMethod{method}, []finetune.Variant{variant}, steps, log)
 	if err != nil {

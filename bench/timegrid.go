@@ -10,11 +10,11 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/gomlx/gomlx/backends"
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
-	"github.com/gomlx/gomlx/pkg/core/graph"
-	"github.com/gomlx/gomlx/pkg/core/shapes"
-	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/gomlx/core/graph"
+	"github.com/gomlx/compute/shapes"
+	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/finetune"
@@ -107,7 +107,7 @@ func randomBatch(model finetune.Model, shape finetune.Shape, seed uint64) finetu
 // TimeGrid trains every model x method x variant for steps timed optimizer steps after one warm-up step, the
 // variants of one model and method interleaved round by round (the order rotated each round) so that machine
 // drift hits them alike, and reports memory, median step time, throughput and matmul GFLOP/s.
-func TimeGrid(backend backends.Backend, tms []TimedModel, methods []GridMethod, variants []finetune.Variant, steps int, log io.Writer) ([]TimedCell, error) {
+func TimeGrid(backend compute.Backend, tms []TimedModel, methods []GridMethod, variants []finetune.Variant, steps int, log io.Writer) ([]TimedCell, error) {
 	if steps <= 0 {
 		return nil, fmt.Errorf("steps must be positive")
 	}
@@ -217,7 +217,7 @@ func TimeGrid(backend backends.Backend, tms []TimedModel, methods []GridMethod, 
 }
 
 // MatmulGFLOPS measures the backend's float32 matrix-product speed on an n x n x n product (median of reps).
-func MatmulGFLOPS(backend backends.Backend, n, reps int) (float64, error) {
+func MatmulGFLOPS(backend compute.Backend, n, reps int) (float64, error) {
 	sq := shapes.Make(dtypes.Float32, n, n)
 	sec, err := MatmulOpSeconds(backend, memory.MatmulOp{LHS: sq, RHS: sq, LHSContracting: []int{1}, RHSContracting: []int{0}}, reps)
 	if err != nil {
@@ -230,7 +230,7 @@ func MatmulGFLOPS(backend backends.Backend, n, reps int) (float64, error) {
 // compiled graph: the median of reps timed runs after one warm-up run. Summed over a step's products times their
 // counts and divided by the step's time, it is the step's matmul share: the step's GFLOP/s over the backend's own
 // GFLOP/s on the very same products.
-func MatmulOpSeconds(backend backends.Backend, op memory.MatmulOp, reps int) (float64, error) {
+func MatmulOpSeconds(backend compute.Backend, op memory.MatmulOp, reps int) (float64, error) {
 	if reps <= 0 {
 		return 0, fmt.Errorf("reps must be positive")
 	}

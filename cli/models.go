@@ -3,8 +3,8 @@ package cli
 import (
 	"fmt"
 
-	"github.com/gomlx/gomlx/backends"
-	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/compute"
+	"github.com/gomlx/gomlx/core/tensors"
 	"github.com/spf13/cobra"
 
 	"github.com/memfit/memfit/finetune"
@@ -112,7 +112,7 @@ its modules_to_save) to the model.`,
 }
 
 // adapterLogits runs the model at dir with a PEFT adapter on inputs.
-func adapterLogits(backend backends.Backend, dir, adapter string, in auto.Inputs) (*tensors.Tensor, error) {
+func adapterLogits(backend compute.Backend, dir, adapter string, in auto.Inputs) (*tensors.Tensor, error) {
 	m, set, err := loadModelAdapter(dir, adapter)
 	if err != nil {
 		return nil, err

@@ -9,7 +9,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/compute"
 	"github.com/spf13/cobra"
 
 	"github.com/memfit/memfit/engine"
@@ -24,7 +24,7 @@ type Options struct {
 }
 
 // NewBackend creates the backend chosen by the --backend flag, $MEMFIT_BACKEND or the default.
-func (o *Options) NewBackend() (backends.Backend, error) {
+func (o *Options) NewBackend() (compute.Backend, error) {
 	return engine.NewBackend(engine.ChooseSpec(o.Backend))
 }
 

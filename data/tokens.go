@@ -3,7 +3,7 @@ package data
 import (
 	"fmt"
 
-	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/core/tensors"
 )
 
 // IgnoreIndex is the label of positions that take no part in the loss.

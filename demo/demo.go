@@ -14,8 +14,8 @@ import (
 	"sort"
 	"text/tabwriter"
 
-	"github.com/gomlx/gomlx/backends"
-	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/compute"
+	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/memory"
@@ -26,7 +26,7 @@ import (
 // Options configure the demo.
 type Options struct {
 	// Backend runs the training (the pure-Go one by default in the CLI).
-	Backend backends.Backend
+	Backend compute.Backend
 	// Out receives the plot (demo.png), one metrics file per run (<run>.jsonl) and summary.json; empty: none.
 	Out string
 	// Steps, BatchSize, LR and Seed set the fine-tuning (defaults: 150, 32, 2e-3, 1).

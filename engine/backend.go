@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/gomlx/gomlx/backends"
-	"github.com/gomlx/gomlx/backends/simplego"
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/gobackend"
 )
 
 // BackendEnv is the environment variable that selects the backend when no explicit choice is given.
@@ -80,7 +80,7 @@ func ChooseSpec(flag string) string {
 
 // NewBackend creates the backend named by spec (see ParseSpec). It never downloads anything: an XLA plugin that
 // cannot be found is an error that says where memfit looked and how to point at one.
-func NewBackend(spec string) (backends.Backend, error) {
+func NewBackend(spec string) (compute.Backend, error) {
 	s, err := ParseSpec(spec)
 	if err != nil {
 		return nil, err
@@ -91,7 +91,7 @@ func NewBackend(spec string) (backends.Backend, error) {
 		if !strings.Contains(opts, "ops_parallel") && !strings.Contains(opts, "ops_sequential") {
 			opts = strings.Trim(opts+",ops_sequential", ",")
 		}
-		b, err := simplego.New(opts)
+		b, err := gobackend.New(opts)
 		if err != nil {
 			return nil, fmt.Errorf("backend %q: %w", s, err)
 		}

@@ -86,8 +86,8 @@ func TestDefaultBackendIsSequentialPureGo(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Finalize()
-	if !strings.Contains(b.Name(), "SimpleGo") {
-		t.Errorf("default backend is %q, want the pure-Go SimpleGo backend", b.Name())
+	if b.String() != "go" {
+		t.Errorf("default backend is %q (%s), want the pure-Go backend \"go\"", b.String(), b.Name())
 	}
 	if _, err := engine.NewBackend("go:not_an_option"); err == nil {
 		t.Error("a bad pure-Go option was accepted")

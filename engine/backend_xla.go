@@ -7,9 +7,9 @@ import (
 	"os"
 	"strings"
 
-	"github.com/gomlx/go-xla/pkg/pjrt"
-	"github.com/gomlx/gomlx/backends"
-	"github.com/gomlx/gomlx/backends/xla"
+	"github.com/gomlx/go-xla/pjrt"
+	"github.com/gomlx/compute"
+	"github.com/gomlx/go-xla/compute/xla"
 )
 
 // XLALinked reports whether this binary was built with the XLA backend (build tag "xla").
@@ -26,7 +26,7 @@ func init() {
 	xla.EnableAutoInstall(false)
 }
 
-func newXLABackend(plugin string) (backend backends.Backend, err error) {
+func newXLABackend(plugin string) (backend compute.Backend, err error) {
 	path, err := findPlugin(plugin)
 	if err != nil {
 		return nil, err

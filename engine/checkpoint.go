@@ -1,7 +1,7 @@
 package engine
 
 import (
-	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/core/graph"
 )
 
 // Checkpoint applies build to inputs without keeping its internal activations for the backward pass: the

@@ -3,7 +3,7 @@ package engine_test
 import (
 	"testing"
 
-	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/core/graph"
 
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/internal/gtest"

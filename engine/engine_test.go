@@ -4,12 +4,13 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/gomlx/gomlx/pkg/core/graph"
-	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/core/graph"
+	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/internal/gtest"
@@ -47,7 +48,7 @@ func TestDotGeneralGradient(t *testing.T) {
 					if custom {
 						y = engine.DotGeneral(p[0], c.lc, c.lb, p[1], c.rc, c.rb)
 					} else {
-						y = graph.DotGeneral(p[0], append([]int(nil), c.lc...), append([]int(nil), c.lb...), p[1], append([]int(nil), c.rc...), append([]int(nil), c.rb...))
+						y = canonicalDotGeneral(p[0], c.lc, c.lb, p[1], c.rc, c.rb)
 					}
 					outDims = y.Shape().Dimensions
 					w := graph.Sin(graph.IotaFull(g, y.Shape())) // fixed weights so every output element matters differently
@@ -65,6 +66,36 @@ func TestDotGeneralGradient(t *testing.T) {
 			}
 		})
 	}
+}
+
+// canonicalDotGeneral is graph.DotGeneral computed on operands first transposed to [batch..., free...,
+// contracting...] (contracting axes in the order given), so that GoMLX's own DotGeneral gradient only ever sees
+// in-order axes: GoMLX v0.28.2's gradient returns a wrongly shaped result for out-of-order contracting axes (the
+// reversed-contract case: [3,5,2] for a [2,5,3] operand), and its Transpose gradient is plain.
+func canonicalDotGeneral(lhs *graph.Node, lc, lb []int, rhs *graph.Node, rc, rb []int) *graph.Node {
+	canon := func(x *graph.Node, contract, batch []int) *graph.Node {
+		perm := append([]int(nil), batch...)
+		for axis := 0; axis < x.Rank(); axis++ {
+			if !slices.Contains(contract, axis) && !slices.Contains(batch, axis) {
+				perm = append(perm, axis)
+			}
+		}
+		perm = append(perm, contract...)
+		return graph.TransposeAllDims(x, perm...)
+	}
+	l, r := canon(lhs, lc, lb), canon(rhs, rc, rb)
+	axes := func(x *graph.Node, n int) (contract, batch []int) {
+		for i := range n {
+			contract = append(contract, x.Rank()-n+i)
+		}
+		for i := range len(lb) {
+			batch = append(batch, i)
+		}
+		return contract, batch
+	}
+	lcc, lbb := axes(l, len(lc))
+	rcc, rbb := axes(r, len(rc))
+	return graph.DotGeneral(l, lcc, lbb, r, rcc, rbb)
 }
 
 func prod(d []int) int {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/core/graph"
 )
 
 // DotGeneral is graph.DotGeneral with a matmul-based gradient, tagged KindOther (use SetKind, Linear or the

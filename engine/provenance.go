@@ -6,7 +6,7 @@ import (
 	"sync"
 	"weak"
 
-	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/core/graph"
 )
 
 // Span says that the backward nodes with ids in [From, To) were created by the VJP of forward node Forward,

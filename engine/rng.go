@@ -1,9 +1,9 @@
 package engine
 
 import (
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
-	"github.com/gomlx/gomlx/pkg/core/graph"
-	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/gomlx/core/graph"
+	"github.com/gomlx/compute/shapes"
 )
 
 // RNG threads a random-number generator state through a graph: each draw consumes the state and produces the

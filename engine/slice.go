@@ -3,7 +3,7 @@ package engine
 import (
 	"fmt"
 
-	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/core/graph"
 )
 
 // Slice returns x[starts[0]:limits[0], starts[1]:limits[1], ...] (unit strides). Axes beyond len(starts) are

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/gomlx/gomlx/backends"
-	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/compute"
+	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/lora"
@@ -22,7 +22,7 @@ type ModelLM struct {
 }
 
 // NewModelLM wraps a loaded causal-LM model (adapters from finetune.ImportAdapter when set is not nil).
-func NewModelLM(backend backends.Backend, model finetune.Model, set *lora.Set) (*ModelLM, error) {
+func NewModelLM(backend compute.Backend, model finetune.Model, set *lora.Set) (*ModelLM, error) {
 	m, ok := model.(finetune.Llama)
 	if !ok || m.Config.Architecture != llama.ArchCausalLM {
 		return nil, fmt.Errorf("MMLU needs a LLaMA causal LM (LlamaForCausalLM)")

@@ -3,7 +3,7 @@ package finetune
 import (
 	"fmt"
 
-	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/core/tensors"
 )
 
 // Accuracy returns the fraction of data's examples whose highest logit is at their label. logits computes a

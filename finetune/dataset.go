@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/models/llama"

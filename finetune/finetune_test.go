@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/internal/gtest"

@@ -6,10 +6,10 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/gomlx/gomlx/backends"
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
-	"github.com/gomlx/gomlx/pkg/core/graph"
-	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/gomlx/core/graph"
+	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/lora"
@@ -19,13 +19,13 @@ import (
 
 // Logits computes model's logits on batch with the given parameters (model.Params() when nil) and adapters
 // (none when set is nil).
-func Logits(backend backends.Backend, model Model, params models.Params, set *lora.Set, batch Batch) (*tensors.Tensor, error) {
+func Logits(backend compute.Backend, model Model, params models.Params, set *lora.Set, batch Batch) (*tensors.Tensor, error) {
 	return evaluate(backend, model, params, set, batch, model.Logits)
 }
 
 // Loss computes model's loss on batch (it must hold the labels) with the given parameters and adapters, as
 // Logits does.
-func Loss(backend backends.Backend, model Model, params models.Params, set *lora.Set, batch Batch) (float64, error) {
+func Loss(backend compute.Backend, model Model, params models.Params, set *lora.Set, batch Batch) (float64, error) {
 	out, err := evaluate(backend, model, params, set, batch, func(b models.Bound, nodes map[string]*graph.Node) *graph.Node {
 		return graph.ConvertDType(model.Loss(b, nodes), dtypes.Float32)
 	})
@@ -39,7 +39,7 @@ func Loss(backend backends.Backend, model Model, params models.Params, set *lora
 }
 
 // evaluate builds and runs fn (logits, loss, ...) of the model on batch.
-func evaluate(backend backends.Backend, model Model, params models.Params, set *lora.Set, batch Batch,
+func evaluate(backend compute.Backend, model Model, params models.Params, set *lora.Set, batch Batch,
 	fn func(b models.Bound, nodes map[string]*graph.Node) *graph.Node) (*tensors.Tensor, error) {
 	if params == nil {
 		params = model.Params()
@@ -173,7 +173,7 @@ func ImportModules(dir string) (models.Params, error) {
 // LogitsRunner computes a model's logits with fixed parameters and adapters, compiling one graph per batch
 // signature (names and shapes) and reusing it, for evaluation loops.
 type LogitsRunner struct {
-	Backend backends.Backend
+	Backend compute.Backend
 	Model   Model
 	Params  models.Params
 	Set     *lora.Set
@@ -182,7 +182,7 @@ type LogitsRunner struct {
 
 // NewLogitsRunner returns a runner over model with params (model.Params() when nil) and adapters (none when set
 // is nil).
-func NewLogitsRunner(backend backends.Backend, model Model, params models.Params, set *lora.Set) *LogitsRunner {
+func NewLogitsRunner(backend compute.Backend, model Model, params models.Params, set *lora.Set) *LogitsRunner {
 	if params == nil {
 		params = model.Params()
 	}

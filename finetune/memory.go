@@ -6,9 +6,9 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gomlx/gomlx/backends"
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
-	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/shapes"
 
 	"github.com/memfit/memfit/attention"
 	"github.com/memfit/memfit/engine"
@@ -186,7 +186,7 @@ func ShapeModel(dir string, cfg Config, labels int) (Model, map[string][]int, er
 // shapes, for a batch of the given shape, and returns its memory: saved activations read off the graph, the
 // step's peak (simulated for the pure-Go backend, compiled-program sizes for XLA), weights, gradients and
 // optimizer bytes.
-func PlanStep(backend backends.Backend, model Model, paramShapes map[string][]int, cfg Config, in Shape) (MemoryVariant, error) {
+func PlanStep(backend compute.Backend, model Model, paramShapes map[string][]int, cfg Config, in Shape) (MemoryVariant, error) {
 	if err := cfg.Validate(); err != nil {
 		return MemoryVariant{}, err
 	}
@@ -322,7 +322,7 @@ func trainsModule(prefix, name string) bool {
 
 // PlanMemory plans cfg's training step on the model at dir (a folder or a preset name, see ShapeModel) in every
 // variant (Variants when nil) and returns them side by side, with ratios to the first.
-func PlanMemory(backend backends.Backend, dir string, cfg Config, labels int, in Shape, variants []Variant) (*MemoryReport, error) {
+func PlanMemory(backend compute.Backend, dir string, cfg Config, labels int, in Shape, variants []Variant) (*MemoryReport, error) {
 	if len(variants) == 0 {
 		variants = Variants
 	}
@@ -375,7 +375,7 @@ type Fit struct {
 // MaxFit finds, for each variant, the largest batch size (axis "batch") or sequence length (axis "seq", LLaMA
 // only) up to limit whose step's TotalBytes (peak + optimizer state) is at most budget, with the other
 // dimension as in.
-func MaxFit(backend backends.Backend, dir string, cfg Config, labels int, in Shape, axis string, budget int64, limit int, variants []Variant) ([]Fit, error) {
+func MaxFit(backend compute.Backend, dir string, cfg Config, labels int, in Shape, axis string, budget int64, limit int, variants []Variant) ([]Fit, error) {
 	if axis != "batch" && axis != "seq" {
 		return nil, fmt.Errorf("axis must be batch or seq, got %q", axis)
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/memfit/memfit/models/vit"
 	"github.com/memfit/memfit/safetensors"
 
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/compute/dtypes"
 )
 
 // LoadModel loads the model folder dir (ViT or LLaMA, by its config's model_type) with the model options of cfg

@@ -11,9 +11,9 @@ import (
 	"path/filepath"
 	"sort"
 
-	"github.com/gomlx/gomlx/backends"
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
-	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/safetensors"
@@ -133,7 +133,7 @@ func (t *Trainer) trainsBase(name string) bool {
 // Resume continues a run from the checkpoint folder dir (or an output folder, whose latest checkpoint is
 // used): model must be the same base model, loaded with the same options, and data the same dataset (its
 // position is restored). The trainer's config is the saved one.
-func Resume(dir string, model Model, backend backends.Backend, data Iterator) (*Trainer, error) {
+func Resume(dir string, model Model, backend compute.Backend, data Iterator) (*Trainer, error) {
 	if _, err := os.Stat(filepath.Join(dir, StateFile)); errors.Is(err, fs.ErrNotExist) {
 		latest, lerr := LatestCheckpoint(dir)
 		if lerr != nil {

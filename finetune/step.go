@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/gomlx/gomlx/backends"
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
-	"github.com/gomlx/gomlx/pkg/core/graph"
-	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/gomlx/core/graph"
+	"github.com/gomlx/compute/shapes"
 
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/lora"
@@ -34,7 +34,7 @@ type stepSpec struct {
 // order, then the Mesa range states in creation order; its outputs are the loss, the gradient of every trainable
 // tensor (float32, sorted by name), the next RNG state and the updated Mesa states. The Mesa states' shapes are
 // returned too.
-func buildGradStep(backend backends.Backend, spec stepSpec) (*graph.Graph, []*graph.Node, []shapes.Shape, error) {
+func buildGradStep(backend compute.Backend, spec stepSpec) (*graph.Graph, []*graph.Node, []shapes.Shape, error) {
 	for _, name := range spec.model.BatchInputs() {
 		if _, ok := spec.batch[name]; !ok {
 			return nil, nil, nil, fmt.Errorf("batch has no %q (the model needs %v)", name, spec.model.BatchInputs())

@@ -9,11 +9,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gomlx/gomlx/backends"
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
-	"github.com/gomlx/gomlx/pkg/core/graph"
-	"github.com/gomlx/gomlx/pkg/core/shapes"
-	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/gomlx/core/graph"
+	"github.com/gomlx/compute/shapes"
+	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/lora"
@@ -27,7 +27,7 @@ import (
 type Trainer struct {
 	Config  Config
 	Model   Model
-	Backend backends.Backend
+	Backend compute.Backend
 	// Adapters are the LoRA adapters (nil for full fine-tuning).
 	Adapters *lora.Set
 
@@ -88,7 +88,7 @@ func WithAdapters(set *lora.Set) Option { return func(o *options) { o.adapters =
 // New prepares training of model with cfg on backend: adapters are created and initialised from cfg.Seed
 // (lora, lora-fa) or taken from WithAdapters (custom), trainable tensors are chosen, the frozen ones converted
 // to the compute dtype, and the optimizer state zeroed.
-func New(model Model, cfg Config, backend backends.Backend, opts ...Option) (*Trainer, error) {
+func New(model Model, cfg Config, backend compute.Backend, opts ...Option) (*Trainer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -5,8 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 
-	"github.com/gomlx/gomlx/pkg/core/graph"
-	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/core/graph"
+	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/models"

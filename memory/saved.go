@@ -7,8 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/gomlx/gomlx/pkg/core/graph"
-	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/core/graph"
+	"github.com/gomlx/compute/shapes"
 
 	"github.com/memfit/memfit/engine"
 )

@@ -6,11 +6,10 @@ import (
 	"reflect"
 	"unsafe"
 
-	"github.com/gomlx/gomlx/backends"
-	"github.com/gomlx/gomlx/backends/simplego"
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
-	"github.com/gomlx/gomlx/pkg/core/graph"
-	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/shapes"
+	"github.com/gomlx/gomlx/core/graph"
 )
 
 // Errors returned by SimulatePeak and MeasurePeak; test for them with errors.Is.
@@ -262,9 +261,9 @@ func simulateWith(x *sgExec, donate []bool, timeline *[]TimelinePoint) (simResul
 		}
 	}
 
-	// executeSequentially.
-	for idx := 0; idx < n; idx++ {
-		if s.has[idx] || x.numUses[idx] == 0 {
+	// executeSequentially, in the executor's schedule.
+	for _, idx := range x.schedule {
+		if idx >= n || s.has[idx] || x.numUses[idx] == 0 {
 			continue
 		}
 		s.curNode = idx
@@ -319,7 +318,7 @@ func simulateWith(x *sgExec, donate []bool, timeline *[]TimelinePoint) (simResul
 func (s *simulator) executeNode(node *sgNode) error {
 	x := s.x
 	idx := node.idx
-	if node.op == backends.OpTypeConstant {
+	if node.op == compute.OpTypeConstant {
 		s.has[idx], s.owned[idx] = true, false
 		s.bytes[idx] = shapeBytes(node.shape)
 		return nil
@@ -380,39 +379,40 @@ func (s *simulator) executeNode(node *sgNode) error {
 // Op families, by what their executor does with its buffers.
 var (
 	// unaryOperandAndOutput (exec_unary.go): reuse the owned operand, else a new buffer of the operand's size.
-	simUnaryReuse = opSet(backends.OpTypeNeg, backends.OpTypeAbs, backends.OpTypeSign, backends.OpTypeLogicalNot,
-		backends.OpTypeBitwiseNot, backends.OpTypeBitCount, backends.OpTypeClz, backends.OpTypeExp,
-		backends.OpTypeExpm1, backends.OpTypeLog, backends.OpTypeLog1p, backends.OpTypeCeil, backends.OpTypeFloor,
-		backends.OpTypeRound, backends.OpTypeRsqrt, backends.OpTypeSqrt, backends.OpTypeCos, backends.OpTypeSin,
-		backends.OpTypeTanh, backends.OpTypeLogistic, backends.OpTypeErf)
+	simUnaryReuse = opSet(compute.OpTypeNeg, compute.OpTypeAbs, compute.OpTypeSign, compute.OpTypeLogicalNot,
+		compute.OpTypeBitwiseNot, compute.OpTypeBitCount, compute.OpTypeClz, compute.OpTypeExp,
+		compute.OpTypeExpm1, compute.OpTypeLog, compute.OpTypeLog1p, compute.OpTypeCeil, compute.OpTypeFloor,
+		compute.OpTypeRound, compute.OpTypeRsqrt, compute.OpTypeSqrt, compute.OpTypeCos, compute.OpTypeSin,
+		compute.OpTypeTanh, compute.OpTypeLogistic, compute.OpTypeErf)
 	// binaryOperandsAndOutput (exec_binary.go): reuse the owned rhs, else the owned lhs, when its shape equals
 	// the output's; else a new buffer.
-	simBinaryReuse = opSet(backends.OpTypeAdd, backends.OpTypeMul, backends.OpTypeSub, backends.OpTypeDiv,
-		backends.OpTypeRem, backends.OpTypePow, backends.OpTypeMax, backends.OpTypeMin, backends.OpTypeBitwiseAnd,
-		backends.OpTypeBitwiseOr, backends.OpTypeBitwiseXor, backends.OpTypeLogicalAnd, backends.OpTypeLogicalOr,
-		backends.OpTypeLogicalXor)
+	simBinaryReuse = opSet(compute.OpTypeAdd, compute.OpTypeMul, compute.OpTypeSub, compute.OpTypeDiv,
+		compute.OpTypeRem, compute.OpTypePow, compute.OpTypeMax, compute.OpTypeMin, compute.OpTypeBitwiseAnd,
+		compute.OpTypeBitwiseOr, compute.OpTypeBitwiseXor, compute.OpTypeLogicalAnd, compute.OpTypeLogicalOr,
+		compute.OpTypeLogicalXor)
 	// Identity and Reshape: reuse the owned operand, else copy it.
-	simIdentityLike = opSet(backends.OpTypeIdentity, backends.OpTypeReshape)
+	simIdentityLike = opSet(compute.OpTypeIdentity, compute.OpTypeReshape, compute.OpTypeOptimizationBarrier,
+		compute.OpTypeSchedulingBarrier)
 	// execReduce: with no axes it is execIdentity, else a new output.
-	simReduce = opSet(backends.OpTypeReduceMax, backends.OpTypeReduceMin, backends.OpTypeReduceSum,
-		backends.OpTypeReduceProduct, backends.OpTypeReduceBitwiseAnd, backends.OpTypeReduceBitwiseOr,
-		backends.OpTypeReduceBitwiseXor, backends.OpTypeReduceLogicalAnd, backends.OpTypeReduceLogicalOr,
-		backends.OpTypeReduceLogicalXor)
+	simReduce = opSet(compute.OpTypeReduceMax, compute.OpTypeReduceMin, compute.OpTypeReduceSum,
+		compute.OpTypeReduceProduct, compute.OpTypeReduceBitwiseAnd, compute.OpTypeReduceBitwiseOr,
+		compute.OpTypeReduceBitwiseXor, compute.OpTypeReduceLogicalAnd, compute.OpTypeReduceLogicalOr,
+		compute.OpTypeReduceLogicalXor)
 	// execScatter: reuse the owned operand, else clone it.
-	simScatter = opSet(backends.OpTypeScatterMax, backends.OpTypeScatterMin, backends.OpTypeScatterSum)
+	simScatter = opSet(compute.OpTypeScatterMax, compute.OpTypeScatterMin, compute.OpTypeScatterSum)
 	// Always a new output buffer of the node's shape and nothing else from the pool.
-	simNewOutput = opSet(backends.OpTypeIsFinite, backends.OpTypeEqual, backends.OpTypeNotEqual,
-		backends.OpTypeGreaterOrEqual, backends.OpTypeGreaterThan, backends.OpTypeLessOrEqual,
-		backends.OpTypeLessThan, backends.OpTypeTranspose, backends.OpTypeBroadcast, backends.OpTypeBroadcastInDim,
-		backends.OpTypeIota, backends.OpTypeGather, backends.OpTypeConcatenate, backends.OpTypeConvertDType,
-		backends.OpTypeSlice, backends.OpTypeReduceWindow, backends.OpTypeConvGeneral)
+	simNewOutput = opSet(compute.OpTypeIsFinite, compute.OpTypeEqual, compute.OpTypeNotEqual,
+		compute.OpTypeGreaterOrEqual, compute.OpTypeGreaterThan, compute.OpTypeLessOrEqual,
+		compute.OpTypeLessThan, compute.OpTypeTranspose, compute.OpTypeBroadcastInDim,
+		compute.OpTypeIota, compute.OpTypeGather, compute.OpTypeConcatenate, compute.OpTypeConvertDType,
+		compute.OpTypeSlice, compute.OpTypeReduceWindow, compute.OpTypeConvGeneral)
 	// simBuilderOnly are ops the simplego Builder accepts but rewrites into other executor nodes (Dot into
 	// DotGeneral + Reshape, IsNaN into NotEqual), so they never reach the executor.
-	simBuilderOnly = opSet(backends.OpTypeDot, backends.OpTypeIsNaN)
+	simBuilderOnly = opSet(compute.OpTypeDot, compute.OpTypeIsNaN)
 )
 
-func opSet(ops ...backends.OpType) map[backends.OpType]bool {
-	m := make(map[backends.OpType]bool, len(ops))
+func opSet(ops ...compute.OpType) map[compute.OpType]bool {
+	m := make(map[compute.OpType]bool, len(ops))
 	for _, op := range ops {
 		m[op] = true
 	}
@@ -420,10 +420,10 @@ func opSet(ops ...backends.OpType) map[backends.OpType]bool {
 }
 
 // simModelled reports whether the simulation models the executor of op.
-func simModelled(op backends.OpType) bool {
+func simModelled(op compute.OpType) bool {
 	switch op {
-	case backends.OpTypeParameter, backends.OpTypeConstant, backends.OpTypeWhere, backends.OpTypeArgMinMax,
-		backends.OpTypeDotGeneral, backends.OpTypeRNGBitGenerator:
+	case compute.OpTypeParameter, compute.OpTypeConstant, compute.OpTypeWhere, compute.OpTypeArgMinMax,
+		compute.OpTypeDotGeneral, compute.OpTypeRNGBitGenerator:
 		return true
 	}
 	return simUnaryReuse[op] || simBinaryReuse[op] || simIdentityLike[op] || simReduce[op] || simScatter[op] ||
@@ -474,7 +474,7 @@ func (s *simulator) singleOutputOp(node *sgNode, owned []bool) (outBytes int64, 
 		}
 		return newOut(shapeBytes(in(0)))
 
-	case op == backends.OpTypeWhere:
+	case op == compute.OpTypeWhere:
 		switch {
 		case in(1).Equal(node.shape) && owned[1]:
 			return 0, 1, nil
@@ -483,7 +483,7 @@ func (s *simulator) singleOutputOp(node *sgNode, owned []bool) (outBytes int64, 
 		}
 		return newOut(shapeBytes(node.shape))
 
-	case op == backends.OpTypeArgMinMax:
+	case op == compute.OpTypeArgMinMax:
 		if node.argAxis < 0 {
 			return 0, 0, fmt.Errorf("%w: ArgMinMax node #%d carries no axis", ErrInternals, node.idx)
 		}
@@ -500,7 +500,7 @@ func (s *simulator) singleOutputOp(node *sgNode, owned []bool) (outBytes int64, 
 		s.free(scratch)
 		return b, -1, nil
 
-	case op == backends.OpTypeDotGeneral:
+	case op == compute.OpTypeDotGeneral:
 		return s.dotGeneral(node, in(0), in(1))
 
 	case simNewOutput[op]:
@@ -509,125 +509,22 @@ func (s *simulator) singleOutputOp(node *sgNode, owned []bool) (outBytes int64, 
 	return 0, 0, fmt.Errorf("%w: the simulation does not model the executor of %s (node #%d)", ErrInternals, op, node.idx)
 }
 
-// Values of simplego's dotGeneralProblemSizeType (dotgeneral.go).
-const (
-	dgUnknownProblem = 0
-	dgSmallProblem   = 1
-	dgLargeProblem   = 2
-	dgCheckProblem   = 3
-)
-
-// dotGeneral models execDotGeneral (dotgeneral.go) and its two paths.
+// dotGeneral models execDotGeneral (dot/dot.go): a new output buffer. The matmul kernels' packing panels are
+// not modelled yet.
 func (s *simulator) dotGeneral(node *sgNode, lhs, rhs shapes.Shape) (int64, int, error) {
-	d := node.dot
-	if d == nil {
-		return 0, 0, fmt.Errorf("%w: DotGeneral node #%d carries no dotGeneralNodeData", ErrInternals, node.idx)
+	if node.dot == nil {
+		return 0, 0, fmt.Errorf("%w: DotGeneral node #%d carries no dot.NodeData", ErrInternals, node.idx)
 	}
+	_, _ = lhs, rhs
 	out := shapeBytes(node.shape)
-	s.alloc(out) // getBufferForShape(outputShape)
-	dtype := lhs.DType
-	blockDim := 1 << simplego.DotGeneralTargetBlockLog2Dim[dtype]
-	problem := dgSmallProblem
-	if d.lhsCrossSize*d.rhsCrossSize > 16*blockDim*blockDim {
-		problem = dgLargeProblem
-	}
-	if s.x.forceDot != dgUnknownProblem {
-		problem = s.x.forceDot
-	}
-	switch problem {
-	case dgSmallProblem:
-		s.dotSmall(d, lhs, rhs)
-	case dgLargeProblem:
-		s.dotLarge(d)
-	case dgCheckProblem:
-		s.alloc(out) // output2 for the small path, compared with the large path's output, then put back.
-		s.dotSmall(d, lhs, rhs)
-		s.dotLarge(d)
-		s.free(out)
-	default:
-		return 0, 0, fmt.Errorf("%w: unknown DotGeneral problem size %d", ErrInternals, problem)
-	}
+	s.alloc(out)
 	return out, -1, nil
-}
-
-// dotSmall models execDotGeneralSmall (dotgeneral_small.go): each operand whose axes are not already in
-// [batch, cross, contracting] order is transposed into a new pool buffer by dgNormalizeShape, and bfloat16
-// accumulates into a float32 buffer. GoMLX v0.26.0 puts the float32 buffer back but never the transposed
-// copies: they are left to the garbage collector when the op returns, so they count as freed then (the
-// patched counter in tools/peakmem does the same).
-func (s *simulator) dotSmall(d *sgDot, lhs, rhs shapes.Shape) {
-	var dropped int64
-	if dgNeedsTranspose(lhs.Rank(), d.lhsContractingAxes, d.lhsBatchAxes) {
-		b := int64(d.batchSize) * int64(d.lhsCrossSize) * int64(d.contractingSize) * int64(lhs.DType.Size())
-		s.alloc(b)
-		dropped += b
-	}
-	if dgNeedsTranspose(rhs.Rank(), d.rhsContractingAxes, d.rhsBatchAxes) {
-		b := int64(d.batchSize) * int64(d.rhsCrossSize) * int64(d.contractingSize) * int64(rhs.DType.Size())
-		s.alloc(b)
-		dropped += b
-	}
-	if lhs.DType == dtypes.BFloat16 || lhs.DType == dtypes.Float16 {
-		b := int64(d.batchSize) * int64(d.lhsCrossSize) * int64(d.rhsCrossSize) * int64(dtypes.Float32.Size())
-		s.alloc(b)
-		s.free(b)
-	}
-	s.free(dropped)
-}
-
-// dotLarge models execDotGeneralLarge (dotgeneral_large.go): blocked copies of both operands and a blocked
-// output (float32 for bfloat16), all put back before the op returns.
-func (s *simulator) dotLarge(d *sgDot) {
-	l, r, o := shapeBytes(d.lhsBlockedShape), shapeBytes(d.rhsBlockedShape), shapeBytes(d.outputBlockedShape)
-	s.alloc(l)
-	s.alloc(r)
-	s.alloc(o)
-	s.free(l)
-	s.free(r)
-	s.free(o)
-}
-
-// dgNeedsTranspose is dgNormalizeShape's decision (dotgeneral_small.go) whether an operand must be copied into
-// [batch, cross, contracting] order.
-func dgNeedsTranspose(rank int, contractingAxes, batchAxes []int) bool {
-	needs := false
-	types := make([]int, rank) // 0: cross, 1: contracting, 2: batch
-	cur := -1
-	for _, a := range contractingAxes {
-		types[a] = 1
-		if a < cur {
-			needs = true
-		}
-		cur = a
-	}
-	cur = -1
-	for _, a := range batchAxes {
-		types[a] = 2
-		if a < cur {
-			needs = true
-		}
-		cur = a
-	}
-	if needs {
-		return true
-	}
-	currentType := 2
-	for _, t := range types {
-		if t == currentType {
-			continue
-		}
-		if t == 2 || currentType == 1 {
-			return true
-		}
-		currentType = t
-	}
-	return false
 }
 
 // multiOutputOp models the multi-output executors (only RNGBitGenerator in v0.26.0): it returns the bytes of
 // each output buffer and which inputs were taken over.
 func (s *simulator) multiOutputOp(node *sgNode, owned []bool) ([]int64, []bool, error) {
-	if node.op != backends.OpTypeRNGBitGenerator || len(node.multiShapes) != 2 || len(node.multiNodes) != 2 {
+	if node.op != compute.OpTypeRNGBitGenerator || len(node.multiShapes) != 2 || len(node.multiNodes) != 2 {
 		return nil, nil, fmt.Errorf("%w: the simulation does not model multi-output %s (node #%d)",
 			ErrInternals, node.op, node.idx)
 	}
@@ -645,37 +542,44 @@ func (s *simulator) multiOutputOp(node *sgNode, owned []bool) ([]int64, []bool, 
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// GoMLX internals. Everything this package reads from GoMLX's unexported state is read below, by field name,
-// through reflect + unsafe, and copied into sgExec; nothing else in memfit touches unexported GoMLX state. The
-// field names, types and enum values are those of GoMLX v0.26.0:
+// GoMLX internals. Everything this package reads from the Go backend's executor is read below, by field name,
+// through reflect (+ unsafe for the unexported fields), and copied into sgExec; nothing else in memfit touches
+// the backend's state. The executor lives in github.com/gomlx/compute/internal/gobackend, which cannot be
+// imported, so its types are recognised by package path and name. The fields are those of compute v0.1.2
+// (GoMLX v0.28.2):
 //
-//	graph.Graph.executable backends.Executable                  (pkg/core/graph/graph.go)
-//	simplego.Executable{backend *Backend; builder *Builder; numNodesToProcess int; numUses []int}   (exec.go)
-//	simplego.Builder{name string; nodes, inputs, outputs []*Node}                                  (builder.go)
-//	simplego.Node{builderIdx int; inputs []*Node; opType backends.OpType; shape shapes.Shape;
-//	              multiOutputsShapes []shapes.Shape; multiOutputsNodes []*Node; data any}
-//	simplego.Backend{dotGeneralForceProblemSize, opsExecutionType}                                 (simplego.go)
-//	Node.data: *dotGeneralNodeData (DotGeneral), []int (Reduce*), *argMinMaxNode{axis int} (ArgMinMax)
+//	gobackend.Executable{backend *Backend; builder *Builder; mainFn *FunctionExecutable}          (exec.go)
+//	gobackend.FunctionExecutable{Function *Function; NumNodesToProcess int; Schedule []int;
+//	                             NumUses []int; OutputNodes []*Node}                              (executable.go)
+//	gobackend.Function{Nodes, Parameters, Outputs []*Node}                                         (function.go)
+//	gobackend.Builder{name string}                                                                 (builder.go)
+//	gobackend.Node{Index int; Inputs []*Node; OpType compute.OpType; Shape shapes.Shape;
+//	               MultiOutputsShapes []shapes.Shape; MultiOutputsNodes []*Node; Data any}
+//	gobackend.Backend{OpsExecutionType; Workers *workerspool.Pool}                                 (gobackend.go)
+//	Node.Data: *dot.NodeData (DotGeneral), []int (Reduce*), *argMinMaxNode{axis int} (ArgMinMax)
 //
-// Any mismatch is an ErrInternals error naming the field; TestSimplegoInternals fails loudly on it.
+// Any mismatch is an ErrInternals error naming the field; TestGoBackendInternals fails loudly on it.
 // ---------------------------------------------------------------------------------------------------------------
 
-// sgExec is memfit's copy of what simplego's executor knows about a compiled graph.
+// goBackendPkg is the package path of the Go backend's executor types.
+const goBackendPkg = "github.com/gomlx/compute/internal/gobackend"
+
+// sgExec is memfit's copy of what the Go backend's executor knows about a compiled graph.
 type sgExec struct {
 	name              string
-	nodes             []sgNode // all builder nodes, indexed by builderIdx
-	inputs            []int    // builderIdx of each parameter, in parameter order
-	outputs           []int    // builderIdx of each output, in output order
+	nodes             []sgNode // all nodes of the main function, indexed by Node.Index
+	inputs            []int    // Index of each parameter, in parameter order
+	outputs           []int    // Index of each output, in output order
 	numNodesToProcess int
 	numUses           []int // len numNodesToProcess
-	forceDot          int   // Backend.dotGeneralForceProblemSize
-	sequential        bool  // Backend.opsExecutionType == opsExecutionSequential
+	schedule          []int // the executor's order of execution (FunctionExecutable.Schedule)
+	sequential        bool  // Backend.OpsExecutionType == OpsExecutionSequential
 }
 
-// sgNode is one simplego executor node.
+// sgNode is one executor node.
 type sgNode struct {
 	idx           int
-	op            backends.OpType
+	op            compute.OpType
 	shape         shapes.Shape
 	inputs        []int
 	multiShapes   []shapes.Shape
@@ -686,20 +590,19 @@ type sgNode struct {
 	argAxis       int // -1 unless ArgMinMax
 }
 
-// sgDot is simplego's dotGeneralNodeData.
+// sgDot is the Go backend's dot.NodeData: the normalised product the executor runs.
 type sgDot struct {
 	lhsContractingAxes, lhsBatchAxes                       []int
 	rhsContractingAxes, rhsBatchAxes                       []int
 	batchSize, lhsCrossSize, rhsCrossSize, contractingSize int
-	lhsBlockedShape, rhsBlockedShape, outputBlockedShape   shapes.Shape
 }
 
-// constantBytes is the bytes of all the constants the compiled graph holds (simplego keeps them outside its
-// buffer pool, as Go slices referenced by the nodes).
+// constantBytes is the bytes of all the constants the compiled graph holds (the Go backend keeps them outside its
+// buffer pool, as buffers referenced by the nodes).
 func (x *sgExec) constantBytes() int64 {
 	var b int64
 	for i := range x.nodes {
-		if x.nodes[i].op == backends.OpTypeConstant {
+		if x.nodes[i].op == compute.OpTypeConstant {
 			b += shapeBytes(x.nodes[i].shape)
 		}
 	}
@@ -715,38 +618,38 @@ func (x *sgExec) outputBytes() int64 {
 	return b
 }
 
-// Values of simplego's opsExecutionType (exec.go).
+// Values of gobackend.OpsExecutionType (executable.go).
 const sgOpsExecutionSequential = 2
 
-// compiledExecutable returns g's compiled backends.Executable (graph.Graph.executable).
-func compiledExecutable(g *graph.Graph) (exe backends.Executable, err error) {
+// compiledExecutable returns g's compiled compute.Executable.
+func compiledExecutable(g *graph.Graph) (exe compute.Executable, err error) {
 	if g == nil {
 		return nil, fmt.Errorf("%w: nil graph", ErrNotCompiled)
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			exe, err = nil, fmt.Errorf("%w: reading graph.Graph.executable: %v", ErrInternals, r)
+			exe, err = nil, fmt.Errorf("%w: reading the graph's executable: %v", ErrNotCompiled, r)
 		}
 	}()
-	f, err := privateField(reflect.ValueOf(g).Elem(), "executable", reflect.TypeFor[backends.Executable]())
-	if err != nil {
-		return nil, err
-	}
-	exe, _ = f.Interface().(backends.Executable)
+	exe = g.Executable()
 	if exe == nil {
 		return nil, fmt.Errorf("%w (graph %q)", ErrNotCompiled, g.Name())
 	}
 	return exe, nil
 }
 
-// readSimpleGo copies what simplego's executor knows about the compiled graph g into an sgExec.
+// isGoBackendType reports whether t is *gobackend.<name> of the Go backend's executor package.
+func isGoBackendType(t reflect.Type, name string) bool {
+	return t != nil && t.Kind() == reflect.Pointer && t.Elem().PkgPath() == goBackendPkg && t.Elem().Name() == name
+}
+
+// readSimpleGo copies what the Go backend's executor knows about the compiled graph g into an sgExec.
 func readSimpleGo(g *graph.Graph) (x *sgExec, err error) {
 	exe, err := compiledExecutable(g)
 	if err != nil {
 		return nil, err
 	}
-	se, ok := exe.(*simplego.Executable)
-	if !ok {
+	if !isGoBackendType(reflect.TypeOf(exe), "Executable") {
 		return nil, fmt.Errorf("%w: graph %q is compiled as %T", ErrNotSimpleGo, g.Name(), exe)
 	}
 	defer func() {
@@ -754,169 +657,184 @@ func readSimpleGo(g *graph.Graph) (x *sgExec, err error) {
 			x, err = nil, fmt.Errorf("%w: %v", ErrInternals, r)
 		}
 	}()
-	return readSimpleGoExecutable(se)
+	return readGoExecutable(reflect.ValueOf(exe).Elem())
 }
 
-func readSimpleGoExecutable(se *simplego.Executable) (*sgExec, error) {
-	var (
-		tBuilder = reflect.TypeFor[*simplego.Builder]()
-		tBackend = reflect.TypeFor[*simplego.Backend]()
-		tNodes   = reflect.TypeFor[[]*simplego.Node]()
-		tInt     = reflect.TypeFor[int]()
-		tInts    = reflect.TypeFor[[]int]()
-	)
-	ev := reflect.ValueOf(se).Elem()
-	builder, err := privateField(ev, "builder", tBuilder)
+// structField returns the struct (or pointer to struct) v's field name, made readable; kind, when not
+// reflect.Invalid, is checked.
+func structField(v reflect.Value, name string, kind reflect.Kind) (reflect.Value, error) {
+	if v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			return reflect.Value{}, fmt.Errorf("%w: nil %s reading field %q", ErrInternals, v.Type(), name)
+		}
+		v = v.Elem()
+	}
+	f, err := privateField(v, name, nil)
+	if err != nil {
+		return f, err
+	}
+	if kind != reflect.Invalid && f.Kind() != kind {
+		return reflect.Value{}, fmt.Errorf("%w: %s.%s is %s, want a %s", ErrInternals, v.Type(), name, f.Type(), kind)
+	}
+	return f, nil
+}
+
+// nodeIndexes reads a []*gobackend.Node field as the nodes' Index values.
+func nodeIndexes(v reflect.Value, name string) ([]int, error) {
+	f, err := structField(v, name, reflect.Slice)
+	if err != nil {
+		return nil, err
+	}
+	if f.IsNil() {
+		return nil, nil
+	}
+	if !isGoBackendType(f.Type().Elem(), "Node") {
+		return nil, fmt.Errorf("%w: %s.%s is %s, want []*gobackend.Node", ErrInternals, v.Type(), name, f.Type())
+	}
+	out := make([]int, f.Len())
+	for i := range out {
+		idx, err := structField(f.Index(i), "Index", reflect.Int)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = int(idx.Int())
+	}
+	return out, nil
+}
+
+func readGoExecutable(ev reflect.Value) (*sgExec, error) {
+	builder, err := structField(ev, "builder", reflect.Pointer)
 	if err != nil {
 		return nil, err
 	}
 	if builder.IsNil() {
-		return nil, fmt.Errorf("%w: the simplego executable was finalized", ErrNotCompiled)
+		return nil, fmt.Errorf("%w: the Go backend executable was finalized", ErrNotCompiled)
 	}
-	nnp, err := privateField(ev, "numNodesToProcess", tInt)
+	fe, err := structField(ev, "mainFn", reflect.Pointer)
 	if err != nil {
 		return nil, err
 	}
-	numUses, err := privateField(ev, "numUses", tInts)
+	if !isGoBackendType(fe.Type(), "FunctionExecutable") || fe.IsNil() {
+		return nil, fmt.Errorf("%w: Executable.mainFn is %s", ErrInternals, fe.Type())
+	}
+	nnp, err := structField(fe, "NumNodesToProcess", reflect.Int)
 	if err != nil {
 		return nil, err
 	}
-	x := &sgExec{numNodesToProcess: int(nnp.Int()), numUses: numUses.Interface().([]int)}
+	numUses, err := privateField(fe.Elem(), "NumUses", reflect.TypeFor[[]int]())
+	if err != nil {
+		return nil, err
+	}
+	schedule, err := privateField(fe.Elem(), "Schedule", reflect.TypeFor[[]int]())
+	if err != nil {
+		return nil, err
+	}
+	x := &sgExec{numNodesToProcess: int(nnp.Int()), numUses: numUses.Interface().([]int),
+		schedule: schedule.Interface().([]int)}
 	if len(x.numUses) != x.numNodesToProcess {
-		return nil, fmt.Errorf("%w: len(numUses)=%d != numNodesToProcess=%d", ErrInternals, len(x.numUses), x.numNodesToProcess)
+		return nil, fmt.Errorf("%w: len(NumUses)=%d != NumNodesToProcess=%d", ErrInternals, len(x.numUses), x.numNodesToProcess)
 	}
 
-	backend, err := privateField(ev, "backend", tBackend)
+	backend, err := structField(ev, "backend", reflect.Pointer)
 	if err != nil {
 		return nil, err
 	}
-	if backend.IsNil() {
-		return nil, fmt.Errorf("%w: the simplego executable has no backend", ErrInternals)
-	}
-	bv := backend.Elem()
-	force, err := privateIntField(bv, "dotGeneralForceProblemSize", "dotGeneralProblemSizeType")
+	execType, err := structField(backend, "OpsExecutionType", reflect.Int)
 	if err != nil {
 		return nil, err
 	}
-	execType, err := privateIntField(bv, "opsExecutionType", "opsExecutionType")
-	if err != nil {
-		return nil, err
+	if execType.Type().Name() != "OpsExecutionType" {
+		return nil, fmt.Errorf("%w: Backend.OpsExecutionType is %s", ErrInternals, execType.Type())
 	}
-	x.forceDot, x.sequential = int(force), execType == sgOpsExecutionSequential
+	x.sequential = execType.Int() == sgOpsExecutionSequential
 
-	bldv := builder.Elem()
-	name, err := privateField(bldv, "name", reflect.TypeFor[string]())
+	name, err := structField(builder, "name", reflect.String)
 	if err != nil {
 		return nil, err
 	}
 	x.name = name.String()
-	lists := make(map[string][]*simplego.Node, 3)
-	for _, f := range []string{"nodes", "inputs", "outputs"} {
-		v, err := privateField(bldv, f, tNodes)
-		if err != nil {
-			return nil, err
-		}
-		lists[f] = v.Interface().([]*simplego.Node)
+	fn, err := structField(fe, "Function", reflect.Pointer)
+	if err != nil {
+		return nil, err
 	}
-	if len(lists["nodes"]) < x.numNodesToProcess {
-		return nil, fmt.Errorf("%w: %d builder nodes < numNodesToProcess=%d", ErrInternals, len(lists["nodes"]), x.numNodesToProcess)
+	nodes, err := structField(fn, "Nodes", reflect.Slice)
+	if err != nil {
+		return nil, err
 	}
-	x.nodes = make([]sgNode, len(lists["nodes"]))
-	for i, n := range lists["nodes"] {
-		sn, err := readNode(n)
+	if nodes.Len() < x.numNodesToProcess {
+		return nil, fmt.Errorf("%w: %d nodes < NumNodesToProcess=%d", ErrInternals, nodes.Len(), x.numNodesToProcess)
+	}
+	x.nodes = make([]sgNode, nodes.Len())
+	for i := range x.nodes {
+		sn, err := readNode(nodes.Index(i))
 		if err != nil {
 			return nil, err
 		}
 		if sn.idx != i {
-			return nil, fmt.Errorf("%w: builder node %d has builderIdx %d", ErrInternals, i, sn.idx)
+			return nil, fmt.Errorf("%w: node %d has Index %d", ErrInternals, i, sn.idx)
 		}
 		x.nodes[i] = sn
 	}
-	for _, f := range []string{"inputs", "outputs"} {
-		idxs := make([]int, len(lists[f]))
-		for i, n := range lists[f] {
-			v, err := privateField(reflect.ValueOf(n).Elem(), "builderIdx", tInt)
-			if err != nil {
-				return nil, err
+	if x.inputs, err = nodeIndexes(fn, "Parameters"); err != nil {
+		return nil, err
+	}
+	if x.outputs, err = nodeIndexes(fe, "OutputNodes"); err != nil {
+		return nil, err
+	}
+	for _, list := range [][]int{x.inputs, x.outputs, x.schedule} {
+		for _, idx := range list {
+			if idx < 0 || idx >= len(x.nodes) {
+				return nil, fmt.Errorf("%w: node index %d out of range", ErrInternals, idx)
 			}
-			idxs[i] = int(v.Int())
-			if idxs[i] < 0 || idxs[i] >= len(x.nodes) {
-				return nil, fmt.Errorf("%w: %s #%d has builderIdx %d out of range", ErrInternals, f, i, idxs[i])
-			}
-		}
-		if f == "inputs" {
-			x.inputs = idxs
-		} else {
-			x.outputs = idxs
 		}
 	}
 	for _, idx := range x.inputs {
-		if x.nodes[idx].op != backends.OpTypeParameter {
+		if x.nodes[idx].op != compute.OpTypeParameter {
 			return nil, fmt.Errorf("%w: input node #%d is a %s", ErrInternals, idx, x.nodes[idx].op)
 		}
 	}
 	for _, idx := range x.outputs {
 		if idx >= x.numNodesToProcess {
-			return nil, fmt.Errorf("%w: output node #%d >= numNodesToProcess=%d", ErrInternals, idx, x.numNodesToProcess)
+			return nil, fmt.Errorf("%w: output node #%d >= NumNodesToProcess=%d", ErrInternals, idx, x.numNodesToProcess)
 		}
 	}
 	return x, nil
 }
 
-// readNode copies one simplego.Node.
-func readNode(n *simplego.Node) (sgNode, error) {
-	if n == nil {
-		return sgNode{}, fmt.Errorf("%w: nil node", ErrInternals)
-	}
-	v := reflect.ValueOf(n).Elem()
+// readNode copies one *gobackend.Node.
+func readNode(v reflect.Value) (sgNode, error) {
 	var sn sgNode
 	sn.argAxis = -1
-	idx, err := privateField(v, "builderIdx", reflect.TypeFor[int]())
+	if !isGoBackendType(v.Type(), "Node") || v.IsNil() {
+		return sn, fmt.Errorf("%w: node is %s", ErrInternals, v.Type())
+	}
+	idx, err := structField(v, "Index", reflect.Int)
 	if err != nil {
 		return sn, err
 	}
 	sn.idx = int(idx.Int())
-	op, err := privateField(v, "opType", reflect.TypeFor[backends.OpType]())
+	op, err := privateField(v.Elem(), "OpType", reflect.TypeFor[compute.OpType]())
 	if err != nil {
 		return sn, err
 	}
-	sn.op = op.Interface().(backends.OpType)
-	shape, err := privateField(v, "shape", reflect.TypeFor[shapes.Shape]())
+	sn.op = op.Interface().(compute.OpType)
+	shape, err := privateField(v.Elem(), "Shape", reflect.TypeFor[shapes.Shape]())
 	if err != nil {
 		return sn, err
 	}
 	sn.shape = shape.Interface().(shapes.Shape)
-	nodeIdxs := func(field string) ([]int, error) {
-		f, err := privateField(v, field, reflect.TypeFor[[]*simplego.Node]())
-		if err != nil {
-			return nil, err
-		}
-		ns := f.Interface().([]*simplego.Node)
-		if ns == nil {
-			return nil, nil
-		}
-		out := make([]int, len(ns))
-		for i, in := range ns {
-			iv, err := privateField(reflect.ValueOf(in).Elem(), "builderIdx", reflect.TypeFor[int]())
-			if err != nil {
-				return nil, err
-			}
-			out[i] = int(iv.Int())
-		}
-		return out, nil
-	}
-	if sn.inputs, err = nodeIdxs("inputs"); err != nil {
+	if sn.inputs, err = nodeIndexes(v, "Inputs"); err != nil {
 		return sn, err
 	}
 	for _, in := range sn.inputs {
 		if in >= sn.idx {
-			return sn, fmt.Errorf("%w: node #%d has input #%d created after it", ErrInternals, sn.idx, in)
+			return sn, fmt.Errorf("%w: node #%d has input #%d after it", ErrInternals, sn.idx, in)
 		}
 	}
-	if sn.multiNodes, err = nodeIdxs("multiOutputsNodes"); err != nil {
+	if sn.multiNodes, err = nodeIndexes(v, "MultiOutputsNodes"); err != nil {
 		return sn, err
 	}
-	ms, err := privateField(v, "multiOutputsShapes", reflect.TypeFor[[]shapes.Shape]())
+	ms, err := privateField(v.Elem(), "MultiOutputsShapes", reflect.TypeFor[[]shapes.Shape]())
 	if err != nil {
 		return sn, err
 	}
@@ -925,13 +843,13 @@ func readNode(n *simplego.Node) (sgNode, error) {
 		return sn, fmt.Errorf("%w: node #%d has %d multi-output shapes and %d multi-output nodes",
 			ErrInternals, sn.idx, len(sn.multiShapes), len(sn.multiNodes))
 	}
-	dataField, err := privateField(v, "data", reflect.TypeFor[any]())
+	dataField, err := privateField(v.Elem(), "Data", reflect.TypeFor[any]())
 	if err != nil {
 		return sn, err
 	}
 	data := dataField.Interface()
 	switch {
-	case sn.op == backends.OpTypeDotGeneral:
+	case sn.op == compute.OpTypeDotGeneral:
 		sn.dot, err = readDotData(data)
 		if err != nil {
 			return sn, fmt.Errorf("DotGeneral node #%d: %w", sn.idx, err)
@@ -942,37 +860,39 @@ func readNode(n *simplego.Node) (sgNode, error) {
 			return sn, fmt.Errorf("%w: %s node #%d data is %T, want []int", ErrInternals, sn.op, sn.idx, data)
 		}
 		sn.reduceAxes, sn.hasReduceAxes = axes, true
-	case sn.op == backends.OpTypeArgMinMax:
+	case sn.op == compute.OpTypeArgMinMax:
 		dv := reflect.ValueOf(data)
 		if dv.Kind() != reflect.Pointer || dv.IsNil() || dv.Elem().Kind() != reflect.Struct {
 			return sn, fmt.Errorf("%w: ArgMinMax node #%d data is %T", ErrInternals, sn.idx, data)
 		}
-		axis, err := privateField(dv.Elem(), "axis", reflect.TypeFor[int]())
+		d := reflect.New(dv.Elem().Type()).Elem()
+		d.Set(dv.Elem())
+		axis, err := privateField(d, "axis", reflect.TypeFor[int]())
 		if err != nil {
 			return sn, err
 		}
 		sn.argAxis = int(axis.Int())
-	case sn.op == backends.OpTypeConstant:
-		if _, ok := data.(*simplego.Buffer); !ok {
-			return sn, fmt.Errorf("%w: Constant node #%d data is %T, want *simplego.Buffer", ErrInternals, sn.idx, data)
+	case sn.op == compute.OpTypeConstant:
+		if !isGoBackendType(reflect.TypeOf(data), "Buffer") {
+			return sn, fmt.Errorf("%w: Constant node #%d data is %T, want *gobackend.Buffer", ErrInternals, sn.idx, data)
 		}
 	}
 	return sn, nil
 }
 
-// readDotData copies a *dotGeneralNodeData.
+// readDotData copies a *dot.NodeData.
 func readDotData(data any) (*sgDot, error) {
 	dv := reflect.ValueOf(data)
-	if dv.Kind() != reflect.Pointer || dv.IsNil() || dv.Elem().Kind() != reflect.Struct {
-		return nil, fmt.Errorf("%w: data is %T", ErrInternals, data)
+	if dv.Kind() != reflect.Pointer || dv.IsNil() || dv.Elem().Kind() != reflect.Struct || dv.Elem().Type().Name() != "NodeData" {
+		return nil, fmt.Errorf("%w: data is %T, want *dot.NodeData", ErrInternals, data)
 	}
 	v := dv.Elem()
 	d := &sgDot{}
 	ints := []struct {
 		name string
 		dst  *[]int
-	}{{"lhsContractingAxes", &d.lhsContractingAxes}, {"lhsBatchAxes", &d.lhsBatchAxes},
-		{"rhsContractingAxes", &d.rhsContractingAxes}, {"rhsBatchAxes", &d.rhsBatchAxes}}
+	}{{"LHSContractingAxes", &d.lhsContractingAxes}, {"LHSBatchAxes", &d.lhsBatchAxes},
+		{"RHSContractingAxes", &d.rhsContractingAxes}, {"RHSBatchAxes", &d.rhsBatchAxes}}
 	for _, f := range ints {
 		fv, err := privateField(v, f.name, reflect.TypeFor[[]int]())
 		if err != nil {
@@ -983,26 +903,14 @@ func readDotData(data any) (*sgDot, error) {
 	sizes := []struct {
 		name string
 		dst  *int
-	}{{"batchSize", &d.batchSize}, {"lhsCrossSize", &d.lhsCrossSize}, {"rhsCrossSize", &d.rhsCrossSize},
-		{"contractingSize", &d.contractingSize}}
+	}{{"BatchSize", &d.batchSize}, {"LHSCrossSize", &d.lhsCrossSize}, {"RHSCrossSize", &d.rhsCrossSize},
+		{"ContractingSize", &d.contractingSize}}
 	for _, f := range sizes {
 		fv, err := privateField(v, f.name, reflect.TypeFor[int]())
 		if err != nil {
 			return nil, err
 		}
 		*f.dst = int(fv.Int())
-	}
-	blocked := []struct {
-		name string
-		dst  *shapes.Shape
-	}{{"lhsBlockedShape", &d.lhsBlockedShape}, {"rhsBlockedShape", &d.rhsBlockedShape},
-		{"outputBlockedShape", &d.outputBlockedShape}}
-	for _, f := range blocked {
-		fv, err := privateField(v, f.name, reflect.TypeFor[shapes.Shape]())
-		if err != nil {
-			return nil, err
-		}
-		*f.dst = fv.Interface().(shapes.Shape)
 	}
 	return d, nil
 }
@@ -1021,16 +929,4 @@ func privateField(v reflect.Value, name string, want reflect.Type) (reflect.Valu
 		return reflect.Value{}, fmt.Errorf("%w: %s.%s is %s, want %s", ErrInternals, v.Type(), name, f.Type(), want)
 	}
 	return reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem(), nil
-}
-
-// privateIntField reads an int-kinded field of the named (unexported) type.
-func privateIntField(v reflect.Value, name, typeName string) (int64, error) {
-	f, err := privateField(v, name, nil)
-	if err != nil {
-		return 0, err
-	}
-	if f.Kind() != reflect.Int || f.Type().Name() != typeName {
-		return 0, fmt.Errorf("%w: %s.%s is %s, want int-based %s", ErrInternals, v.Type(), name, f.Type(), typeName)
-	}
-	return f.Int(), nil
 }

@@ -6,18 +6,18 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gomlx/gomlx/backends"
-	"github.com/gomlx/gomlx/backends/simplego"
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
-	"github.com/gomlx/gomlx/pkg/core/graph"
-	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/gobackend"
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/gomlx/core/graph"
+	"github.com/gomlx/compute/shapes"
 
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/internal/gtest"
 )
 
 // backendFor returns one backend per spec, shared by the tests ("" is the default).
-func backendFor(t *testing.T, spec string) backends.Backend {
+func backendFor(t *testing.T, spec string) compute.Backend {
 	t.Helper()
 	if spec == "" {
 		return gtest.Backend(t)
@@ -70,12 +70,12 @@ func mustSim(t *testing.T, g *graph.Graph, opts SimOptions) simResult {
 // (field names, types, enum values, the DotGeneral split, the data of each node type) or when simplego gains an
 // op the simulation does not model.
 func TestSimplegoInternals(t *testing.T) {
-	for op := range simplego.Capabilities.Operations {
+	for op := range gobackend.Capabilities.Operations {
 		if !simModelled(op) && !simBuilderOnly[op] {
 			t.Errorf("simplego supports %s, which the simulation does not model: read its executor and add it", op)
 		}
 	}
-	if got := simplego.DotGeneralTargetBlockLog2Dim[dtypes.Float32]; got != 5 {
+	if got := gobackend.DotGeneralTargetBlockLog2Dim[dtypes.Float32]; got != 5 {
 		t.Errorf("DotGeneralTargetBlockLog2Dim[float32] = %d, want 5 (blockDim 32)", got)
 	}
 
@@ -104,7 +104,7 @@ func TestSimplegoInternals(t *testing.T) {
 	var dots, reshapesAfterDot, reduces, argmax, consts, rngs int
 	for i, n := range x.nodes {
 		switch n.op {
-		case backends.OpTypeDotGeneral:
+		case compute.OpTypeDotGeneral:
 			dots++
 			d := n.dot
 			if d == nil || d.batchSize != 1 || d.lhsCrossSize != 3 || d.rhsCrossSize != 5 || d.contractingSize != 4 ||
@@ -115,22 +115,22 @@ func TestSimplegoInternals(t *testing.T) {
 			if !n.shape.Equal(f32(1, 3, 5)) {
 				t.Errorf("normalised DotGeneral shape %s, want [1,3,5]", n.shape)
 			}
-			if i+1 < len(x.nodes) && x.nodes[i+1].op == backends.OpTypeReshape && fmt.Sprint(x.nodes[i+1].inputs) == fmt.Sprint([]int{i}) {
+			if i+1 < len(x.nodes) && x.nodes[i+1].op == compute.OpTypeReshape && fmt.Sprint(x.nodes[i+1].inputs) == fmt.Sprint([]int{i}) {
 				reshapesAfterDot++
 			}
-		case backends.OpTypeReduceSum:
+		case compute.OpTypeReduceSum:
 			reduces++
 			if !n.hasReduceAxes || fmt.Sprint(n.reduceAxes) != "[1]" {
 				t.Errorf("ReduceSum axes %v (found %v)", n.reduceAxes, n.hasReduceAxes)
 			}
-		case backends.OpTypeArgMinMax:
+		case compute.OpTypeArgMinMax:
 			argmax++
 			if n.argAxis != 1 {
 				t.Errorf("ArgMinMax axis %d, want 1", n.argAxis)
 			}
-		case backends.OpTypeConstant:
+		case compute.OpTypeConstant:
 			consts++
-		case backends.OpTypeRNGBitGenerator:
+		case compute.OpTypeRNGBitGenerator:
 			if len(n.multiShapes) == 2 {
 				rngs++
 				for j, m := range n.multiNodes {

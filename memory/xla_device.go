@@ -72,9 +72,9 @@ import (
 	"reflect"
 	"unsafe"
 
-	"github.com/gomlx/go-xla/pkg/pjrt"
-	"github.com/gomlx/gomlx/backends"
-	"github.com/gomlx/gomlx/backends/xla"
+	"github.com/gomlx/go-xla/pjrt"
+	"github.com/gomlx/compute"
+	"github.com/gomlx/go-xla/compute/xla"
 )
 
 // XLADeviceStats returns the memory statistics of the XLA backend's device (PJRT_Device_MemoryStats; go-xla
@@ -82,7 +82,7 @@ import (
 // the addressable device's index (0 for one GPU). Peak is the device's peak bytes in use since the client
 // started, so a fresh process per measured configuration gives that configuration's peak; with the CUDA
 // plugin's preallocation on (see engine.PreallocateEnv) the figures describe the allocator's pool, not the work.
-func XLADeviceStats(backend backends.Backend, device int) (stats DeviceStats, err error) {
+func XLADeviceStats(backend compute.Backend, device int) (stats DeviceStats, err error) {
 	xb, ok := backend.(*xla.Backend)
 	if !ok {
 		return DeviceStats{}, fmt.Errorf("memory: backend %s is not the XLA backend", backend.Name())

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"reflect"
 
-	"github.com/gomlx/go-xla/pkg/pjrt"
-	"github.com/gomlx/gomlx/backends/xla"
-	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/go-xla/pjrt"
+	"github.com/gomlx/go-xla/compute/xla"
+	"github.com/gomlx/gomlx/core/graph"
 )
 
 // XLASizes are the sizes, in bytes, that XLA reports for a compiled program on its device

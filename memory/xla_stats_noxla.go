@@ -3,8 +3,8 @@
 package memory
 
 import (
-	"github.com/gomlx/gomlx/backends"
-	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/compute"
+	"github.com/gomlx/gomlx/core/graph"
 )
 
 // XLASizes are the sizes, in bytes, that XLA reports for a compiled program on its device
@@ -32,6 +32,6 @@ func XLAProgramPeak(g *graph.Graph) (Peak, error) { return Peak{}, ErrNoXLA }
 
 // XLADeviceStats returns the memory statistics of an XLA device. This build has no XLA support: it always
 // returns ErrNoXLA.
-func XLADeviceStats(backend backends.Backend, device int) (DeviceStats, error) {
+func XLADeviceStats(backend compute.Backend, device int) (DeviceStats, error) {
 	return DeviceStats{}, ErrNoXLA
 }

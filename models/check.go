@@ -6,7 +6,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/compute/dtypes"
 )
 
 // CheckShapes checks that p has exactly the names of want, each float32 with the wanted dimensions. The error

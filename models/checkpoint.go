@@ -8,7 +8,7 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/compute/dtypes"
 
 	"github.com/memfit/memfit/safetensors"
 )

@@ -3,7 +3,7 @@ package models
 import (
 	"fmt"
 
-	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/msnorm"
 )

@@ -3,7 +3,7 @@ package msnorm
 import (
 	"fmt"
 
-	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/core/graph"
 
 	"github.com/memfit/memfit/engine"
 )

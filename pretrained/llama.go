@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/compute"
 
 	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/finetune"
@@ -39,7 +39,7 @@ type PretrainLlamaOptions struct {
 // packed into blocks of SeqLen tokens with EOS between documents; 2% of the blocks (every 50th) are held out. It
 // writes config.json, model.safetensors and the tokenizer files to out and returns the held-out loss and
 // perplexity.
-func PretrainLlama(ctx context.Context, backend backends.Backend, tokDir string, texts []string, out string, o PretrainLlamaOptions) (loss, ppl float64, err error) {
+func PretrainLlama(ctx context.Context, backend compute.Backend, tokDir string, texts []string, out string, o PretrainLlamaOptions) (loss, ppl float64, err error) {
 	tok, err := tokenizer.Load(tokDir)
 	if err != nil {
 		return 0, 0, err

@@ -7,8 +7,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/gomlx/gomlx/backends"
-	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/compute"
+	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/finetune"
@@ -103,7 +103,7 @@ type PretrainViTOptions struct {
 // classes 0-4 (full fine-tuning: AdamW, cosine schedule with 10% warm-up, weight decay 0.05) and writes the
 // model to out as a Hugging Face folder (config.json, model.safetensors, preprocessor_config.json), returning
 // its accuracy on the test images of classes 0-4.
-func PretrainViT(ctx context.Context, backend backends.Backend, trainImages, trainLabels, testImages, testLabels, out string, o PretrainViTOptions) (float64, error) {
+func PretrainViT(ctx context.Context, backend compute.Backend, trainImages, trainLabels, testImages, testLabels, out string, o PretrainViTOptions) (float64, error) {
 	load := func(imgPath, labPath string) (finetune.Examples, error) {
 		imgs, err := ReadIDX(imgPath)
 		if err != nil {

@@ -11,7 +11,7 @@ package safetensors
 import (
 	"fmt"
 
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/compute/dtypes"
 )
 
 // DType is a safetensors dtype name.

@@ -11,9 +11,9 @@ import (
 	"os"
 	"sort"
 
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
-	"github.com/gomlx/gomlx/pkg/core/shapes"
-	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/shapes"
+	"github.com/gomlx/gomlx/core/tensors"
 )
 
 // MaxHeaderSize bounds the JSON header (safetensors itself allows 100 MB).

@@ -10,8 +10,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
-	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/gomlx/core/tensors"
 )
 
 // Entry is one tensor to write: its dtype, shape and little-endian bytes.

@@ -8,27 +8,27 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/gomlx/gomlx/backends"
-	"github.com/gomlx/gomlx/pkg/core/graph"
-	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/compute"
+	"github.com/gomlx/gomlx/core/graph"
+	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/engine"
 )
 
 var (
 	backendsMu sync.Mutex
-	backendsBy = map[string]backends.Backend{}
+	backendsBy = map[string]compute.Backend{}
 )
 
 // Backend returns one pure-Go backend (the default spec) shared by all tests of a package.
-func Backend(t testing.TB) backends.Backend {
+func Backend(t testing.TB) compute.Backend {
 	t.Helper()
 	return BackendFor(t, engine.DefaultBackend)
 }
 
 // BackendFor returns one backend per spec (see engine.NewBackend), created on first use and shared by all the
 // tests of a package.
-func BackendFor(t testing.TB, spec string) backends.Backend {
+func BackendFor(t testing.TB, spec string) compute.Backend {
 	t.Helper()
 	backendsMu.Lock()
 	defer backendsMu.Unlock()

@@ -12,9 +12,9 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/gomlx/gomlx/backends"
-	"github.com/gomlx/gomlx/pkg/core/graph"
-	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/compute"
+	"github.com/gomlx/gomlx/core/graph"
+	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/models"
@@ -225,7 +225,7 @@ func parseNested(raw json.RawMessage) ([]int, []float64, error) {
 
 // Logits loads the model at dir and returns its logits for in, computed on backend (for a ViTModel without a
 // classifier, its last hidden state).
-func Logits(backend backends.Backend, dir string, in Inputs) (*tensors.Tensor, error) {
+func Logits(backend compute.Backend, dir string, in Inputs) (*tensors.Tensor, error) {
 	mt, err := ModelType(dir)
 	if err != nil {
 		return nil, err

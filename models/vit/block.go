@@ -5,7 +5,7 @@ package vit
 import (
 	"fmt"
 
-	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/core/graph"
 
 	"github.com/memfit/memfit/approxbp"
 	"github.com/memfit/memfit/attention"

@@ -3,7 +3,7 @@ package vit
 import (
 	"math/rand/v2"
 
-	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/models"
 )

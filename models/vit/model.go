@@ -6,8 +6,8 @@ import (
 	"math/rand/v2"
 	"sort"
 
-	"github.com/gomlx/gomlx/pkg/core/graph"
-	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/core/graph"
+	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/attention"
 	"github.com/memfit/memfit/engine"

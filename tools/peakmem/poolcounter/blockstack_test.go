@@ -3,7 +3,7 @@ package poolcounter_test
 import (
 	"testing"
 
-	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/bench"
 	"github.com/memfit/memfit/memory"

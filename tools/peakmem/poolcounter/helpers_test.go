@@ -6,12 +6,12 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/gomlx/gomlx/backends"
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
-	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
-	"github.com/gomlx/gomlx/pkg/core/graph"
-	"github.com/gomlx/gomlx/pkg/core/shapes"
-	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/dtypes/bfloat16"
+	"github.com/gomlx/gomlx/core/graph"
+	"github.com/gomlx/compute/shapes"
+	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/internal/gtest"
@@ -20,7 +20,7 @@ import (
 )
 
 // backendFor returns one pure-Go backend per spec for the whole test binary.
-func backendFor(t *testing.T, spec string) backends.Backend {
+func backendFor(t *testing.T, spec string) compute.Backend {
 	t.Helper()
 	return gtest.BackendFor(t, spec)
 }

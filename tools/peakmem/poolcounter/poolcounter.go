@@ -6,7 +6,7 @@
 package poolcounter
 
 import (
-	"github.com/gomlx/gomlx/backends/simplego"
+	"github.com/gomlx/compute/gobackend"
 
 	"github.com/memfit/memfit/memory"
 )
@@ -19,12 +19,12 @@ func init() { memory.SetPoolCounter(Counter{}) }
 type Counter struct{}
 
 // Live returns the bytes of the pool buffers currently handed out.
-func (Counter) Live() int64 { return simplego.PoolLiveBytes() }
+func (Counter) Live() int64 { return gobackend.PoolLiveBytes() }
 
 // Peak returns the maximum of Live since the last ResetPeak.
-func (Counter) Peak() int64 { return simplego.PoolPeakBytes() }
+func (Counter) Peak() int64 { return gobackend.PoolPeakBytes() }
 
 // ResetPeak sets Peak to Live.
-func (Counter) ResetPeak() { simplego.ResetPoolPeakBytes() }
+func (Counter) ResetPeak() { gobackend.ResetPoolPeakBytes() }
 
 var _ memory.PoolCounter = Counter{}
