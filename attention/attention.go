@@ -7,8 +7,8 @@ import (
 	"math"
 
 	"github.com/gomlx/compute/dtypes"
-	"github.com/gomlx/gomlx/core/graph"
 	"github.com/gomlx/compute/shapes"
+	"github.com/gomlx/gomlx/core/graph"
 
 	"github.com/memfit/memfit/engine"
 )

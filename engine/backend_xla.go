@@ -7,9 +7,9 @@ import (
 	"os"
 	"strings"
 
-	"github.com/gomlx/go-xla/pjrt"
 	"github.com/gomlx/compute"
 	"github.com/gomlx/go-xla/compute/xla"
+	"github.com/gomlx/go-xla/pjrt"
 )
 
 // XLALinked reports whether this binary was built with the XLA backend (build tag "xla").

@@ -6,8 +6,8 @@ import (
 	"sync"
 	"weak"
 
-	"github.com/gomlx/gomlx/core/graph"
 	"github.com/gomlx/compute/shapes"
+	"github.com/gomlx/gomlx/core/graph"
 )
 
 // Kind says which family of operation a node belongs to, for memory accounting: the backward nodes a custom VJP

@@ -2,8 +2,8 @@ package engine
 
 import (
 	"github.com/gomlx/compute/dtypes"
-	"github.com/gomlx/gomlx/core/graph"
 	"github.com/gomlx/compute/shapes"
+	"github.com/gomlx/gomlx/core/graph"
 )
 
 // RNG threads a random-number generator state through a graph: each draw consumes the state and produces the

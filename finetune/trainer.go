@@ -11,8 +11,8 @@ import (
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
-	"github.com/gomlx/gomlx/core/graph"
 	"github.com/gomlx/compute/shapes"
+	"github.com/gomlx/gomlx/core/graph"
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/engine"

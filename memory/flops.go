@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/gomlx/gomlx/core/graph"
 	"github.com/gomlx/compute/shapes"
+	"github.com/gomlx/gomlx/core/graph"
 )
 
 // MatmulFLOPs returns the floating-point operations of the matrix products the pure-Go backend executes for the

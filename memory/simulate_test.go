@@ -7,10 +7,10 @@ import (
 	"testing"
 
 	"github.com/gomlx/compute"
-	"github.com/gomlx/compute/gobackend"
 	"github.com/gomlx/compute/dtypes"
-	"github.com/gomlx/gomlx/core/graph"
+	"github.com/gomlx/compute/gobackend"
 	"github.com/gomlx/compute/shapes"
+	"github.com/gomlx/gomlx/core/graph"
 
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/internal/gtest"

@@ -72,9 +72,9 @@ import (
 	"reflect"
 	"unsafe"
 
-	"github.com/gomlx/go-xla/pjrt"
 	"github.com/gomlx/compute"
 	"github.com/gomlx/go-xla/compute/xla"
+	"github.com/gomlx/go-xla/pjrt"
 )
 
 // XLADeviceStats returns the memory statistics of the XLA backend's device (PJRT_Device_MemoryStats; go-xla

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"reflect"
 
-	"github.com/gomlx/go-xla/pjrt"
 	"github.com/gomlx/go-xla/compute/xla"
+	"github.com/gomlx/go-xla/pjrt"
 	"github.com/gomlx/gomlx/core/graph"
 )
 

@@ -6,8 +6,8 @@ import (
 	"strings"
 
 	"github.com/gomlx/compute/dtypes"
-	"github.com/gomlx/gomlx/core/graph"
 	"github.com/gomlx/compute/shapes"
+	"github.com/gomlx/gomlx/core/graph"
 
 	"github.com/memfit/memfit/engine"
 )
