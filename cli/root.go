@@ -44,9 +44,14 @@ made with -tags xla.`,
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().BoolVar(&opts.Debug, "debug", false, "show whole error messages and stack traces (same as MEMFIT_DEBUG=1)")
-	root.PersistentPreRun = func(*cobra.Command, []string) {
+	root.PersistentPreRun = func(cmd *cobra.Command, _ []string) {
 		if opts.Debug {
 			os.Setenv("MEMFIT_DEBUG", "1")
+		}
+		if longCommand(cmd) {
+			if advice := engine.SIMDAdvice(); advice != "" {
+				fmt.Fprintln(cmd.ErrOrStderr(), advice)
+			}
 		}
 	}
 	root.PersistentFlags().StringVar(&opts.Backend, "backend", "",
@@ -56,6 +61,18 @@ made with -tags xla.`,
 		newPretrainCommand(opts), newVersionCommand(), newDemoCommand(opts), newTokenizeCommand(), newEvalCommand(opts))
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	return root
+}
+
+// longCommand reports whether cmd is one of the commands that train or time models (train, demo, bench ...,
+// pretrain, eval ...), where a build without the SIMD matmul kernels is worth a one-line note.
+func longCommand(cmd *cobra.Command) bool {
+	for c := cmd; c != nil; c = c.Parent() {
+		switch c.Name() {
+		case "train", "demo", "bench", "pretrain", "eval":
+			return c.Parent() != nil && c.Parent().Parent() == nil
+		}
+	}
+	return false
 }
 
 // Exit codes of Main.

@@ -10,6 +10,23 @@ import (
 	"github.com/memfit/memfit/engine"
 )
 
+// simdStatus says which matmul kernels the pure-Go backend runs in this binary, and how to get the vector ones.
+func simdStatus() string {
+	switch k := engine.SIMD(); {
+	case k != "":
+		s := k + " (built with GOEXPERIMENT=simd)"
+		if engine.FMAWorkaround() {
+			s += "; GODEBUG=cpu.fma=off is not set in this process, so math.Exp runs about 100x slower after the vector kernels (finetune sets it itself by restarting; library users set it)"
+		}
+		return s
+	case engine.SIMDBuild():
+		return "plain Go (built with GOEXPERIMENT=simd, but this CPU has neither AVX-512 nor AVX2, or GOMLX_SIMD_AVX512/GOMLX_SIMD_AVX2 turn them off)"
+	case runtime.GOARCH == "amd64":
+		return "plain Go: built without GOEXPERIMENT=simd, so matrix products run about 15x slower; rebuild with GOEXPERIMENT=simd"
+	}
+	return "plain Go (GoMLX has vector kernels on amd64 only)"
+}
+
 func newVersionCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
@@ -42,6 +59,7 @@ func newVersionCommand() *cobra.Command {
 				backends += "; xla not built in (rebuild with -tags xla)"
 			}
 			fmt.Fprintf(out, "backends: %s\n", backends)
+			fmt.Fprintf(out, "pure-Go matmul kernels: %s\n", simdStatus())
 			return nil
 		},
 	}

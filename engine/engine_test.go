@@ -32,6 +32,13 @@ var dgCases = []dgCase{
 	{"weight-grad-shape", []int{2, 5, 4}, []int{0, 1}, nil, []int{2, 5, 6}, []int{0, 1}, nil},
 	{"reversed-contract", []int{3, 4, 2}, []int{2, 0}, nil, []int{2, 5, 3}, []int{0, 2}, nil},
 	{"batch-last", []int{4, 3, 2}, []int{0}, []int{2}, []int{2, 4, 5}, []int{1}, []int{0}},
+	// Small products with a contracting size of at least 16 and more than 16 columns: in SIMD builds
+	// engine.DotGeneral hands these to the Go backend transposed into the non-transposed layout (see
+	// vectorSmallProduct), so the gradients of the transposed operands are checked here too.
+	{"vector-linear", []int{2, 5, 32}, []int{2}, nil, []int{24, 32}, []int{1}, nil},
+	{"vector-scores", []int{2, 3, 5, 32}, []int{3}, []int{0, 1}, []int{2, 3, 20, 32}, []int{3}, []int{0, 1}},
+	{"vector-weight-grad", []int{4, 8, 32}, []int{0, 1}, nil, []int{4, 8, 24}, []int{0, 1}, nil},
+	{"vector-mixed", []int{32, 3, 20}, []int{0}, []int{1}, []int{3, 17, 32}, []int{2}, []int{0}},
 }
 
 // TestDotGeneralGradient compares the matmul-based gradient with GoMLX's own (the [M,N,K] one, fine at these
@@ -211,9 +218,13 @@ func expf(x float64) float64 {
 // empties: no entry keeps an old graph alive.
 func TestSideTableDoesNotLeak(t *testing.T) {
 	before := engine.TableSizeForTest()
+	// The graphs are held until the growth is checked (a GC during the loop could otherwise clean up the first
+	// ones already), then dropped.
+	var held []*graph.Graph
 	for i := 0; i < 50; i++ {
 		err := engine.Try(func() {
 			g := graph.NewGraph(gtest.Backend(t), fmt.Sprintf("leak%d", i))
+			held = append(held, g)
 			x := graph.Parameter(g, "x", tensors.FromValue([]float32{1, 2}).Shape())
 			y := engine.Linear(graph.InsertAxes(x, 0), graph.Reshape(x, 1, 2), nil)
 			_ = engine.Gradient(graph.ReduceAllSum(y), x)
@@ -225,6 +236,7 @@ func TestSideTableDoesNotLeak(t *testing.T) {
 	if engine.TableSizeForTest() < before+50 {
 		t.Fatalf("table grew to %d only, custom gradients were not registered", engine.TableSizeForTest())
 	}
+	held = nil
 	deadline := time.Now().Add(20 * time.Second)
 	for engine.TableSizeForTest() > before && time.Now().Before(deadline) {
 		runtime.GC()
@@ -265,5 +277,25 @@ func TestConcurrentGraphBuilding(t *testing.T) {
 		if err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// TestVectorSmallProductLayout: in builds with GoMLX's vector kernels, a small x·wᵀ product reaches the Go backend
+// with its weight transposed into the non-transposed layout (and nothing else does), so it avoids the slow small
+// transposed kernel; elsewhere the product is left as written.
+func TestVectorSmallProductLayout(t *testing.T) {
+	var small, large *graph.Node
+	gtest.Run(t, func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+		small = engine.DotGeneral(p[0], []int{1}, nil, p[1], []int{1}, nil) // [64,32] x [48,32]ᵀ: 98 Ki multiply-adds
+		large = engine.DotGeneral(p[2], []int{1}, nil, p[3], []int{1}, nil) // [512,256] x [256,256]ᵀ: 32 Mi
+		return []*graph.Node{small, large}
+	}, gtest.Tensor(gtest.Rand(1, 64*32, 1), 64, 32), gtest.Tensor(gtest.Rand(2, 48*32, 1), 48, 32),
+		gtest.Tensor(gtest.Rand(3, 512*256, 1), 512, 256), gtest.Tensor(gtest.Rand(4, 256*256, 1), 256, 256))
+	transposedRHS := func(n *graph.Node) bool { return n.Inputs()[1].Type() == graph.NodeTypeTranspose }
+	if want := engine.SIMD() != ""; transposedRHS(small) != want {
+		t.Errorf("small product: rhs transposed = %v, want %v (vector kernels %q)", transposedRHS(small), want, engine.SIMD())
+	}
+	if transposedRHS(large) {
+		t.Errorf("large product: rhs transposed, want it left as written")
 	}
 }

@@ -26,21 +26,119 @@ func DotGeneral(lhs *graph.Node, lhsContracting, lhsBatch []int, rhs *graph.Node
 	lb := normAxes(lhs.Rank(), lhsBatch)
 	rc := normAxes(rhs.Rank(), rhsContracting)
 	rb := normAxes(rhs.Rank(), rhsBatch)
-	out := graph.DotGeneral(lhs, slices.Clone(lc), slices.Clone(lb), rhs, slices.Clone(rc), slices.Clone(rb))
+	// The operands may reach the backend transposed (see vectorSmallProduct): the backward below reads the
+	// original operands and returns the gradients of the transposed ones directly in their axis order (one
+	// transpose each, folded into the one the gradient needs anyway).
+	out, lperm, rperm := product(lhs, lc, lb, rhs, rc, rb)
 	return SetVJP(out, KindOther, func(node, v *graph.Node) []*graph.Node {
 		// Fresh: an operand marked Recomputable (a dequantised weight) is rebuilt here rather than kept.
-		a, c := Fresh(node.Inputs()[0]), Fresh(node.Inputs()[1])
+		a, c := Fresh(lhs), Fresh(rhs)
 		return []*graph.Node{
-			dotGeneralOperandGrad(v, a.Rank(), lc, lb, c, rc, rb, false),
-			dotGeneralOperandGrad(v, c.Rank(), rc, rb, a, lc, lb, true),
+			dotGeneralOperandGrad(v, a.Rank(), lc, lb, c, rc, rb, false, lperm),
+			dotGeneralOperandGrad(v, c.Rank(), rc, rb, a, lc, lb, true, rperm),
 		}
 	})
 }
 
+// product is graph.DotGeneral(lhs, lc, lb, rhs, rc, rb), with the operands first transposed into the
+// non-transposed layout when vectorSmallProduct says so; lperm and rperm are those transposes (nil for none). The
+// copies are read by this product only, so they live for one op.
+func product(lhs *graph.Node, lc, lb []int, rhs *graph.Node, rc, rb []int) (out *graph.Node, lperm, rperm []int) {
+	if !vectorSmallProduct(lhs, lc, lb, rhs, rc, rb) {
+		return graph.DotGeneral(lhs, slices.Clone(lc), slices.Clone(lb), rhs, slices.Clone(rc), slices.Clone(rb)), nil, nil
+	}
+	l, lcc, lbb, lperm := permuteOperand(lhs, lb, lc, false)
+	r, rcc, rbb, rperm := permuteOperand(rhs, rb, rc, true)
+	return graph.DotGeneral(l, lcc, lbb, r, rcc, rbb), lperm, rperm
+}
+
+// vectorSmallProduct reports whether a product is one that GoMLX's pure-Go backend, in a SIMD build, would run
+// with its slow small "transposed" kernel, and so should be handed over in the non-transposed layout instead.
+//
+// GoMLX v0.28.2 (compute v0.1.2, dot/matmul/avx512_router.go and avx2_router.go) runs products below 4 Mi
+// multiply-adds (batch x M x N x K for AVX-512, M x N x K for AVX2) with "small" kernels. For the transposed
+// layout ([B, M, K] x [B, N, K], as x·wᵀ with a [out, in] weight, or q·kᵀ) with K >= the vector width, its kernel
+// computes every output element as a vector dot product followed by a horizontal sum in scalar code, and each
+// switch between AVX-512 and scalar SSE code costs a state transition: measured on the 2-core build VM, a
+// [544,64] x [64,64]ᵀ product took 7.5 ms that way and 0.42 ms in the non-transposed layout ([B, M, K] x [B, K, N],
+// a vectorised kernel when N is above the vector width, the plain Go kernel otherwise), and 2 ms with the plain Go
+// kernels (docs/simd.md). Large products go to the packed kernels, which are as fast in both layouts, and
+// products with K below the vector width to the plain Go kernels: those are left alone, as is a product whose
+// operands are in the non-transposed order already.
+func vectorSmallProduct(lhs *graph.Node, lc, lb []int, rhs *graph.Node, rc, rb []int) bool {
+	kernels := SIMD()
+	if kernels == "" || lhs.Graph().Backend().String() != "go" {
+		return false
+	}
+	width := 16
+	if kernels == "avx2" {
+		width = 8
+	}
+	size := func(x *graph.Node, axes []int) int {
+		n := 1
+		for _, a := range axes {
+			n *= x.Shape().Dim(a)
+		}
+		return n
+	}
+	b, k := size(lhs, lb), size(lhs, lc)
+	m := lhs.Shape().Size() / max(1, b*k)
+	n := rhs.Shape().Size() / max(1, b*k)
+	work := m * n * k // multiply-adds per batch element
+	if kernels == "avx512" {
+		work *= b
+	}
+	const smallThreshold = 4 << 20 // GoMLX's noSIMDSmallMatMulSizeThreshold
+	if work >= smallThreshold || k < width {
+		return false
+	}
+	// Nothing to do when both operands are in canonical order already.
+	_, _, lOK := canonicalOrder(lhs.Rank(), lb, lc, false)
+	_, _, rOK := canonicalOrder(rhs.Rank(), rb, rc, true)
+	return !lOK || !rOK
+}
+
+// canonicalOrder returns the axis permutation that puts an operand in [batch..., cross..., contracting...] order
+// (contractFirst false) or [batch..., contracting..., cross...] order (contractFirst true), batch and contracting
+// axes in the order given and cross axes in their own order; its cross axes; and whether the operand is in that
+// order already.
+func canonicalOrder(rank int, batch, contract []int, contractFirst bool) (perm, cross []int, inOrder bool) {
+	perm = slices.Clone(batch)
+	for a := 0; a < rank; a++ {
+		if !slices.Contains(batch, a) && !slices.Contains(contract, a) {
+			cross = append(cross, a)
+		}
+	}
+	if contractFirst {
+		perm = append(append(perm, contract...), cross...)
+	} else {
+		perm = append(append(perm, cross...), contract...)
+	}
+	return perm, cross, isIdentity(perm)
+}
+
+// permuteOperand transposes x into canonical order (see canonicalOrder) and returns it with its new contracting
+// and batch axes, and the permutation (nil when x was in order already).
+func permuteOperand(x *graph.Node, batch, contract []int, contractFirst bool) (*graph.Node, []int, []int, []int) {
+	perm, cross, inOrder := canonicalOrder(x.Rank(), batch, contract, contractFirst)
+	nb, nc := len(batch), len(contract)
+	newBatch := axisRange(0, nb)
+	newContract := axisRange(nb+len(cross), nc)
+	if contractFirst {
+		newContract = axisRange(nb, nc)
+	}
+	if inOrder {
+		return x, newContract, newBatch, nil
+	}
+	return graph.TransposeAllDims(x, perm...), newContract, newBatch, perm
+}
+
 // dotGeneralOperandGrad returns the gradient for one operand ("self", of rank selfRank with contracting axes sc
 // and batch axes sb) of a DotGeneral whose other operand is other (contracting oc, batch ob). isRHS says whether
-// self was the right-hand operand, which decides where its free axes sit in v.
-func dotGeneralOperandGrad(v *graph.Node, selfRank int, sc, sb []int, other *graph.Node, oc, ob []int, isRHS bool) *graph.Node {
+// self was the right-hand operand, which decides where its free axes sit in v. When selfPerm is not nil the
+// product read self transposed by selfPerm (axis j of what it read is axis selfPerm[j] of self), and the gradient
+// is returned in that transposed order.
+func dotGeneralOperandGrad(v *graph.Node, selfRank int, sc, sb []int, other *graph.Node, oc, ob []int, isRHS bool, selfPerm []int) *graph.Node {
 	nb := len(sb)
 	selfFree := freeAxes(selfRank, sc, sb)
 	otherFree := freeAxes(other.Rank(), oc, ob)
@@ -52,7 +150,7 @@ func dotGeneralOperandGrad(v *graph.Node, selfRank int, sc, sb []int, other *gra
 	} else {
 		vOtherFree = axisRange(nb+len(selfFree), len(otherFree))
 	}
-	g := graph.DotGeneral(v, vOtherFree, vBatch, other, slices.Clone(otherFree), slices.Clone(ob))
+	g, _, _ := product(v, vOtherFree, vBatch, other, slices.Clone(otherFree), slices.Clone(ob))
 	// g axes: [batch..., self free..., other's contracting axes in other's axis order].
 	otherContractSorted := slices.Clone(oc)
 	slices.Sort(otherContractSorted)
@@ -67,6 +165,13 @@ func dotGeneralOperandGrad(v *graph.Node, selfRank int, sc, sb []int, other *gra
 			r := slices.Index(otherContractSorted, oc[q])
 			perm[axis] = nb + len(selfFree) + r
 		}
+	}
+	if selfPerm != nil {
+		composed := make([]int, selfRank)
+		for j, axis := range selfPerm {
+			composed[j] = perm[axis]
+		}
+		perm = composed
 	}
 	if isIdentity(perm) {
 		return g
