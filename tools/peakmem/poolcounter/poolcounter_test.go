@@ -177,8 +177,8 @@ func TestAgreementMiscOps(t *testing.T) {
 			sl := engine.Slice(cat, []int{2, 0}, []int{66, 16})
 			loss := graph.Add(graph.ReduceAllSum(graph.Square(sl)), graph.ReduceAllMax(h))
 			grads := engine.Gradient(loss, x, w)
-			hsum := graph.ReduceSum(graph.Exp(hb), 1)           // bfloat16 [16]
-			harg := graph.ArgMin(hb, 0, dtypes.Int32)           // [40]
+			hsum := graph.ReduceSum(graph.Exp(hb), 1) // bfloat16 [16]
+			harg := graph.ArgMin(hb, 0, dtypes.Int32) // [40]
 			seen := map[graph.NodeType]bool{}
 			for _, n := range g.Nodes() {
 				seen[n.Type()] = true
