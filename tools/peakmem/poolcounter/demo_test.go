@@ -51,7 +51,7 @@ func TestViTDemoStep(t *testing.T) {
 			counter   []int64
 		}
 		fig := map[string]*figures{}
-		for _, spec := range []string{one1, one1 + ",creation_order", engineDefault, "go:creation_order"} {
+		for _, spec := range []string{one1, one1 + ",creation_order", engineDefault, engineDefault + ",creation_order"} {
 			model, err := finetune.LoadModel(dir, cfg)
 			if err != nil {
 				t.Fatal(err)

@@ -22,12 +22,13 @@ import (
 
 // Backend specs. The simulation is exact, to the byte, when the large matrix product runs on one worker: one1
 // is an ops_sequential Go backend with parallelism=1 (its products' work stays on the calling goroutine, the
-// elementwise ops too). engineDefault is what engine.NewBackend("go") builds (ops_sequential, the default
-// workers pool): there the large product's panels are held by a scheduling-dependent number of workers, and the
-// simulation is an upper bound (checkBounds).
+// elementwise ops too). engineDefault is an ops_sequential backend with the default workers pool (what
+// engine.NewBackend("go") builds today): there the large product's panels are held by a scheduling-dependent
+// number of workers, and the simulation is an upper bound (checkBounds). Both name ops_sequential explicitly:
+// with parallel op execution no peak is deterministic.
 const (
 	one1          = "go:ops_sequential,parallelism=1"
-	engineDefault = "go"
+	engineDefault = "go:ops_sequential"
 )
 
 // backendFor returns one pure-Go backend per spec for the whole test binary.
