@@ -575,6 +575,14 @@ func TestSimulateErrors(t *testing.T) {
 		t.Errorf("parallel backend, AssumeSequential: %+v, %v", p, err)
 	}
 
+	// Sort runs a comparator closure over the data: refused.
+	gs := compileGraph(t, "", []shapes.Shape{f32(8)}, func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+		return []*graph.Node{graph.Sort(p[0], 0, true)}
+	})
+	if _, err := SimulatePeak(gs, SimOptions{}); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("Sort graph: %v, want ErrUnsupported", err)
+	}
+
 	if _, err := XLAProgramPeak(gp); err == nil {
 		t.Errorf("XLAProgramPeak of a Go backend graph did not fail")
 	} else if !engine.XLALinked && !errors.Is(err, ErrNoXLA) {
