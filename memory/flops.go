@@ -41,17 +41,21 @@ func (op MatmulOp) String() string {
 }
 
 // MatmulOps returns the distinct DotGenerals the pure-Go backend executes for the compiled graph g, in first
-// execution order, each with its count (unused nodes are skipped, as the executor skips them). Rebuilding each
-// with graph.DotGeneral on parameters of the same shapes reproduces the executor's own product, so timing those
-// alone gives the backend's matmul speed on exactly the products a step runs.
+// execution order (the executor's schedule), each with its count (unused nodes are skipped, as the executor
+// skips them). They are the executor's own normalised products: the Go backend's builder (dot/dot.go) turns a
+// DotGeneral whose axes are not in [batch, cross, contracting] order into Transpose/Reshape nodes plus a
+// DotGeneral on the rearranged operands, and MatmulOp describes that last one (its operand shapes and axes).
+// Rebuilding each with graph.DotGeneral on parameters of the same shapes reproduces the executor's own product
+// (for bfloat16/float16 operands followed by the conversion of its float32 result), so timing those alone gives
+// the backend's matmul speed on exactly the products a step runs.
 func MatmulOps(g *graph.Graph) ([]MatmulOp, error) {
-	x, err := readSimpleGo(g)
+	x, err := readGoBackend(g)
 	if err != nil {
 		return nil, err
 	}
 	var ops []MatmulOp
-	for idx := 0; idx < x.numNodesToProcess; idx++ {
-		if x.numUses[idx] == 0 {
+	for _, idx := range x.schedule {
+		if idx >= x.numNodesToProcess || x.numUses[idx] == 0 {
 			continue
 		}
 		n := x.nodes[idx]

@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/gomlx/compute/dtypes"
@@ -62,5 +63,38 @@ func TestMatmulOps(t *testing.T) {
 	}
 	if f, _ := MatmulFLOPs(g); f != 2*(2*4*5*6)+2*4*3*6 {
 		t.Errorf("MatmulFLOPs %d", f)
+	}
+}
+
+// MatmulOps describes the executor's own normalised product: a DotGeneral whose operands the Go backend's builder
+// transposes ([6,4]·[6,5] contracted on axis 0) is reported on the transposed operands ([4,6] and [5,6],
+// contracted on axis 1), and rebuilding it with graph.DotGeneral reproduces exactly that product, with no
+// Transpose.
+func TestMatmulOpsNormalised(t *testing.T) {
+	g := compileGraph(t, "", []shapes.Shape{f32(6, 4), f32(6, 5)}, func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+		return []*graph.Node{graph.DotGeneral(p[0], []int{0}, nil, p[1], []int{0}, nil)}
+	})
+	if got := execOps(mustRead(t, g)); got != "Parameter Parameter Transpose Transpose DotGeneral Reshape" {
+		t.Fatalf("executor nodes %q", got)
+	}
+	ops, err := MatmulOps(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ops) != 1 || !ops[0].LHS.Equal(f32(4, 6)) || !ops[0].RHS.Equal(f32(5, 6)) ||
+		fmt.Sprint(ops[0].LHSContracting, ops[0].RHSContracting, ops[0].LHSBatch, ops[0].RHSBatch) != "[1] [1] [] []" ||
+		ops[0].FLOPs != 2*4*5*6 || ops[0].Count != 1 {
+		t.Fatalf("ops %v", ops)
+	}
+	op := ops[0]
+	g2 := compileGraph(t, "", []shapes.Shape{op.LHS, op.RHS}, func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+		return []*graph.Node{graph.DotGeneral(p[0], op.LHSContracting, op.LHSBatch, p[1], op.RHSContracting, op.RHSBatch)}
+	})
+	if got := execOps(mustRead(t, g2)); got != "Parameter Parameter DotGeneral Reshape" {
+		t.Errorf("rebuilt product's executor nodes %q, want no Transpose", got)
+	}
+	ops2, err := MatmulOps(g2)
+	if err != nil || len(ops2) != 1 || fmt.Sprint(ops2[0]) != fmt.Sprint(op) || ops2[0].FLOPs != op.FLOPs {
+		t.Errorf("rebuilt product %v (%v), want %v", ops2, err, op)
 	}
 }

@@ -11,10 +11,11 @@ type Method string
 const (
 	// MethodPoolCounter: a real count of the bytes held by the pure-Go backend's buffer pool while the step
 	// ran (builds with the counter only; see tools/peakmem).
-	MethodPoolCounter Method = "measured: simplego buffer-pool counter"
+	MethodPoolCounter Method = "measured: Go backend buffer-pool counter"
 	// MethodSimulation: a liveness simulation over the pure-Go executor's real op order, buffer reuse and
-	// matmul scratch buffers (an estimate, checked against the pool counter in tools/peakmem's tests).
-	MethodSimulation Method = "estimate: liveness simulation of the simplego executor"
+	// scratch buffers (an estimate, checked against the pool counter in tools/peakmem's tests; an upper bound
+	// when large matrix products run on several workers, see SimulatePeak).
+	MethodSimulation Method = "estimate: liveness simulation of the Go backend executor"
 	// MethodXLACompiled: the XLA compiled program's argument + output - alias + temporary sizes.
 	MethodXLACompiled Method = "XLA compiled-program sizes (arguments + outputs - aliases + temporaries)"
 )
@@ -33,9 +34,10 @@ type Peak struct {
 // Transient returns the peak bytes above the resident inputs.
 func (p Peak) Transient() int64 { return p.Bytes - p.Resident }
 
-// PoolCounter is implemented by builds of GoMLX's pure-Go backend that count the bytes their buffer pool hands
-// out (tools/peakmem carries such a build). Live is the bytes currently handed out, Peak the maximum of Live
-// since the last ResetPeak, and ResetPeak sets Peak to Live.
+// PoolCounter is implemented by builds of GoMLX's pure-Go backend (github.com/gomlx/compute/gobackend) that count
+// the bytes their buffer pool hands out (tools/peakmem carries such a build). Live is the bytes currently handed
+// out and not yet released, Peak the maximum of Live since the last ResetPeak, and ResetPeak sets Peak to Live.
+// Bytes are the sizes the pool really allocates (bucketed, see SimulatePeak); graph constants are not counted.
 type PoolCounter interface {
 	Live() int64
 	Peak() int64

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"unsafe"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
@@ -16,11 +15,20 @@ import (
 var (
 	// ErrNotCompiled: the graph has no compiled executable (it was never compiled, or it was finalized).
 	ErrNotCompiled = errors.New("memory: graph is not compiled")
-	// ErrNotSimpleGo: the graph is compiled for a backend other than the pure-Go one (simplego).
-	ErrNotSimpleGo = errors.New("memory: graph is not compiled on the pure-Go (simplego) backend")
-	// ErrInternals: GoMLX's unexported executor state is not what this package was written against
-	// (GoMLX v0.26.0); the simulation refuses to guess.
-	ErrInternals = errors.New("memory: GoMLX simplego internals differ from v0.26.0")
+	// ErrNotGoBackend: the graph is compiled for a backend other than GoMLX's pure-Go one ("go", package
+	// github.com/gomlx/compute/gobackend).
+	ErrNotGoBackend = errors.New("memory: graph is not compiled on the pure-Go backend")
+	// ErrNotSimpleGo is the old name of ErrNotGoBackend (the pure-Go backend was called simplego before GoMLX
+	// v0.28).
+	//
+	// Deprecated: use ErrNotGoBackend.
+	ErrNotSimpleGo = ErrNotGoBackend
+	// ErrInternals: the Go backend's unexported executor state is not what this package was written against
+	// (github.com/gomlx/compute v0.1.2, GoMLX v0.28.2); the simulation refuses to guess.
+	ErrInternals = errors.New("memory: the Go backend's executor internals differ from compute v0.1.2 (GoMLX v0.28.2)")
+	// ErrUnsupported: the graph holds something the simulation cannot replay without running it: ops whose
+	// buffers depend on the data (If, While, Sort), nested function calls (Call, closures) or dynamic shapes.
+	ErrUnsupported = errors.New("memory: the simulation does not support this graph")
 	// ErrNoXLA: XLAProgramSizes and XLAProgramPeak in builds without the xla tag.
 	ErrNoXLA = errors.New("memory: this binary was built without XLA support (rebuild with -tags xla, which " +
 		"needs cgo); XLA compiled-program sizes are unavailable")
@@ -33,32 +41,63 @@ type SimOptions struct {
 	// donated). A donated input is owned by the executor: it can be reused in place, it is freed at its last use
 	// and it is not resident. Nil means nothing is donated; otherwise it needs one entry per parameter.
 	Donate []bool
-	// AssumeSequential simulates a graph whose backend may run ops in parallel (simplego's default "dynamic"
-	// mode, or ops_parallel) as if it ran them sequentially. Without it such a graph is an error: the op
-	// order, and so the peak, of a parallel execution is not deterministic. engine.NewBackend always
-	// configures ops_sequential.
+	// AssumeSequential simulates a graph whose backend may run ops in parallel (the Go backend's default
+	// "dynamic" mode, or ops_parallel) as if it ran them sequentially, in its schedule. Without it such a graph
+	// is an error: the op order, and so the peak, of a parallel execution is not deterministic.
+	// engine.NewBackend configures ops_sequential unless told otherwise.
 	AssumeSequential bool
+	// MatmulWorkers is how many workers of a large matrix product are assumed to hold their packing panels at
+	// the same time (see SimulatePeak). 0 means the most the backend can start, which makes the figure an upper
+	// bound; it is exact when the backend runs the large path on one worker (configured with parallelism=1, or
+	// on one CPU). Values above that maximum are lowered to it.
+	MatmulWorkers int
 }
 
 // SimulatePeak replays the pure-Go backend's sequential execution of the compiled graph g, without running
 // it, and returns its peak memory (Method MethodSimulation).
 //
-// The replay walks the executor's own node list (not GoMLX's graph nodes: simplego turns one DotGeneral into
-// a normalised DotGeneral plus a Reshape, for instance) in the executor's order, and models exactly what
-// GoMLX v0.26.0's executor does with its buffer pool: parameters are pre-filled (owned only when donated),
-// constants are never owned, nodes nobody uses are skipped, an input is owned by an op only at its last use,
-// unary ops, binary ops (rhs first, then lhs, when the shape equals the output's), Where, Identity, Reshape,
-// Scatter and RNGBitGenerator reuse an owned input in place, every other buffer is returned to the pool after
-// its last use, outputs not owned by the executor are cloned, and the scratch buffers that ops take from the
-// pool inside one call (DotGeneral's transposed operands on its small path, its blocked operands and output
-// on its large path, its float32 accumulator for bfloat16, ArgMinMax's running best values) are counted while
-// the op runs.
+// The replay walks the executor's own node list (github.com/gomlx/compute/internal/gobackend, compute v0.1.2,
+// GoMLX v0.28.2), after the builder's rewrites (its DotGeneral normalisation into Transpose/Reshape +
+// DotGeneral + ConvertDType/Reshape nodes, its de-duplication of identical nodes, its ImplicitBroadcastFusion
+// pass), in the executor's own order (FunctionExecutable.Schedule: DependencyOrderSchedule, longest path to an
+// output first, unless the backend was configured with creation_order), and models exactly what each
+// executor does with the backend's buffer pool (executable.go: FunctionExecutable.Execute, executeSequentially,
+// executeNode; the per-op rules are listed at simUnaryReuse and below):
+//
+//   - parameters are pre-filled with the caller's buffers, owned only when donated; constants are never owned;
+//     nodes nobody uses are skipped; an input is owned by an op only at its last use;
+//   - an op either reuses an owned input's buffer as its output (unary ops; binary ops, rhs first then lhs,
+//     when the input's shape equals the output's; Where; Identity, Reshape and the barriers; Scatter;
+//     Reverse and Bitcast in some cases; FusedDense; RNGBitGenerator's state) or takes a new output buffer;
+//   - the scratch buffers an op takes from the pool and puts back inside one call are counted while it runs:
+//     the large matrix product's packing panels (three per worker, see below), ArgMinMax's running best values
+//     and indices, the float32 accumulator of ReduceSum/ReduceProduct on bfloat16/float16, the unpacked
+//     weights of FusedQuantizedDense, the int64 indices of QuantizedEmbeddingLookup;
+//   - every other buffer goes back to the pool (or, for user-fed buffers, to the garbage collector) after its
+//     last use; at the end, outputs not owned by the execution are cloned and the other owned buffers freed.
+//
+// Sizes are what the pool really allocates: every buffer's bytes rounded up by support.TwoBitBucketLen (see
+// bufferBytes), the same accounting as tools/peakmem's counter.
+//
+// The large matrix product (dot/matmul: the nosimd kernels, and with GOEXPERIMENT=simd the AVX-512 or AVX2
+// ones; used when the product's multiply-adds reach 4 Mi) hands its work to up to maxParallelism workers
+// (workerspool.Pool.Saturate, 2 x GOMAXPROCS by default), and each worker takes three packing panels from the
+// pool when it starts and returns them when the work runs out. How many workers hold panels at the same time
+// depends on goroutine scheduling; the simulation counts SimOptions.MatmulWorkers of them, by default all the
+// backend can start, so its peak is an upper bound that is reached or overestimates by at most a few panel
+// sets (about 1 MiB each for the nosimd float32 kernel, 316 KiB for AVX-512 float32). It is exact, to the
+// byte, when the large path runs on one worker (a backend configured with parallelism=1) or when no product
+// takes it; tools/peakmem's tests check that.
 //
 // Peak.Bytes is the maximum, over the run, of the resident bytes plus the pool buffers the execution holds;
 // Peak.Resident is the bytes of the non-donated inputs and of the graph's constants. The outputs are still held
 // when the run ends, so they are part of the peak.
+//
+// The executor's own FunctionExecutable.EstimatedTemporaryMemory (GoMLX v0.28) is not a substitute: it adds up
+// each node's output without in-place reuse, bucketing, clones or scratch buffers, and leaves out the inputs
+// and constants (see ExecutorEstimate and tools/peakmem/README.md for a measured comparison).
 func SimulatePeak(g *graph.Graph, opts SimOptions) (Peak, error) {
-	x, err := readSimpleGo(g)
+	x, err := readGoBackend(g)
 	if err != nil {
 		return Peak{}, err
 	}
@@ -67,23 +106,39 @@ func SimulatePeak(g *graph.Graph, opts SimOptions) (Peak, error) {
 			"scheduling; use a backend configured with ops_sequential (engine.NewBackend does) or set "+
 			"SimOptions.AssumeSequential", x.name)
 	}
-	r, err := simulate(x, opts.Donate)
+	r, err := simulate(x, opts)
 	if err != nil {
 		return Peak{}, err
 	}
 	return r.peak, nil
 }
 
+// ExecutorEstimate returns the Go backend's own estimate of the compiled graph g's temporary memory
+// (FunctionExecutable.EstimatedTemporaryMemory, new in GoMLX v0.28, what the backend logs at verbosity 1).
+// It walks the same schedule as SimulatePeak but adds every node's output at its unbucketed size, never reuses a
+// buffer in place, and counts no clones of outputs and no scratch buffers, and it leaves out the inputs and the
+// constants. It is neither a peak nor comparable with Peak.Transient: on training steps it overestimates the
+// transient peak (in-place reuse is common), and it cannot be checked against the pool counter. memfit only
+// reports it for comparison.
+func ExecutorEstimate(g *graph.Graph) (int64, error) {
+	x, err := readGoBackend(g)
+	if err != nil {
+		return 0, err
+	}
+	return x.estimatedTemporaryMemory()
+}
+
 // MeasurePeak calls run, which must execute the compiled graph g once (typically g.Run) and leave the outputs
 // of that execution alive until MeasurePeak returns, and reports the peak memory of that execution.
 //
-// When a pool counter is installed (builds with tools/peakmem's patched GoMLX), the figure is measured
+// When a pool counter is installed (builds with tools/peakmem's patched Go backend), the figure is measured
 // (MethodPoolCounter): Bytes is the counter's peak during run, Resident is what the pool still holds after run
 // apart from g's outputs (the parameters, including those g.Run transferred to the backend, and any other
-// buffers alive in the process), and both include g's constants, which simplego keeps outside its pool. With
-// only g's buffers alive this is the same accounting as SimulatePeak, and Transient is comparable in any case
-// (tools/peakmem's tests find the two equal to the byte). The counter is process-wide: executions running at the
-// same time on any simplego backend are counted too.
+// buffers alive in the process), and both include g's constants, which the counter leaves out (the Go backend
+// takes them from its pool when the graph is built and holds them for the graph's lifetime). With only g's
+// buffers alive this is the same accounting as SimulatePeak, and Transient is comparable in any case
+// (tools/peakmem's tests find the two equal to the byte on backends that run the large matrix product on one
+// worker). The counter is process-wide: executions running at the same time on any Go backend are counted too.
 // Without a counter, it calls run and returns SimulatePeak(g, SimOptions{}) (MethodSimulation; inputs are
 // taken as not donated, which is what g.Run does with *tensors.Tensor inputs). A graph compiled for XLA gets
 // XLAProgramPeak (builds with the xla tag only).
@@ -106,8 +161,8 @@ func MeasurePeak(g *graph.Graph, run func() error) (Peak, error) {
 	if c != nil {
 		peak, liveAfter = c.Peak(), c.Live()
 	}
-	x, err := readSimpleGo(g)
-	if errors.Is(err, ErrNotSimpleGo) {
+	x, err := readGoBackend(g)
+	if errors.Is(err, ErrNotGoBackend) {
 		return XLAProgramPeak(g)
 	}
 	if err != nil {
@@ -118,7 +173,7 @@ func MeasurePeak(g *graph.Graph, run func() error) (Peak, error) {
 			return Peak{}, fmt.Errorf("memory: the backend of graph %q may run ops in parallel; no pool counter "+
 				"is installed and the simulation needs ops_sequential", x.name)
 		}
-		r, err := simulate(x, nil)
+		r, err := simulate(x, SimOptions{})
 		if err != nil {
 			return Peak{}, err
 		}
@@ -147,16 +202,10 @@ func callRun(run func() error) (err error) {
 	return run()
 }
 
-// shapeBytes is the size of the Go slice simplego allocates for a buffer of this shape (its pool key is the
-// dtype and the number of elements).
-func shapeBytes(s shapes.Shape) int64 {
-	return int64(s.Size()) * int64(s.DType.Size())
-}
-
 // ---------------------------------------------------------------------------------------------------------------
-// The simulation proper: a replay of simplego's Executable.Execute + executeSequentially + executeNode
-// (backends/simplego/exec.go) over sgExec, with the per-op buffer behaviour of the executors in exec_*.go,
-// dotgeneral*.go and convgeneral.go.
+// The simulation proper: a replay of the Go backend's FunctionExecutable.Execute + executeSequentially +
+// executeNode (internal/gobackend/executable.go) over goExec, with the per-op buffer behaviour of the executors
+// in internal/gobackend/ops, fusedops, dot and dot/matmul.
 // ---------------------------------------------------------------------------------------------------------------
 
 // simResult is a simulation's outcome.
@@ -170,8 +219,9 @@ type simResult struct {
 }
 
 type simulator struct {
-	x       *sgExec
-	live    int64 // pool bytes held by the execution, above the resident bytes
+	x       *goExec
+	workers int // large-matmul workers holding panels at once
+	live    int64
 	peak    int64
 	curNode int
 	atNode  int
@@ -180,8 +230,8 @@ type simulator struct {
 	timeline *[]TimelinePoint
 	opMax    int64 // the most held while the current op ran
 
-	// Per executor node, as in simplego's executionBuffers: whether results[i] is set, owned[i], numUsed[i], and
-	// the bytes of the buffer in results[i].
+	// Per executor node, as in the executor's funcExecBuffers: whether results[i] is set, owned[i],
+	// numUsed[i], and the bytes of the buffer in results[i].
 	has     []bool
 	owned   []bool
 	numUsed []int
@@ -199,6 +249,12 @@ func (s *simulator) alloc(b int64) {
 
 func (s *simulator) free(b int64) { s.live -= b }
 
+// scratch counts buffers taken from the pool and put back inside the current op.
+func (s *simulator) scratch(b int64) {
+	s.alloc(b)
+	s.free(b)
+}
+
 // TimelinePoint is the memory held after one executor op of a simulated execution (see SimulateTimeline).
 type TimelinePoint struct {
 	// Step counts executed ops from 0; Node is the executor's node index.
@@ -215,7 +271,7 @@ type TimelinePoint struct {
 // SimulateTimeline replays the execution like SimulatePeak and also returns the bytes held after each op, for
 // finding where a peak comes from or plotting it.
 func SimulateTimeline(g *graph.Graph, opts SimOptions) (Peak, []TimelinePoint, error) {
-	x, err := readSimpleGo(g)
+	x, err := readGoBackend(g)
 	if err != nil {
 		return Peak{}, nil, err
 	}
@@ -223,32 +279,61 @@ func SimulateTimeline(g *graph.Graph, opts SimOptions) (Peak, []TimelinePoint, e
 		return Peak{}, nil, fmt.Errorf("memory: the backend of graph %q may run ops in parallel; use ops_sequential", x.name)
 	}
 	var tl []TimelinePoint
-	r, err := simulateWith(x, opts.Donate, &tl)
+	r, err := simulateWith(x, opts, &tl)
 	if err != nil {
 		return Peak{}, nil, err
 	}
 	return r.peak, tl, nil
 }
 
-// simulate replays one execution; donate is nil or has one entry per parameter.
-func simulate(x *sgExec, donate []bool) (simResult, error) { return simulateWith(x, donate, nil) }
+// simulate replays one execution.
+func simulate(x *goExec, opts SimOptions) (simResult, error) { return simulateWith(x, opts, nil) }
 
-func simulateWith(x *sgExec, donate []bool, timeline *[]TimelinePoint) (simResult, error) {
+// checkSupported refuses what the simulation cannot replay.
+func (x *goExec) checkSupported() error {
+	for idx := range x.numNodesToProcess {
+		n := &x.nodes[idx]
+		if x.numUses[idx] == 0 {
+			continue
+		}
+		if simRefused[n.op] || n.captured > 0 {
+			return fmt.Errorf("%w: graph %q has a %s node (#%d), whose buffers depend on the data or on a nested "+
+				"function", ErrUnsupported, x.name, n.op, idx)
+		}
+		dynamic := len(n.multiShapes) == 0 && n.shape.IsDynamic()
+		for _, ms := range n.multiShapes {
+			dynamic = dynamic || ms.IsDynamic()
+		}
+		if dynamic {
+			return fmt.Errorf("%w: graph %q has dynamic shapes (node #%d, %s)", ErrUnsupported, x.name, idx, n.op)
+		}
+	}
+	return nil
+}
+
+func simulateWith(x *goExec, opts SimOptions, timeline *[]TimelinePoint) (simResult, error) {
+	donate := opts.Donate
 	if donate != nil && len(donate) != len(x.inputs) {
 		return simResult{}, fmt.Errorf("memory: SimOptions.Donate has %d entries, graph %q has %d parameters",
 			len(donate), x.name, len(x.inputs))
 	}
+	if err := x.checkSupported(); err != nil {
+		return simResult{}, err
+	}
 	n := x.numNodesToProcess
-	s := &simulator{x: x, curNode: -1, atNode: -1, timeline: timeline,
+	s := &simulator{x: x, curNode: -1, atNode: -1, timeline: timeline, workers: x.largeMatmulWorkers(),
 		has: make([]bool, n), owned: make([]bool, n), numUsed: make([]int, n), bytes: make([]int64, n)}
+	if opts.MatmulWorkers > 0 {
+		s.workers = min(s.workers, opts.MatmulWorkers)
+	}
 	resident := x.constantBytes()
 
 	// Parameters are pre-filled with the caller's buffers; donated ones are owned by the execution.
 	for i, idx := range x.inputs {
-		b := shapeBytes(x.nodes[idx].shape)
+		b := bufferBytes(x.nodes[idx].shape)
 		d := donate != nil && donate[i]
 		if idx >= n {
-			// Not reachable from any output (simplego itself indexes past its results here; never seen in
+			// Not reachable from any output (the executor itself indexes past its results here; never seen in
 			// practice, since GoMLX creates parameters first): it stays with the caller.
 			resident += b
 			continue
@@ -283,7 +368,8 @@ func simulateWith(x *sgExec, donate []bool, timeline *[]TimelinePoint) (simResul
 	}
 	s.curNode = -1
 
-	// Execute's epilogue: outputs not owned by the execution are cloned, then every other owned buffer is freed.
+	// Execute's epilogue: outputs not owned by the execution are cloned (CloneBuffer), owned ones handed over,
+	// then every other owned buffer is put back.
 	var outBytes int64
 	for _, idx := range x.outputs {
 		if !s.has[idx] {
@@ -291,7 +377,7 @@ func simulateWith(x *sgExec, donate []bool, timeline *[]TimelinePoint) (simResul
 		}
 		b := s.bytes[idx]
 		if !s.owned[idx] {
-			b = shapeBytes(x.nodes[idx].shape)
+			b = bufferBytes(x.nodes[idx].shape)
 			s.alloc(b)
 		}
 		outBytes += b
@@ -314,13 +400,13 @@ func simulateWith(x *sgExec, donate []bool, timeline *[]TimelinePoint) (simResul
 	}, nil
 }
 
-// executeNode mirrors simplego's Executable.executeNode.
-func (s *simulator) executeNode(node *sgNode) error {
+// executeNode mirrors FunctionExecutable.executeNode (executable.go).
+func (s *simulator) executeNode(node *goNode) error {
 	x := s.x
 	idx := node.idx
 	if node.op == compute.OpTypeConstant {
 		s.has[idx], s.owned[idx] = true, false
-		s.bytes[idx] = shapeBytes(node.shape)
+		s.bytes[idx] = node.constRawBytes
 		return nil
 	}
 	owned := make([]bool, len(node.inputs))
@@ -343,7 +429,7 @@ func (s *simulator) executeNode(node *sgNode) error {
 		for j, b := range outs {
 			out := node.multiNodes[j]
 			if out >= x.numNodesToProcess || x.numUses[out] == 0 {
-				s.free(b) // Not part of the computation: returned to the pool at once.
+				s.free(b) // Not part of the computation: put back at once.
 				continue
 			}
 			s.has[out], s.owned[out], s.bytes[out] = true, true, b
@@ -361,7 +447,7 @@ func (s *simulator) executeNode(node *sgNode) error {
 		s.has[idx], s.owned[idx], s.bytes[idx] = true, true, b
 	}
 
-	// Mark inputs used; free the owned ones at their last use (a reused one moved to the output).
+	// Mark inputs used; put back the owned ones at their last use (a reused one moved to the output).
 	for i, in := range node.inputs {
 		s.numUsed[in]++
 		if reused[i] {
@@ -376,39 +462,59 @@ func (s *simulator) executeNode(node *sgNode) error {
 	return nil
 }
 
-// Op families, by what their executor does with its buffers.
+// Op families, by what their executor does with its buffers (files under internal/gobackend).
 var (
-	// unaryOperandAndOutput (exec_unary.go): reuse the owned operand, else a new buffer of the operand's size.
+	// ops/unaryops.go, unaryOperandAndOutput: reuse the owned operand, else a new buffer of its shape.
 	simUnaryReuse = opSet(compute.OpTypeNeg, compute.OpTypeAbs, compute.OpTypeSign, compute.OpTypeLogicalNot,
 		compute.OpTypeBitwiseNot, compute.OpTypeBitCount, compute.OpTypeClz, compute.OpTypeExp,
 		compute.OpTypeExpm1, compute.OpTypeLog, compute.OpTypeLog1p, compute.OpTypeCeil, compute.OpTypeFloor,
 		compute.OpTypeRound, compute.OpTypeRsqrt, compute.OpTypeSqrt, compute.OpTypeCos, compute.OpTypeSin,
 		compute.OpTypeTanh, compute.OpTypeLogistic, compute.OpTypeErf)
-	// binaryOperandsAndOutput (exec_binary.go): reuse the owned rhs, else the owned lhs, when its shape equals
-	// the output's; else a new buffer.
+	// ops/binaryops.go, binaryOperandsAndOutputForExecution (used by ops/gen_exec_binary.go and ops/shiftops.go):
+	// reuse the owned rhs, else the owned lhs, when its shape equals the output's; else a new buffer.
 	simBinaryReuse = opSet(compute.OpTypeAdd, compute.OpTypeMul, compute.OpTypeSub, compute.OpTypeDiv,
-		compute.OpTypeRem, compute.OpTypePow, compute.OpTypeMax, compute.OpTypeMin, compute.OpTypeBitwiseAnd,
-		compute.OpTypeBitwiseOr, compute.OpTypeBitwiseXor, compute.OpTypeLogicalAnd, compute.OpTypeLogicalOr,
-		compute.OpTypeLogicalXor)
-	// Identity and Reshape: reuse the owned operand, else copy it.
-	simIdentityLike = opSet(compute.OpTypeIdentity, compute.OpTypeReshape, compute.OpTypeOptimizationBarrier,
-		compute.OpTypeSchedulingBarrier)
-	// execReduce: with no axes it is execIdentity, else a new output.
+		compute.OpTypeRem, compute.OpTypePow, compute.OpTypeAtan2, compute.OpTypeMax, compute.OpTypeMin,
+		compute.OpTypeBitwiseAnd, compute.OpTypeBitwiseOr, compute.OpTypeBitwiseXor, compute.OpTypeLogicalAnd,
+		compute.OpTypeLogicalOr, compute.OpTypeLogicalXor, compute.OpTypeShiftLeft,
+		compute.OpTypeShiftRightArithmetic, compute.OpTypeShiftRightLogical)
+	// Reuse the owned first input, else copy it into a new buffer: ops/identity.go, ops/optimizationbarrier.go,
+	// ops/schedulingbarrier.go (its other inputs are dependencies only), ops/reshape.go (Reshape and
+	// DynamicReshape), fusedops/dense.go (input 0 is the DotGeneral result; the bias and activation are applied
+	// in place).
+	simFirstInputReuse = opSet(compute.OpTypeIdentity, compute.OpTypeOptimizationBarrier,
+		compute.OpTypeSchedulingBarrier, compute.OpTypeReshape, compute.OpTypeDynamicReshape, compute.OpTypeFusedDense)
+	// ops/reduce.go, execReduce: always a new output (a scalar operand with no axes is copied); ReduceSum and
+	// ReduceProduct on bfloat16/float16 also take a float32 accumulator of the output's size.
 	simReduce = opSet(compute.OpTypeReduceMax, compute.OpTypeReduceMin, compute.OpTypeReduceSum,
 		compute.OpTypeReduceProduct, compute.OpTypeReduceBitwiseAnd, compute.OpTypeReduceBitwiseOr,
 		compute.OpTypeReduceBitwiseXor, compute.OpTypeReduceLogicalAnd, compute.OpTypeReduceLogicalOr,
 		compute.OpTypeReduceLogicalXor)
-	// execScatter: reuse the owned operand, else clone it.
+	// ops/scatter.go, execScatter: reuse the owned operand, else clone it.
 	simScatter = opSet(compute.OpTypeScatterMax, compute.OpTypeScatterMin, compute.OpTypeScatterSum)
-	// Always a new output buffer of the node's shape and nothing else from the pool.
+	// A new output buffer of the node's shape and nothing else from the pool: comparisons
+	// (ops/gen_exec_binary.go) and IsFinite (ops/unaryops.go), ops/transpose.go, broadcastindim.go, iota.go,
+	// gather.go, concatenate.go, convertdtype.go, slice.go, pad.go, reducewindow.go, convgeneral.go, dynamic.go,
+	// fusedops/softmax.go, gelu.go, layernorm.go.
 	simNewOutput = opSet(compute.OpTypeIsFinite, compute.OpTypeEqual, compute.OpTypeNotEqual,
 		compute.OpTypeGreaterOrEqual, compute.OpTypeGreaterThan, compute.OpTypeLessOrEqual,
 		compute.OpTypeLessThan, compute.OpTypeTranspose, compute.OpTypeBroadcastInDim,
 		compute.OpTypeIota, compute.OpTypeGather, compute.OpTypeConcatenate, compute.OpTypeConvertDType,
-		compute.OpTypeSlice, compute.OpTypeReduceWindow, compute.OpTypeConvGeneral)
-	// simBuilderOnly are ops the simplego Builder accepts but rewrites into other executor nodes (Dot into
-	// DotGeneral + Reshape, IsNaN into NotEqual), so they never reach the executor.
-	simBuilderOnly = opSet(compute.OpTypeDot, compute.OpTypeIsNaN)
+		compute.OpTypeSlice, compute.OpTypePad, compute.OpTypeReduceWindow, compute.OpTypeConvGeneral,
+		compute.OpTypeDynamicDimensionSize, compute.OpTypeDynamicShape, compute.OpTypeFusedSoftmax,
+		compute.OpTypeFusedGelu, compute.OpTypeFusedLayerNorm)
+	// Modelled one by one in singleOutputOp and multiOutputOp.
+	simOwnModel = opSet(compute.OpTypeParameter, compute.OpTypeConstant, compute.OpTypeWhere,
+		compute.OpTypeArgMinMax, compute.OpTypeDotGeneral, compute.OpTypeReverse, compute.OpTypeBitcast,
+		compute.OpTypeFusedQuantizedDense, compute.OpTypeQuantizedEmbeddingLookup, compute.OpTypeRNGBitGenerator,
+		compute.OpTypeFusedAttentionQKVProjection)
+	// simRefused are executors the simulation cannot replay without running the graph: If, While and Sort run
+	// closures chosen or repeated by the data (ops/if.go, while.go, sort.go), Call runs a nested function's own
+	// executable (ops/call.go). A graph holding one is ErrUnsupported.
+	simRefused = opSet(compute.OpTypeIf, compute.OpTypeWhile, compute.OpTypeSort, compute.OpTypeCall)
+	// simBuilderOnly are ops the Go backend lists in its capabilities that never reach the executor: the builder
+	// rewrites IsNaN into NotEqual (ops/isnan.go) and Clamp into Max + Min (ops/clamp.go); Dot has no builder
+	// method left in compute v0.1.2 (graph.Dot builds a DotGeneral).
+	simBuilderOnly = opSet(compute.OpTypeDot, compute.OpTypeIsNaN, compute.OpTypeClamp)
 )
 
 func opSet(ops ...compute.OpType) map[compute.OpType]bool {
@@ -421,21 +527,17 @@ func opSet(ops ...compute.OpType) map[compute.OpType]bool {
 
 // simModelled reports whether the simulation models the executor of op.
 func simModelled(op compute.OpType) bool {
-	switch op {
-	case compute.OpTypeParameter, compute.OpTypeConstant, compute.OpTypeWhere, compute.OpTypeArgMinMax,
-		compute.OpTypeDotGeneral, compute.OpTypeRNGBitGenerator:
-		return true
-	}
-	return simUnaryReuse[op] || simBinaryReuse[op] || simIdentityLike[op] || simReduce[op] || simScatter[op] ||
-		simNewOutput[op]
+	return simOwnModel[op] || simUnaryReuse[op] || simBinaryReuse[op] || simFirstInputReuse[op] || simReduce[op] ||
+		simScatter[op] || simNewOutput[op]
 }
 
 // singleOutputOp models one single-output executor: it allocates and frees the op's buffers (output and
 // scratch) and returns the bytes of the new output buffer, or the index of the input whose buffer became the
 // output (then the bytes are that buffer's).
-func (s *simulator) singleOutputOp(node *sgNode, owned []bool) (outBytes int64, reuse int, err error) {
+func (s *simulator) singleOutputOp(node *goNode, owned []bool) (outBytes int64, reuse int, err error) {
 	in := func(i int) shapes.Shape { return s.x.nodes[node.inputs[i]].shape }
-	newOut := func(b int64) (int64, int, error) {
+	newOut := func(shape shapes.Shape) (int64, int, error) {
+		b := bufferBytes(shape)
 		s.alloc(b)
 		return b, -1, nil
 	}
@@ -445,7 +547,7 @@ func (s *simulator) singleOutputOp(node *sgNode, owned []bool) (outBytes int64, 
 		if owned[0] {
 			return 0, 0, nil
 		}
-		return newOut(shapeBytes(in(0)))
+		return newOut(in(0))
 
 	case simBinaryReuse[op]:
 		switch {
@@ -454,25 +556,25 @@ func (s *simulator) singleOutputOp(node *sgNode, owned []bool) (outBytes int64, 
 		case owned[0] && in(0).Equal(node.shape):
 			return 0, 0, nil
 		}
-		return newOut(shapeBytes(node.shape))
+		return newOut(node.shape)
 
-	case simIdentityLike[op], simReduce[op] && node.hasReduceAxes && len(node.reduceAxes) == 0:
+	case simFirstInputReuse[op], simScatter[op]:
 		if owned[0] {
 			return 0, 0, nil
 		}
-		return newOut(shapeBytes(in(0)))
+		return newOut(node.shape)
 
 	case simReduce[op]:
-		if !node.hasReduceAxes {
+		if !node.hasAxes {
 			return 0, 0, fmt.Errorf("%w: %s node #%d carries no reduce axes", ErrInternals, op, node.idx)
 		}
-		return newOut(shapeBytes(node.shape))
-
-	case simScatter[op]:
-		if owned[0] {
-			return 0, 0, nil
+		b, r, err := newOut(node.shape)
+		copyOnly := len(node.axes) == 0 && in(0).Rank() == 0
+		if !copyOnly && (op == compute.OpTypeReduceSum || op == compute.OpTypeReduceProduct) &&
+			(node.shape.DType == dtypes.BFloat16 || node.shape.DType == dtypes.Float16) {
+			s.scratch(bufferBytes(shapes.Make(dtypes.Float32, node.shape.Size())))
 		}
-		return newOut(shapeBytes(in(0)))
+		return b, r, err
 
 	case op == compute.OpTypeWhere:
 		switch {
@@ -481,452 +583,166 @@ func (s *simulator) singleOutputOp(node *sgNode, owned []bool) (outBytes int64, 
 		case in(2).Equal(node.shape) && owned[2]:
 			return 0, 2, nil
 		}
-		return newOut(shapeBytes(node.shape))
+		return newOut(node.shape)
+
+	case op == compute.OpTypeReverse:
+		// ops/reverse.go: with no axes, reuse the owned operand; else a new buffer.
+		if !node.hasAxes {
+			return 0, 0, fmt.Errorf("%w: Reverse node #%d carries no axes", ErrInternals, node.idx)
+		}
+		if len(node.axes) == 0 && owned[0] {
+			return 0, 0, nil
+		}
+		return newOut(in(0))
+
+	case op == compute.OpTypeBitcast:
+		// ops/bitcast.go: reuse the owned operand when the Go storage types allow it.
+		src, dst := in(0).DType, node.shape.DType
+		canReuse := src.GoType() == dst.GoType()
+		if src.Bits() != dst.Bits() {
+			canReuse = src.GoType().Kind() == reflect.Uint8 && dst.GoType().Kind() == reflect.Uint8
+		}
+		if owned[0] && canReuse {
+			return 0, 0, nil
+		}
+		return newOut(node.shape)
 
 	case op == compute.OpTypeArgMinMax:
+		// ops/argminmax.go: the output, then the running best values and their int32 indices, one per suffix
+		// position, put back before the op returns.
 		if node.argAxis < 0 {
 			return 0, 0, fmt.Errorf("%w: ArgMinMax node #%d carries no axis", ErrInternals, node.idx)
 		}
-		b := shapeBytes(node.shape)
-		s.alloc(b)
-		// Running best values and their indices, one per suffix position, freed before the op returns.
+		b, r, err := newOut(node.shape)
 		operand := in(0)
-		suffix := int64(1)
+		suffix := 1
 		for _, d := range operand.Dimensions[node.argAxis+1:] {
-			suffix *= int64(d)
+			suffix *= d
 		}
-		scratch := suffix*int64(operand.DType.Size()) + suffix*int64(dtypes.Int32.Size())
-		s.alloc(scratch)
-		s.free(scratch)
-		return b, -1, nil
+		s.scratch(bufferBytes(shapes.Make(operand.DType, suffix)) + bufferBytes(shapes.Make(dtypes.Int32, suffix)))
+		return b, r, err
 
 	case op == compute.OpTypeDotGeneral:
-		return s.dotGeneral(node, in(0), in(1))
+		return s.dotGeneral(node)
+
+	case op == compute.OpTypeFusedQuantizedDense:
+		// fusedops/quantizeddense.go: the output, then sub-byte weights unpacked to int8/uint8 for the call (GGML
+		// weights are uint8 and need no unpacking, quantizeddense_ggml.go).
+		b, r, err := newOut(node.shape)
+		switch w := in(1); w.DType {
+		case dtypes.Int4, dtypes.Int2:
+			s.scratch(bufferBytes(shapes.Make(dtypes.Int8, w.Dimensions...)))
+		case dtypes.Uint4, dtypes.Uint2:
+			s.scratch(bufferBytes(shapes.Make(dtypes.Uint8, w.Dimensions...)))
+		}
+		return b, r, err
+
+	case op == compute.OpTypeQuantizedEmbeddingLookup:
+		// fusedops/quantizeddense.go: the output, then the indices converted to int64 unless they are.
+		b, r, err := newOut(node.shape)
+		if idx := in(1); idx.DType != dtypes.Int64 {
+			s.scratch(bufferBytes(shapes.Make(dtypes.Int64, idx.Dimensions...)))
+		}
+		return b, r, err
 
 	case simNewOutput[op]:
-		return newOut(shapeBytes(node.shape))
+		return newOut(node.shape)
 	}
 	return 0, 0, fmt.Errorf("%w: the simulation does not model the executor of %s (node #%d)", ErrInternals, op, node.idx)
 }
 
-// dotGeneral models execDotGeneral (dot/dot.go): a new output buffer. The matmul kernels' packing panels are
-// not modelled yet.
-func (s *simulator) dotGeneral(node *sgNode, lhs, rhs shapes.Shape) (int64, int, error) {
+// The large matrix product's packing panels (dot/matmul): per worker, an LHS panel of Mc x Kc and an RHS panel
+// of Kc x Nc input values and an output panel of Mc x Nc output values. nosimd.go's NoSIMDParams serve every
+// dtype of the nosimd kernels; avx512.go's and avx2.go's parameters depend on the input dtype.
+type panelParams struct{ mc, kc, nc int }
+
+var (
+	simNoSIMDPanels = panelParams{mc: 2, kc: 512, nc: 512} // NoSIMDParams
+	simSIMDPanels   = map[dtypes.DType]panelParams{        // AVX512Params* and AVX2Params* (identical panels)
+		dtypes.Float32:  {mc: 24, kc: 128, nc: 512},
+		dtypes.BFloat16: {mc: 32, kc: 128, nc: 768},
+		dtypes.Float16:  {mc: 32, kc: 128, nc: 768},
+		dtypes.Float64:  {mc: 16, kc: 64, nc: 256},
+	}
+)
+
+// simSmallMatMulThreshold is nosimd.go's noSIMDSmallMatMulSizeThreshold: products with fewer multiply-adds take
+// the small kernels, which use no pool buffers.
+const simSmallMatMulThreshold = 4 * 1024 * 1024
+
+// dotPanelBytes returns the bytes of one worker's packing panels for the product d, or 0 when the product takes
+// a small kernel. The routers (nosimd_router.go, avx512_router.go, avx2_router.go) choose the large path when
+// the product's multiply-adds reach simSmallMatMulThreshold: batch x M x N x K for nosimd and AVX-512, M x N x K
+// (per batch item) for AVX2.
+func dotPanelBytes(d *goDot) (int64, error) {
+	perMatrix := int64(d.lhsCrossSize) * int64(d.rhsCrossSize) * int64(d.contractingSize)
+	var p panelParams
+	size := int64(d.batchSize) * perMatrix
+	switch d.impl {
+	case "simd:nosimd":
+		p = simNoSIMDPanels
+	case "simd:avx512", "simd:avx2":
+		var ok bool
+		if p, ok = simSIMDPanels[d.inputDType]; !ok {
+			return 0, fmt.Errorf("%w: no %s panel sizes for input dtype %s", ErrInternals, d.impl, d.inputDType)
+		}
+		if d.impl == "simd:avx2" {
+			size = perMatrix
+		}
+	default:
+		return 0, fmt.Errorf("%w: unknown DotGeneral implementation %q", ErrInternals, d.impl)
+	}
+	if size < simSmallMatMulThreshold {
+		return 0, nil
+	}
+	return bufferBytes(shapes.Make(d.inputDType, p.mc*p.kc)) + bufferBytes(shapes.Make(d.inputDType, p.kc*p.nc)) +
+		bufferBytes(shapes.Make(d.outputDType, p.mc*p.nc)), nil
+}
+
+// dotGeneral models execDotGeneral (dot/dot.go): a new output buffer of the normalised shape [batch, M, N]
+// (in float32 for half-precision inputs), then, on the large path, each worker's packing panels, put back
+// before the op returns (nosimd_large.go, avx512_large.go, avx2_large.go and their generated variants).
+func (s *simulator) dotGeneral(node *goNode) (int64, int, error) {
 	if node.dot == nil {
 		return 0, 0, fmt.Errorf("%w: DotGeneral node #%d carries no dot.NodeData", ErrInternals, node.idx)
 	}
-	_, _ = lhs, rhs
-	out := shapeBytes(node.shape)
+	out := bufferBytes(node.shape)
 	s.alloc(out)
+	panels, err := dotPanelBytes(node.dot)
+	if err != nil {
+		return 0, 0, fmt.Errorf("DotGeneral node #%d: %w", node.idx, err)
+	}
+	s.scratch(int64(s.workers) * panels)
 	return out, -1, nil
 }
 
-// multiOutputOp models the multi-output executors (only RNGBitGenerator in v0.26.0): it returns the bytes of
-// each output buffer and which inputs were taken over.
-func (s *simulator) multiOutputOp(node *sgNode, owned []bool) ([]int64, []bool, error) {
-	if node.op != compute.OpTypeRNGBitGenerator || len(node.multiShapes) != 2 || len(node.multiNodes) != 2 {
-		return nil, nil, fmt.Errorf("%w: the simulation does not model multi-output %s (node #%d)",
-			ErrInternals, node.op, node.idx)
-	}
+// multiOutputOp models the multi-output executors: it returns the bytes of each output buffer and which inputs
+// were taken over.
+func (s *simulator) multiOutputOp(node *goNode, owned []bool) ([]int64, []bool, error) {
 	reused := make([]bool, len(node.inputs))
-	data := shapeBytes(node.multiShapes[1])
-	s.alloc(data)
-	state := s.bytes[node.inputs[0]]
-	if owned[0] {
-		reused[0] = true
-	} else {
-		state = shapeBytes(node.multiShapes[0])
-		s.alloc(state)
-	}
-	return []int64{state, data}, reused, nil
-}
-
-// ---------------------------------------------------------------------------------------------------------------
-// GoMLX internals. Everything this package reads from the Go backend's executor is read below, by field name,
-// through reflect (+ unsafe for the unexported fields), and copied into sgExec; nothing else in memfit touches
-// the backend's state. The executor lives in github.com/gomlx/compute/internal/gobackend, which cannot be
-// imported, so its types are recognised by package path and name. The fields are those of compute v0.1.2
-// (GoMLX v0.28.2):
-//
-//	gobackend.Executable{backend *Backend; builder *Builder; mainFn *FunctionExecutable}          (exec.go)
-//	gobackend.FunctionExecutable{Function *Function; NumNodesToProcess int; Schedule []int;
-//	                             NumUses []int; OutputNodes []*Node}                              (executable.go)
-//	gobackend.Function{Nodes, Parameters, Outputs []*Node}                                         (function.go)
-//	gobackend.Builder{name string}                                                                 (builder.go)
-//	gobackend.Node{Index int; Inputs []*Node; OpType compute.OpType; Shape shapes.Shape;
-//	               MultiOutputsShapes []shapes.Shape; MultiOutputsNodes []*Node; Data any}
-//	gobackend.Backend{OpsExecutionType; Workers *workerspool.Pool}                                 (gobackend.go)
-//	Node.Data: *dot.NodeData (DotGeneral), []int (Reduce*), *argMinMaxNode{axis int} (ArgMinMax)
-//
-// Any mismatch is an ErrInternals error naming the field; TestGoBackendInternals fails loudly on it.
-// ---------------------------------------------------------------------------------------------------------------
-
-// goBackendPkg is the package path of the Go backend's executor types.
-const goBackendPkg = "github.com/gomlx/compute/internal/gobackend"
-
-// sgExec is memfit's copy of what the Go backend's executor knows about a compiled graph.
-type sgExec struct {
-	name              string
-	nodes             []sgNode // all nodes of the main function, indexed by Node.Index
-	inputs            []int    // Index of each parameter, in parameter order
-	outputs           []int    // Index of each output, in output order
-	numNodesToProcess int
-	numUses           []int // len numNodesToProcess
-	schedule          []int // the executor's order of execution (FunctionExecutable.Schedule)
-	sequential        bool  // Backend.OpsExecutionType == OpsExecutionSequential
-}
-
-// sgNode is one executor node.
-type sgNode struct {
-	idx           int
-	op            compute.OpType
-	shape         shapes.Shape
-	inputs        []int
-	multiShapes   []shapes.Shape
-	multiNodes    []int
-	dot           *sgDot
-	reduceAxes    []int
-	hasReduceAxes bool
-	argAxis       int // -1 unless ArgMinMax
-}
-
-// sgDot is the Go backend's dot.NodeData: the normalised product the executor runs.
-type sgDot struct {
-	lhsContractingAxes, lhsBatchAxes                       []int
-	rhsContractingAxes, rhsBatchAxes                       []int
-	batchSize, lhsCrossSize, rhsCrossSize, contractingSize int
-}
-
-// constantBytes is the bytes of all the constants the compiled graph holds (the Go backend keeps them outside its
-// buffer pool, as buffers referenced by the nodes).
-func (x *sgExec) constantBytes() int64 {
-	var b int64
-	for i := range x.nodes {
-		if x.nodes[i].op == compute.OpTypeConstant {
-			b += shapeBytes(x.nodes[i].shape)
-		}
-	}
-	return b
-}
-
-// outputBytes is the bytes of the graph's outputs.
-func (x *sgExec) outputBytes() int64 {
-	var b int64
-	for _, idx := range x.outputs {
-		b += shapeBytes(x.nodes[idx].shape)
-	}
-	return b
-}
-
-// Values of gobackend.OpsExecutionType (executable.go).
-const sgOpsExecutionSequential = 2
-
-// compiledExecutable returns g's compiled compute.Executable.
-func compiledExecutable(g *graph.Graph) (exe compute.Executable, err error) {
-	if g == nil {
-		return nil, fmt.Errorf("%w: nil graph", ErrNotCompiled)
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			exe, err = nil, fmt.Errorf("%w: reading the graph's executable: %v", ErrNotCompiled, r)
-		}
-	}()
-	exe = g.Executable()
-	if exe == nil {
-		return nil, fmt.Errorf("%w (graph %q)", ErrNotCompiled, g.Name())
-	}
-	return exe, nil
-}
-
-// isGoBackendType reports whether t is *gobackend.<name> of the Go backend's executor package.
-func isGoBackendType(t reflect.Type, name string) bool {
-	return t != nil && t.Kind() == reflect.Pointer && t.Elem().PkgPath() == goBackendPkg && t.Elem().Name() == name
-}
-
-// readSimpleGo copies what the Go backend's executor knows about the compiled graph g into an sgExec.
-func readSimpleGo(g *graph.Graph) (x *sgExec, err error) {
-	exe, err := compiledExecutable(g)
-	if err != nil {
-		return nil, err
-	}
-	if !isGoBackendType(reflect.TypeOf(exe), "Executable") {
-		return nil, fmt.Errorf("%w: graph %q is compiled as %T", ErrNotSimpleGo, g.Name(), exe)
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			x, err = nil, fmt.Errorf("%w: %v", ErrInternals, r)
-		}
-	}()
-	return readGoExecutable(reflect.ValueOf(exe).Elem())
-}
-
-// structField returns the struct (or pointer to struct) v's field name, made readable; kind, when not
-// reflect.Invalid, is checked.
-func structField(v reflect.Value, name string, kind reflect.Kind) (reflect.Value, error) {
-	if v.Kind() == reflect.Pointer {
-		if v.IsNil() {
-			return reflect.Value{}, fmt.Errorf("%w: nil %s reading field %q", ErrInternals, v.Type(), name)
-		}
-		v = v.Elem()
-	}
-	f, err := privateField(v, name, nil)
-	if err != nil {
-		return f, err
-	}
-	if kind != reflect.Invalid && f.Kind() != kind {
-		return reflect.Value{}, fmt.Errorf("%w: %s.%s is %s, want a %s", ErrInternals, v.Type(), name, f.Type(), kind)
-	}
-	return f, nil
-}
-
-// nodeIndexes reads a []*gobackend.Node field as the nodes' Index values.
-func nodeIndexes(v reflect.Value, name string) ([]int, error) {
-	f, err := structField(v, name, reflect.Slice)
-	if err != nil {
-		return nil, err
-	}
-	if f.IsNil() {
-		return nil, nil
-	}
-	if !isGoBackendType(f.Type().Elem(), "Node") {
-		return nil, fmt.Errorf("%w: %s.%s is %s, want []*gobackend.Node", ErrInternals, v.Type(), name, f.Type())
-	}
-	out := make([]int, f.Len())
-	for i := range out {
-		idx, err := structField(f.Index(i), "Index", reflect.Int)
-		if err != nil {
-			return nil, err
-		}
-		out[i] = int(idx.Int())
-	}
-	return out, nil
-}
-
-func readGoExecutable(ev reflect.Value) (*sgExec, error) {
-	builder, err := structField(ev, "builder", reflect.Pointer)
-	if err != nil {
-		return nil, err
-	}
-	if builder.IsNil() {
-		return nil, fmt.Errorf("%w: the Go backend executable was finalized", ErrNotCompiled)
-	}
-	fe, err := structField(ev, "mainFn", reflect.Pointer)
-	if err != nil {
-		return nil, err
-	}
-	if !isGoBackendType(fe.Type(), "FunctionExecutable") || fe.IsNil() {
-		return nil, fmt.Errorf("%w: Executable.mainFn is %s", ErrInternals, fe.Type())
-	}
-	nnp, err := structField(fe, "NumNodesToProcess", reflect.Int)
-	if err != nil {
-		return nil, err
-	}
-	numUses, err := privateField(fe.Elem(), "NumUses", reflect.TypeFor[[]int]())
-	if err != nil {
-		return nil, err
-	}
-	schedule, err := privateField(fe.Elem(), "Schedule", reflect.TypeFor[[]int]())
-	if err != nil {
-		return nil, err
-	}
-	x := &sgExec{numNodesToProcess: int(nnp.Int()), numUses: numUses.Interface().([]int),
-		schedule: schedule.Interface().([]int)}
-	if len(x.numUses) != x.numNodesToProcess {
-		return nil, fmt.Errorf("%w: len(NumUses)=%d != NumNodesToProcess=%d", ErrInternals, len(x.numUses), x.numNodesToProcess)
-	}
-
-	backend, err := structField(ev, "backend", reflect.Pointer)
-	if err != nil {
-		return nil, err
-	}
-	execType, err := structField(backend, "OpsExecutionType", reflect.Int)
-	if err != nil {
-		return nil, err
-	}
-	if execType.Type().Name() != "OpsExecutionType" {
-		return nil, fmt.Errorf("%w: Backend.OpsExecutionType is %s", ErrInternals, execType.Type())
-	}
-	x.sequential = execType.Int() == sgOpsExecutionSequential
-
-	name, err := structField(builder, "name", reflect.String)
-	if err != nil {
-		return nil, err
-	}
-	x.name = name.String()
-	fn, err := structField(fe, "Function", reflect.Pointer)
-	if err != nil {
-		return nil, err
-	}
-	nodes, err := structField(fn, "Nodes", reflect.Slice)
-	if err != nil {
-		return nil, err
-	}
-	if nodes.Len() < x.numNodesToProcess {
-		return nil, fmt.Errorf("%w: %d nodes < NumNodesToProcess=%d", ErrInternals, nodes.Len(), x.numNodesToProcess)
-	}
-	x.nodes = make([]sgNode, nodes.Len())
-	for i := range x.nodes {
-		sn, err := readNode(nodes.Index(i))
-		if err != nil {
-			return nil, err
-		}
-		if sn.idx != i {
-			return nil, fmt.Errorf("%w: node %d has Index %d", ErrInternals, i, sn.idx)
-		}
-		x.nodes[i] = sn
-	}
-	if x.inputs, err = nodeIndexes(fn, "Parameters"); err != nil {
-		return nil, err
-	}
-	if x.outputs, err = nodeIndexes(fe, "OutputNodes"); err != nil {
-		return nil, err
-	}
-	for _, list := range [][]int{x.inputs, x.outputs, x.schedule} {
-		for _, idx := range list {
-			if idx < 0 || idx >= len(x.nodes) {
-				return nil, fmt.Errorf("%w: node index %d out of range", ErrInternals, idx)
-			}
-		}
-	}
-	for _, idx := range x.inputs {
-		if x.nodes[idx].op != compute.OpTypeParameter {
-			return nil, fmt.Errorf("%w: input node #%d is a %s", ErrInternals, idx, x.nodes[idx].op)
-		}
-	}
-	for _, idx := range x.outputs {
-		if idx >= x.numNodesToProcess {
-			return nil, fmt.Errorf("%w: output node #%d >= NumNodesToProcess=%d", ErrInternals, idx, x.numNodesToProcess)
-		}
-	}
-	return x, nil
-}
-
-// readNode copies one *gobackend.Node.
-func readNode(v reflect.Value) (sgNode, error) {
-	var sn sgNode
-	sn.argAxis = -1
-	if !isGoBackendType(v.Type(), "Node") || v.IsNil() {
-		return sn, fmt.Errorf("%w: node is %s", ErrInternals, v.Type())
-	}
-	idx, err := structField(v, "Index", reflect.Int)
-	if err != nil {
-		return sn, err
-	}
-	sn.idx = int(idx.Int())
-	op, err := privateField(v.Elem(), "OpType", reflect.TypeFor[compute.OpType]())
-	if err != nil {
-		return sn, err
-	}
-	sn.op = op.Interface().(compute.OpType)
-	shape, err := privateField(v.Elem(), "Shape", reflect.TypeFor[shapes.Shape]())
-	if err != nil {
-		return sn, err
-	}
-	sn.shape = shape.Interface().(shapes.Shape)
-	if sn.inputs, err = nodeIndexes(v, "Inputs"); err != nil {
-		return sn, err
-	}
-	for _, in := range sn.inputs {
-		if in >= sn.idx {
-			return sn, fmt.Errorf("%w: node #%d has input #%d after it", ErrInternals, sn.idx, in)
-		}
-	}
-	if sn.multiNodes, err = nodeIndexes(v, "MultiOutputsNodes"); err != nil {
-		return sn, err
-	}
-	ms, err := privateField(v.Elem(), "MultiOutputsShapes", reflect.TypeFor[[]shapes.Shape]())
-	if err != nil {
-		return sn, err
-	}
-	sn.multiShapes = ms.Interface().([]shapes.Shape)
-	if len(sn.multiShapes) != len(sn.multiNodes) {
-		return sn, fmt.Errorf("%w: node #%d has %d multi-output shapes and %d multi-output nodes",
-			ErrInternals, sn.idx, len(sn.multiShapes), len(sn.multiNodes))
-	}
-	dataField, err := privateField(v.Elem(), "Data", reflect.TypeFor[any]())
-	if err != nil {
-		return sn, err
-	}
-	data := dataField.Interface()
 	switch {
-	case sn.op == compute.OpTypeDotGeneral:
-		sn.dot, err = readDotData(data)
-		if err != nil {
-			return sn, fmt.Errorf("DotGeneral node #%d: %w", sn.idx, err)
+	case node.op == compute.OpTypeRNGBitGenerator && len(node.multiShapes) == 2:
+		// ops/rngbitgenerator.go: a new buffer for the random data; the state reuses the owned input, else a new
+		// buffer.
+		data := bufferBytes(node.multiShapes[1])
+		s.alloc(data)
+		state := s.bytes[node.inputs[0]]
+		if owned[0] {
+			reused[0] = true
+		} else {
+			state = bufferBytes(node.multiShapes[0])
+			s.alloc(state)
 		}
-	case simReduce[sn.op]:
-		axes, ok := data.([]int)
-		if !ok {
-			return sn, fmt.Errorf("%w: %s node #%d data is %T, want []int", ErrInternals, sn.op, sn.idx, data)
+		return []int64{state, data}, reused, nil
+	case node.op == compute.OpTypeFusedAttentionQKVProjection && len(node.multiShapes) == 3:
+		// fusedops/attentionqkv.go: three new buffers.
+		outs := make([]int64, 3)
+		for i, ms := range node.multiShapes {
+			outs[i] = bufferBytes(ms)
+			s.alloc(outs[i])
 		}
-		sn.reduceAxes, sn.hasReduceAxes = axes, true
-	case sn.op == compute.OpTypeArgMinMax:
-		dv := reflect.ValueOf(data)
-		if dv.Kind() != reflect.Pointer || dv.IsNil() || dv.Elem().Kind() != reflect.Struct {
-			return sn, fmt.Errorf("%w: ArgMinMax node #%d data is %T", ErrInternals, sn.idx, data)
-		}
-		d := reflect.New(dv.Elem().Type()).Elem()
-		d.Set(dv.Elem())
-		axis, err := privateField(d, "axis", reflect.TypeFor[int]())
-		if err != nil {
-			return sn, err
-		}
-		sn.argAxis = int(axis.Int())
-	case sn.op == compute.OpTypeConstant:
-		if !isGoBackendType(reflect.TypeOf(data), "Buffer") {
-			return sn, fmt.Errorf("%w: Constant node #%d data is %T, want *gobackend.Buffer", ErrInternals, sn.idx, data)
-		}
+		return outs, reused, nil
 	}
-	return sn, nil
-}
-
-// readDotData copies a *dot.NodeData.
-func readDotData(data any) (*sgDot, error) {
-	dv := reflect.ValueOf(data)
-	if dv.Kind() != reflect.Pointer || dv.IsNil() || dv.Elem().Kind() != reflect.Struct || dv.Elem().Type().Name() != "NodeData" {
-		return nil, fmt.Errorf("%w: data is %T, want *dot.NodeData", ErrInternals, data)
-	}
-	v := dv.Elem()
-	d := &sgDot{}
-	ints := []struct {
-		name string
-		dst  *[]int
-	}{{"LHSContractingAxes", &d.lhsContractingAxes}, {"LHSBatchAxes", &d.lhsBatchAxes},
-		{"RHSContractingAxes", &d.rhsContractingAxes}, {"RHSBatchAxes", &d.rhsBatchAxes}}
-	for _, f := range ints {
-		fv, err := privateField(v, f.name, reflect.TypeFor[[]int]())
-		if err != nil {
-			return nil, err
-		}
-		*f.dst = fv.Interface().([]int)
-	}
-	sizes := []struct {
-		name string
-		dst  *int
-	}{{"BatchSize", &d.batchSize}, {"LHSCrossSize", &d.lhsCrossSize}, {"RHSCrossSize", &d.rhsCrossSize},
-		{"ContractingSize", &d.contractingSize}}
-	for _, f := range sizes {
-		fv, err := privateField(v, f.name, reflect.TypeFor[int]())
-		if err != nil {
-			return nil, err
-		}
-		*f.dst = int(fv.Int())
-	}
-	return d, nil
-}
-
-// privateField returns struct v's field name, made readable, after checking its type (want nil: any type).
-// v must be addressable (reached through a pointer).
-func privateField(v reflect.Value, name string, want reflect.Type) (reflect.Value, error) {
-	if v.Kind() != reflect.Struct || !v.CanAddr() {
-		return reflect.Value{}, fmt.Errorf("%w: reading field %q of a non-addressable %s", ErrInternals, name, v.Type())
-	}
-	f := v.FieldByName(name)
-	if !f.IsValid() {
-		return reflect.Value{}, fmt.Errorf("%w: %s has no field %q", ErrInternals, v.Type(), name)
-	}
-	if want != nil && f.Type() != want {
-		return reflect.Value{}, fmt.Errorf("%w: %s.%s is %s, want %s", ErrInternals, v.Type(), name, f.Type(), want)
-	}
-	return reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem(), nil
+	return nil, nil, fmt.Errorf("%w: the simulation does not model multi-output %s (node #%d)",
+		ErrInternals, node.op, node.idx)
 }

@@ -3,12 +3,13 @@ package memory
 import (
 	"errors"
 	"fmt"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
-	"github.com/gomlx/compute/gobackend"
 	"github.com/gomlx/compute/shapes"
 	"github.com/gomlx/gomlx/core/graph"
 
@@ -44,15 +45,21 @@ func compileGraph(t *testing.T, spec string, params []shapes.Shape, build func(g
 	return g
 }
 
-func f32(dims ...int) shapes.Shape { return shapes.Make(dtypes.Float32, dims...) }
+func f32(dims ...int) shapes.Shape  { return shapes.Make(dtypes.Float32, dims...) }
+func bf16(dims ...int) shapes.Shape { return shapes.Make(dtypes.BFloat16, dims...) }
+
+func mustRead(t *testing.T, g *graph.Graph) *goExec {
+	t.Helper()
+	x, err := readGoBackend(g)
+	if err != nil {
+		t.Fatalf("readGoBackend: %v", err)
+	}
+	return x
+}
 
 func mustSim(t *testing.T, g *graph.Graph, opts SimOptions) simResult {
 	t.Helper()
-	x, err := readSimpleGo(g)
-	if err != nil {
-		t.Fatalf("readSimpleGo: %v", err)
-	}
-	r, err := simulate(x, opts.Donate)
+	r, err := simulate(mustRead(t, g), opts)
 	if err != nil {
 		t.Fatalf("simulate: %v", err)
 	}
@@ -66,17 +73,43 @@ func mustSim(t *testing.T, g *graph.Graph, opts SimOptions) simResult {
 	return r
 }
 
-// TestSimplegoInternals fails loudly when GoMLX's unexported executor state no longer has the shape memfit reads
-// (field names, types, enum values, the DotGeneral split, the data of each node type) or when simplego gains an
-// op the simulation does not model.
-func TestSimplegoInternals(t *testing.T) {
-	for op := range gobackend.Capabilities.Operations {
-		if !simModelled(op) && !simBuilderOnly[op] {
-			t.Errorf("simplego supports %s, which the simulation does not model: read its executor and add it", op)
-		}
+// execOps lists the executor's node ops, for checking the graph the executor really runs.
+func execOps(x *goExec) string {
+	ops := make([]string, len(x.nodes))
+	for i, n := range x.nodes {
+		ops[i] = n.op.String()
 	}
-	if got := gobackend.DotGeneralTargetBlockLog2Dim[dtypes.Float32]; got != 5 {
-		t.Errorf("DotGeneralTargetBlockLog2Dim[float32] = %d, want 5 (blockDim 32)", got)
+	return strings.Join(ops, " ")
+}
+
+// defaultWorkers is how many large-matmul workers a default Go backend can start (workerspool.New sets
+// maxParallelism to 2 x GOMAXPROCS; one CPU runs the product on the calling goroutine).
+func defaultWorkers() int {
+	if runtime.GOMAXPROCS(0) <= 1 {
+		return 1
+	}
+	return 2 * runtime.GOMAXPROCS(0)
+}
+
+// TestGoBackendInternals fails loudly when the Go backend's unexported executor state no longer has the shape
+// memfit reads (field names, types, enum values, the DotGeneral normalisation and its node data, the data of
+// each node type) or when the backend gains an op the simulation does not model.
+func TestGoBackendInternals(t *testing.T) {
+	caps := gtest.Backend(t).Capabilities()
+	for op, ok := range caps.Operations {
+		if !ok {
+			continue
+		}
+		n := 0
+		for _, in := range []bool{simModelled(op), simBuilderOnly[op], simRefused[op]} {
+			if in {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("the Go backend supports %s, which the simulation models in %d ways (modelled %v, builder-only %v, "+
+				"refused %v): read its executor and list it once", op, n, simModelled(op), simBuilderOnly[op], simRefused[op])
+		}
 	}
 
 	g := compileGraph(t, "", []shapes.Shape{f32(3, 4), f32(5, 4), shapes.Make(dtypes.Uint64, graph.RNGStateShape.Dimensions...)},
@@ -86,42 +119,44 @@ func TestSimplegoInternals(t *testing.T) {
 			a := graph.ArgMax(y, 1)
 			c := graph.Add(s, graph.Const(g, []float32{1, 2, 3}))
 			st, r := graph.RandomUniform(p[2], f32(2))
-			return []*graph.Node{c, a, st, r}
+			e1, e2 := graph.Exp(c), graph.Exp(c) // de-duplicated by the builder
+			return []*graph.Node{graph.Add(e1, e2), a, st, r}
 		})
-	x, err := readSimpleGo(g)
-	if err != nil {
-		t.Fatalf("readSimpleGo: %v", err)
+	x := mustRead(t, g)
+	if !x.sequential || x.creationOrder {
+		t.Errorf("engine's default backend read as sequential=%v creationOrder=%v, want ops_sequential and the "+
+			"dependency-order schedule", x.sequential, x.creationOrder)
 	}
-	if !x.sequential {
-		t.Errorf("engine's default backend not read as ops_sequential")
-	}
-	if x.forceDot != dgUnknownProblem {
-		t.Errorf("forceDot = %d, want %d", x.forceDot, dgUnknownProblem)
+	if x.maxParallelism != 2*runtime.GOMAXPROCS(0) || x.largeMatmulWorkers() != defaultWorkers() {
+		t.Errorf("maxParallelism %d (workers %d), want workerspool's default 2 x GOMAXPROCS = %d", x.maxParallelism,
+			x.largeMatmulWorkers(), 2*runtime.GOMAXPROCS(0))
 	}
 	if len(x.inputs) != 3 || len(x.outputs) != 4 || len(x.numUses) != x.numNodesToProcess {
 		t.Fatalf("inputs %v, outputs %v, %d numUses for %d nodes", x.inputs, x.outputs, len(x.numUses), x.numNodesToProcess)
 	}
-	var dots, reshapesAfterDot, reduces, argmax, consts, rngs int
+	var dots, reshapesAfterDot, reduces, argmax, consts, rngs, exps int
 	for i, n := range x.nodes {
 		switch n.op {
 		case compute.OpTypeDotGeneral:
 			dots++
 			d := n.dot
 			if d == nil || d.batchSize != 1 || d.lhsCrossSize != 3 || d.rhsCrossSize != 5 || d.contractingSize != 4 ||
-				fmt.Sprint(d.lhsContractingAxes, d.rhsContractingAxes) != "[1] [1]" ||
-				!d.outputBlockedShape.Equal(shapes.Make(dtypes.Float32, 1, 1, 1, 32, 32)) {
-				t.Errorf("DotGeneral data %+v", d)
+				fmt.Sprint(d.lhsContractingAxes, d.rhsContractingAxes, d.lhsBatchAxes, d.rhsBatchAxes) != "[1] [1] [] []" ||
+				d.inputDType != dtypes.Float32 || d.outputDType != dtypes.Float32 || d.impl != wantFloat32DotImpl() {
+				t.Errorf("DotGeneral data %+v, want sizes 1,3,5,4, axes [1] [1], float32 and implementation %q", d, wantFloat32DotImpl())
 			}
 			if !n.shape.Equal(f32(1, 3, 5)) {
 				t.Errorf("normalised DotGeneral shape %s, want [1,3,5]", n.shape)
 			}
-			if i+1 < len(x.nodes) && x.nodes[i+1].op == compute.OpTypeReshape && fmt.Sprint(x.nodes[i+1].inputs) == fmt.Sprint([]int{i}) {
-				reshapesAfterDot++
+			for _, c := range x.nodes[i+1:] {
+				if c.op == compute.OpTypeReshape && slices.Equal(c.inputs, []int{i}) && c.shape.Equal(f32(3, 5)) {
+					reshapesAfterDot++
+				}
 			}
 		case compute.OpTypeReduceSum:
 			reduces++
-			if !n.hasReduceAxes || fmt.Sprint(n.reduceAxes) != "[1]" {
-				t.Errorf("ReduceSum axes %v (found %v)", n.reduceAxes, n.hasReduceAxes)
+			if !n.hasAxes || fmt.Sprint(n.axes) != "[1]" {
+				t.Errorf("ReduceSum axes %v (found %v)", n.axes, n.hasAxes)
 			}
 		case compute.OpTypeArgMinMax:
 			argmax++
@@ -130,65 +165,106 @@ func TestSimplegoInternals(t *testing.T) {
 			}
 		case compute.OpTypeConstant:
 			consts++
+			if n.constRawBytes != bufferBytes(n.shape) {
+				t.Errorf("constant %s holds %d bytes, want the bucketed %d", n.shape, n.constRawBytes, bufferBytes(n.shape))
+			}
+		case compute.OpTypeExp:
+			exps++
+			if i < x.numNodesToProcess && x.numUses[i] != 2 {
+				t.Errorf("the de-duplicated Exp has %d uses, want 2", x.numUses[i])
+			}
 		case compute.OpTypeRNGBitGenerator:
 			if len(n.multiShapes) == 2 {
 				rngs++
 				for j, m := range n.multiNodes {
-					if m <= i || !x.nodes[m].shape.Equal(n.multiShapes[j]) {
-						t.Errorf("RNG output %d: node #%d shaped %s, want after #%d and shaped %s", j, m, x.nodes[m].shape, i, n.multiShapes[j])
+					if m <= i || !x.nodes[m].shape.Equal(n.multiShapes[j]) || !slices.Equal(x.nodes[m].inputs, []int{i}) {
+						t.Errorf("RNG output %d: node #%d shaped %s with inputs %v, want after #%d, shaped %s, reading it",
+							j, m, x.nodes[m].shape, x.nodes[m].inputs, i, n.multiShapes[j])
 					}
 				}
 			}
 		}
 	}
-	if dots != 1 || reshapesAfterDot != 1 || reduces != 1 || argmax != 1 || consts < 1 || rngs != 1 {
-		t.Errorf("found %d DotGeneral (%d followed by their Reshape), %d ReduceSum, %d ArgMinMax, %d constants, %d RNG",
-			dots, reshapesAfterDot, reduces, argmax, consts, rngs)
+	if dots != 1 || reshapesAfterDot != 1 || reduces != 1 || argmax != 1 || consts < 1 || rngs != 1 || exps != 1 {
+		t.Errorf("found %d DotGeneral (%d followed by their Reshape), %d ReduceSum, %d ArgMinMax, %d constants, %d RNG, "+
+			"%d Exp (want 1 after de-duplication):\n%s", dots, reshapesAfterDot, reduces, argmax, consts, rngs, exps, execOps(x))
 	}
-	// Uses: each output once, plus each consumer.
-	total := 0
-	for _, u := range x.numUses {
-		total += u
+	// The schedule runs every used node once, after its inputs.
+	pos := map[int]int{}
+	for i, idx := range x.schedule {
+		if _, dup := pos[idx]; dup {
+			t.Fatalf("node #%d twice in the schedule %v", idx, x.schedule)
+		}
+		pos[idx] = i
 	}
-	if total < len(x.outputs)+len(x.inputs) {
-		t.Errorf("numUses sum %d looks wrong", total)
+	for idx := range x.numNodesToProcess {
+		if x.numUses[idx] == 0 {
+			continue
+		}
+		p, ok := pos[idx]
+		if !ok {
+			t.Errorf("used node #%d not in the schedule %v", idx, x.schedule)
+		}
+		for _, in := range x.nodes[idx].inputs {
+			if pos[in] >= p {
+				t.Errorf("node #%d scheduled before its input #%d", idx, in)
+			}
+		}
+	}
+	if est, err := x.estimatedTemporaryMemory(); err != nil || est <= 0 {
+		t.Errorf("EstimatedTemporaryMemory: %d, %v", est, err)
 	}
 	mustSim(t, g, SimOptions{})
 
+	// Backend options the simulation reads.
 	for spec, want := range map[string]struct {
-		seq   bool
-		force int
+		seq, creation bool
+		workers       int
 	}{
-		"go:ops_sequential,dotgeneral_small": {true, dgSmallProblem},
-		"go:ops_sequential,dotgeneral_large": {true, dgLargeProblem},
-		"go:ops_sequential,dotgeneral_check": {true, dgCheckProblem},
-		"go:ops_parallel":                    {false, dgUnknownProblem},
+		"go:ops_sequential,creation_order": {true, true, defaultWorkers()},
+		"go:ops_sequential,parallelism=1":  {true, false, 1},
+		"go:ops_sequential,parallelism=0":  {true, false, 1},
+		"go:ops_parallel":                  {false, false, defaultWorkers()},
 	} {
 		g := compileGraph(t, spec, []shapes.Shape{f32(2)}, func(g *graph.Graph, p []*graph.Node) []*graph.Node {
-			return []*graph.Node{graph.Neg(p[0])}
+			return []*graph.Node{graph.Neg(graph.Exp(p[0]))}
 		})
-		x, err := readSimpleGo(g)
-		if err != nil {
-			t.Fatalf("%s: %v", spec, err)
+		x := mustRead(t, g)
+		if x.sequential != want.seq || x.creationOrder != want.creation || x.largeMatmulWorkers() != want.workers {
+			t.Errorf("%s: read sequential=%v creationOrder=%v workers=%d, want %v %v %d", spec, x.sequential,
+				x.creationOrder, x.largeMatmulWorkers(), want.seq, want.creation, want.workers)
 		}
-		if x.sequential != want.seq || x.forceDot != want.force {
-			t.Errorf("%s: read sequential=%v forceDot=%d, want %v %d", spec, x.sequential, x.forceDot, want.seq, want.force)
+		if want.creation && !slices.Equal(x.schedule, []int{0, 1, 2}) {
+			t.Errorf("%s: schedule %v, want creation order", spec, x.schedule)
 		}
 	}
 }
 
-// TestSimulateHandComputed checks the simulation against peaks worked out by hand from simplego's executor.
+// TestSimulateHandComputed checks the simulation against peaks worked out by hand from the Go backend's
+// executor code. Every buffer's size is its bytes rounded up by support.TwoBitBucketLen (powers of two and 1.5
+// times powers of two: 100 -> 128, 80 -> 96, 40 -> 48, 12 -> 12).
 func TestSimulateHandComputed(t *testing.T) {
-	const v = 256 * 4 // bytes of a [256] float32
+	const v = 256 * 4 // bytes of a [256] float32, a bucket size already
+	impl := wantFloat32DotImpl()
+	// One worker's packing panels on the large matmul path (Mc x Kc and Kc x Nc inputs, Mc x Nc float32 output):
+	// nosimd.go's NoSIMDParams (2, 512, 512), or avx512.go's/avx2.go's float32 (24, 128, 512) and bfloat16
+	// (32, 128, 768) parameters.
+	panelsF32, panelsBF16 := int64(2*512*4+512*512*4+2*512*4), int64(2*512*2+512*512*2+2*512*4) // 1056768, 530432
+	if impl != "simd:nosimd" {
+		panelsF32, panelsBF16 = 24*128*4+128*512*4+24*512*4, 32*128*2+128*768*2+32*768*4 // 323584, 303104
+	}
+	w := int64(defaultWorkers())
+	const seq1 = "go:ops_sequential,parallelism=1"
 	cases := []struct {
-		name          string
-		spec          string
-		params        []shapes.Shape
-		donate        []bool
-		build         func(g *graph.Graph, p []*graph.Node) []*graph.Node
-		bytes, resid  int64
-		outputs       int64
-		wantNodeCount int // executor nodes, 0: don't check
+		name         string
+		spec         string
+		params       []shapes.Shape
+		donate       []bool
+		workers      int
+		build        func(g *graph.Graph, p []*graph.Node) []*graph.Node
+		wantOps      string // the executor's nodes, "": don't check
+		bytes, resid int64
+		outputs      int64
 	}{
 		{
 			// Exp allocates (x is used again), Neg and Add reuse it: x + one buffer.
@@ -196,15 +272,24 @@ func TestSimulateHandComputed(t *testing.T) {
 			build: func(g *graph.Graph, p []*graph.Node) []*graph.Node {
 				return []*graph.Node{graph.Add(graph.Neg(graph.Exp(p[0])), p[0])}
 			},
-			bytes: 2 * v, resid: v, outputs: v, wantNodeCount: 4,
+			wantOps: "Parameter Exp Neg Add", bytes: 2 * v, resid: v, outputs: v,
 		},
 		{
-			// Donated x: Exp still allocates (x has another use), Add takes x's buffer (rhs first) and frees e.
+			// Donated x: Exp still allocates (x has another use), Add takes x's buffer (rhs first) and frees Neg's.
 			name: "donated", params: []shapes.Shape{f32(256)}, donate: []bool{true},
 			build: func(g *graph.Graph, p []*graph.Node) []*graph.Node {
 				return []*graph.Node{graph.Add(graph.Neg(graph.Exp(p[0])), p[0])}
 			},
 			bytes: 2 * v, resid: 0, outputs: v,
+		},
+		{
+			// Buckets: a [5,5] float32 is 100 bytes, held as 128 (x transferred by BufferFromFlatData, Exp's
+			// buffer from GetBuffer).
+			name: "bucketed", params: []shapes.Shape{f32(5, 5)},
+			build: func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+				return []*graph.Node{graph.Exp(p[0])}
+			},
+			bytes: 128 + 128, resid: 128, outputs: 128,
 		},
 		{
 			// e used twice by the same Mul is never owned there: x + e + y.
@@ -216,12 +301,39 @@ func TestSimulateHandComputed(t *testing.T) {
 			bytes: 3 * v, resid: v, outputs: v,
 		},
 		{
-			// Two live intermediates: a = Exp(x) and b = Sin(x) are both live when Mul runs, which reuses b.
+			// Two live intermediates: Exp(x) and Sin(x) are both live when Mul runs, which reuses Sin's.
 			name: "two-live", params: []shapes.Shape{f32(256)},
 			build: func(g *graph.Graph, p []*graph.Node) []*graph.Node {
 				return []*graph.Node{graph.Mul(graph.Exp(p[0]), graph.Sin(p[0]))}
 			},
 			bytes: 3 * v, resid: v, outputs: v,
+		},
+		{
+			// The builder de-duplicates the two Exp(x): one Exp used twice, so Sin copies, Cos reuses it and Add
+			// reuses Cos's (rhs): x + e + sin.
+			name: "dedup", params: []shapes.Shape{f32(256)},
+			build: func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+				return []*graph.Node{graph.Add(graph.Sin(graph.Exp(p[0])), graph.Cos(graph.Exp(p[0])))}
+			},
+			wantOps: "Parameter Exp Sin Cos Add", bytes: 3 * v, resid: v, outputs: v,
+		},
+		{
+			// OptimizationBarrier (ops/optimizationbarrier.go) copies y, still used by Add; Add reuses y (rhs, its
+			// last use) and frees the copy: x + y + copy.
+			name: "barrier-copies", params: []shapes.Shape{f32(256)},
+			build: func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+				y := graph.Exp(p[0])
+				return []*graph.Node{graph.Add(graph.OptimizationBarrier(y), y)}
+			},
+			wantOps: "Parameter Exp OptimizationBarrier Add", bytes: 3 * v, resid: v, outputs: v,
+		},
+		{
+			// At its only use the barrier takes y over: x + y.
+			name: "barrier-reuses", params: []shapes.Shape{f32(256)},
+			build: func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+				return []*graph.Node{graph.Neg(graph.OptimizationBarrier(graph.Exp(p[0])))}
+			},
+			wantOps: "Parameter Exp OptimizationBarrier Neg", bytes: 2 * v, resid: v, outputs: v,
 		},
 		{
 			// An output that is a parameter is cloned at the end.
@@ -232,58 +344,126 @@ func TestSimulateHandComputed(t *testing.T) {
 			bytes: 3 * v, resid: v, outputs: 2 * v,
 		},
 		{
-			// Small DotGeneral path, both operands transposed into scratch buffers: lhs [8,4] and rhs [8,5]
-			// contracted on axis 0. Output [1,4,5] (the Reshape reuses it). 128 + 160 inputs, 80 output, 128 + 160
-			// scratch.
-			name: "dot-small-transposed", params: []shapes.Shape{f32(8, 4), f32(8, 5)},
+			// The dependency-order schedule runs the long Sin-Neg chain first and Exp before the ReduceSum that
+			// consumes it: Sin's buffer (1024, reused by the Negs), Exp's (1024) and the sum (4) are live together.
+			name: "dependency-order", params: []shapes.Shape{f32(256)},
+			build: func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+				a := graph.ReduceAllSum(graph.Exp(p[0]))
+				b := graph.Neg(graph.Neg(graph.Neg(graph.Sin(p[0]))))
+				return []*graph.Node{graph.Add(b, a)}
+			},
+			wantOps: "Parameter Exp ReduceSum Sin Neg Neg Neg Add", bytes: v + 2*v + 4, resid: v, outputs: v,
+		},
+		{
+			// The same in creation order: Exp, then its sum (Exp freed), then Sin: at most 1024 + 4.
+			name: "creation-order", spec: "go:ops_sequential,creation_order", params: []shapes.Shape{f32(256)},
+			build: func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+				a := graph.ReduceAllSum(graph.Exp(p[0]))
+				b := graph.Neg(graph.Neg(graph.Neg(graph.Sin(p[0]))))
+				return []*graph.Node{graph.Add(b, a)}
+			},
+			bytes: v + v + 4, resid: v, outputs: v,
+		},
+		{
+			// Operands already [cross, contracting]: the builder adds no Transpose; the normalised output [1,4,5]
+			// (80 bytes -> 96) is taken over by the Reshape. Inputs [4,8] 128 and [5,8] 160 -> 192; small path,
+			// no scratch.
+			name: "dot-normalized", params: []shapes.Shape{f32(4, 8), f32(5, 8)},
+			build: func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+				return []*graph.Node{graph.DotGeneral(p[0], []int{1}, nil, p[1], []int{1}, nil)}
+			},
+			wantOps: "Parameter Parameter DotGeneral Reshape", bytes: 320 + 96, resid: 320, outputs: 96,
+		},
+		{
+			// Both operands contracted on axis 0: the builder transposes each into a new buffer ([4,8] 128 and
+			// [5,8] 192), freed after the DotGeneral.
+			name: "dot-transposed", params: []shapes.Shape{f32(8, 4), f32(8, 5)},
 			build: func(g *graph.Graph, p []*graph.Node) []*graph.Node {
 				return []*graph.Node{graph.DotGeneral(p[0], []int{0}, nil, p[1], []int{0}, nil)}
 			},
-			bytes: 288 + 80 + 288, resid: 288, outputs: 80, wantNodeCount: 4,
+			wantOps: "Parameter Parameter Transpose Transpose DotGeneral Reshape", bytes: 320 + 128 + 192 + 96, resid: 320, outputs: 96,
 		},
 		{
-			// The same product with operands already in [cross, contracting] order: no scratch.
-			name: "dot-small-normalized", params: []shapes.Shape{f32(4, 8), f32(5, 8)},
+			// bfloat16: the DotGeneral outputs float32 [1,4,5] (96), converted to bfloat16 (40 bytes -> 48) while it
+			// is still held, then reshaped in place. Inputs 64 and 80 -> 96.
+			name: "dot-bf16", params: []shapes.Shape{bf16(4, 8), bf16(5, 8)},
 			build: func(g *graph.Graph, p []*graph.Node) []*graph.Node {
 				return []*graph.Node{graph.DotGeneral(p[0], []int{1}, nil, p[1], []int{1}, nil)}
 			},
-			bytes: 288 + 80, resid: 288, outputs: 80,
+			wantOps: "Parameter Parameter DotGeneral ConvertDType Reshape", bytes: 160 + 96 + 48, resid: 160, outputs: 48,
 		},
 		{
-			// bfloat16 small path: a float32 accumulator [1,4,5] (80 bytes) besides the bf16 output (40).
-			name: "dot-small-bf16", params: []shapes.Shape{shapes.Make(dtypes.BFloat16, 4, 8), shapes.Make(dtypes.BFloat16, 5, 8)},
+			// 256 x 128 x 128 = 4 Mi multiply-adds: the large path. Inputs 131072 + 65536, output [1,256,128]
+			// 131072, one worker's panels (parallelism=1).
+			name: "dot-large-1-worker", spec: seq1, params: []shapes.Shape{f32(256, 128), f32(128, 128)},
 			build: func(g *graph.Graph, p []*graph.Node) []*graph.Node {
-				return []*graph.Node{graph.DotGeneral(p[0], []int{1}, nil, p[1], []int{1}, nil)}
+				return []*graph.Node{graph.DotGeneral(p[0], []int{1}, nil, p[1], []int{0}, nil)}
 			},
-			bytes: 144 + 40 + 80, resid: 144, outputs: 40,
+			wantOps: "Parameter Parameter DotGeneral Reshape", bytes: 196608 + 131072 + panelsF32, resid: 196608, outputs: 131072,
 		},
 		{
-			// Large path: 200*100 crosses > 16*32*32. Inputs 51200 + 25600, output 80000, blocked lhs
-			// [1,7,2,32,32] 57344, rhs [1,4,2,32,32] 32768, output [1,7,4,32,32] 114688.
-			name: "dot-large", params: []shapes.Shape{f32(200, 64), f32(100, 64)},
+			// The same on a default backend: every worker Saturate can start holds its panels (the upper bound).
+			name: "dot-large-all-workers", params: []shapes.Shape{f32(256, 128), f32(128, 128)},
 			build: func(g *graph.Graph, p []*graph.Node) []*graph.Node {
-				return []*graph.Node{graph.DotGeneral(p[0], []int{1}, nil, p[1], []int{1}, nil)}
+				return []*graph.Node{graph.DotGeneral(p[0], []int{1}, nil, p[1], []int{0}, nil)}
 			},
-			bytes: 76800 + 80000 + 57344 + 32768 + 114688, resid: 76800, outputs: 80000,
+			bytes: 196608 + 131072 + w*panelsF32, resid: 196608, outputs: 131072,
 		},
 		{
-			// The same forced onto the small path by the backend option: no scratch (already normalised).
-			name: "dot-forced-small", spec: "go:ops_sequential,dotgeneral_small", params: []shapes.Shape{f32(200, 64), f32(100, 64)},
+			// The same, assuming one worker.
+			name: "dot-large-assume-1", workers: 1, params: []shapes.Shape{f32(256, 128), f32(128, 128)},
 			build: func(g *graph.Graph, p []*graph.Node) []*graph.Node {
-				return []*graph.Node{graph.DotGeneral(p[0], []int{1}, nil, p[1], []int{1}, nil)}
+				return []*graph.Node{graph.DotGeneral(p[0], []int{1}, nil, p[1], []int{0}, nil)}
 			},
-			bytes: 76800 + 80000, resid: 76800, outputs: 80000,
+			bytes: 196608 + 131072 + panelsF32, resid: 196608, outputs: 131072,
 		},
 		{
-			// ArgMax over axis 0 of [64,16]: int32 output [16] (64 bytes) + scratch of 16 floats and 16 int32.
+			// 255 x 128 x 128 is under the threshold: small path, no panels. [255,128] is 130560 bytes -> 131072.
+			name: "dot-just-small", spec: seq1, params: []shapes.Shape{f32(255, 128), f32(128, 128)},
+			build: func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+				return []*graph.Node{graph.DotGeneral(p[0], []int{1}, nil, p[1], []int{0}, nil)}
+			},
+			bytes: 131072 + 65536 + 131072, resid: 131072 + 65536, outputs: 131072,
+		},
+		{
+			// bfloat16 large: inputs 65536 + 32768, float32 output 131072 and the panels (bfloat16 inputs, float32
+			// output panel) dominate the later conversion (131072 + 65536).
+			name: "dot-large-bf16", spec: seq1, params: []shapes.Shape{bf16(256, 128), bf16(128, 128)},
+			build: func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+				return []*graph.Node{graph.DotGeneral(p[0], []int{1}, nil, p[1], []int{0}, nil)}
+			},
+			bytes: 98304 + 131072 + panelsBF16, resid: 98304, outputs: 65536,
+		},
+		{
+			// Batch 4 of 64 x 128 x 128: 4 Mi multiply-adds in all, 1 Mi per matrix. nosimd and AVX-512 route on the
+			// total (large path), AVX2 on one matrix (small path). Inputs 131072 + 262144, output 131072.
+			name: "dot-batched", spec: seq1, params: []shapes.Shape{f32(4, 64, 128), f32(4, 128, 128)},
+			build: func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+				return []*graph.Node{graph.DotGeneral(p[0], []int{2}, []int{0}, p[1], []int{1}, []int{0})}
+			},
+			wantOps: "Parameter Parameter DotGeneral", resid: 393216, outputs: 131072,
+			bytes: 393216 + 131072 + map[bool]int64{true: 0, false: panelsF32}[impl == "simd:avx2"],
+		},
+		{
+			// ArgMax over axis 0 of [64,16]: int32 output [16] (64 bytes), then running best values (16 float32)
+			// and indices (16 int32), 64 bytes each.
 			name: "argmax", params: []shapes.Shape{f32(64, 16)},
 			build: func(g *graph.Graph, p []*graph.Node) []*graph.Node {
 				return []*graph.Node{graph.ArgMax(p[0], 0, dtypes.Int32)}
 			},
-			bytes: 4096 + 64 + 64 + 64, resid: 4096, outputs: 64,
+			wantOps: "Parameter ArgMinMax", bytes: 4096 + 64 + 64 + 64, resid: 4096, outputs: 64,
 		},
 		{
-			// A constant is resident (outside the pool) and, as an output, cloned.
+			// ReduceSum of bfloat16 [64,16] over axis 1: output [64] bfloat16 (128) and a float32 accumulator [64]
+			// (256) for the call.
+			name: "reducesum-bf16", params: []shapes.Shape{bf16(64, 16)},
+			build: func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+				return []*graph.Node{graph.ReduceSum(p[0], 1)}
+			},
+			wantOps: "Parameter ReduceSum", bytes: 2048 + 128 + 256, resid: 2048, outputs: 128,
+		},
+		{
+			// A constant is resident (built from the pool, held by the graph) and, as an output, cloned.
 			name: "constant", params: []shapes.Shape{f32(4)},
 			build: func(g *graph.Graph, p []*graph.Node) []*graph.Node {
 				c := graph.Const(g, make([]float32, 256))
@@ -295,18 +475,11 @@ func TestSimulateHandComputed(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			g := compileGraph(t, c.spec, c.params, c.build)
-			x, err := readSimpleGo(g)
-			if err != nil {
-				t.Fatal(err)
+			x := mustRead(t, g)
+			if c.wantOps != "" && execOps(x) != c.wantOps {
+				t.Errorf("executor nodes %q, want %q", execOps(x), c.wantOps)
 			}
-			if c.wantNodeCount > 0 && len(x.nodes) != c.wantNodeCount {
-				var ops []string
-				for _, n := range x.nodes {
-					ops = append(ops, n.op.String())
-				}
-				t.Errorf("%d executor nodes (%s), want %d", len(x.nodes), strings.Join(ops, ", "), c.wantNodeCount)
-			}
-			r := mustSim(t, g, SimOptions{Donate: c.donate})
+			r := mustSim(t, g, SimOptions{Donate: c.donate, MatmulWorkers: c.workers})
 			if r.peak.Bytes != c.bytes || r.peak.Resident != c.resid || r.peak.Method != MethodSimulation {
 				t.Errorf("peak %+v, want Bytes %d Resident %d", r.peak, c.bytes, c.resid)
 			}
@@ -333,10 +506,10 @@ func TestSimulateTrainingStep(t *testing.T) {
 	r := mustSim(t, g, SimOptions{})
 	var in, out int64
 	for _, s := range params {
-		in += shapeBytes(s)
+		in += bufferBytes(s)
 	}
-	out = 4 + shapeBytes(params[1]) + shapeBytes(params[2]) + shapeBytes(params[3]) + shapeBytes(params[4])
-	x, _ := readSimpleGo(g)
+	out = 4 + bufferBytes(params[1]) + bufferBytes(params[2]) + bufferBytes(params[3]) + bufferBytes(params[4])
+	x := mustRead(t, g)
 	if r.peak.Resident != in+x.constantBytes() {
 		t.Errorf("resident %d, want inputs %d + constants %d", r.peak.Resident, in, x.constantBytes())
 	}
@@ -348,11 +521,25 @@ func TestSimulateTrainingStep(t *testing.T) {
 		t.Errorf("peak %d below resident %d + outputs %d + one activation", r.peak.Bytes, r.peak.Resident, out)
 	}
 	d := mustSim(t, g, SimOptions{Donate: []bool{true, false, false, false, false}})
-	if r.peak.Resident-d.peak.Resident != shapeBytes(params[0]) {
-		t.Errorf("donating x changed resident by %d, want %d", r.peak.Resident-d.peak.Resident, shapeBytes(params[0]))
+	if r.peak.Resident-d.peak.Resident != bufferBytes(params[0]) {
+		t.Errorf("donating x changed resident by %d, want %d", r.peak.Resident-d.peak.Resident, bufferBytes(params[0]))
 	}
 	if d.peak.Bytes > r.peak.Bytes {
 		t.Errorf("donating x raised the peak: %d > %d", d.peak.Bytes, r.peak.Bytes)
+	}
+	_, tl, err := SimulateTimeline(g, SimOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var most int64
+	for _, p := range tl {
+		most = max(most, p.Max)
+	}
+	if most+r.peak.Resident > r.peak.Bytes || most == 0 {
+		t.Errorf("timeline's most %d + resident %d does not fit the peak %d", most, r.peak.Resident, r.peak.Bytes)
+	}
+	if est, err := ExecutorEstimate(g); err != nil || est <= 0 {
+		t.Errorf("ExecutorEstimate: %d, %v", est, err)
 	}
 	t.Logf("training step: %+v (peak at executor node %d)", r.peak, r.peakNode)
 }
@@ -383,12 +570,21 @@ func TestSimulateErrors(t *testing.T) {
 	if _, err := SimulatePeak(gp, SimOptions{}); err == nil || !strings.Contains(err.Error(), "parallel") {
 		t.Errorf("parallel backend: %v", err)
 	}
+	// x (8 bytes) resident, Neg a new 8-byte buffer.
 	if p, err := SimulatePeak(gp, SimOptions{AssumeSequential: true}); err != nil || p.Bytes != 16 {
 		t.Errorf("parallel backend, AssumeSequential: %+v, %v", p, err)
 	}
 
+	// Sort runs a comparator closure over the data: refused.
+	gs := compileGraph(t, "", []shapes.Shape{f32(8)}, func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+		return []*graph.Node{graph.Sort(p[0], 0, true)}
+	})
+	if _, err := SimulatePeak(gs, SimOptions{}); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("Sort graph: %v, want ErrUnsupported", err)
+	}
+
 	if _, err := XLAProgramPeak(gp); err == nil {
-		t.Errorf("XLAProgramPeak of a simplego graph did not fail")
+		t.Errorf("XLAProgramPeak of a Go backend graph did not fail")
 	} else if !engine.XLALinked && !errors.Is(err, ErrNoXLA) {
 		t.Errorf("XLAProgramPeak without the xla tag: %v, want ErrNoXLA", err)
 	}
@@ -440,7 +636,7 @@ func TestMeasurePeak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// constants (1024) are outside the pool: added to both.
+	// constants (1024) are not counted by the counter: added to both.
 	if p.Method != MethodPoolCounter || p.Bytes != 5000+2048+1024 || p.Resident != 5000+1024+1024 {
 		t.Errorf("with counter: %+v", p)
 	}

@@ -1,29 +1,45 @@
 module github.com/memfit/memfit/tools/peakmem
 
-go 1.26
+go 1.26.5
 
 require (
-	github.com/gomlx/gomlx v0.26.0
+	github.com/gomlx/compute v0.1.2
+	github.com/gomlx/gomlx v0.28.2
 	github.com/memfit/memfit v0.0.0-00010101000000-000000000000
 )
 
 require (
-	github.com/dustin/go-humanize v1.0.1 // indirect
+	codeberg.org/go-fonts/liberation v0.5.0 // indirect
+	codeberg.org/go-latex/latex v0.2.0 // indirect
+	codeberg.org/go-pdf/fpdf v0.11.1 // indirect
+	git.sr.ht/~sbinet/gg v0.7.0 // indirect
+	github.com/ajstarks/svgo v0.0.0-20211024235047-1546f124cd8b // indirect
 	github.com/go-logr/logr v1.4.3 // indirect
-	github.com/gomlx/go-xla v0.1.4 // indirect
+	github.com/gofrs/flock v0.13.0 // indirect
+	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
+	github.com/gomlx/go-xla v0.4.1 // indirect
+	github.com/inconshreveable/mousetrap v1.1.0 // indirect
+	github.com/mitchellh/colorstring v0.0.0-20190213212951-d06e56a500db // indirect
 	github.com/pkg/errors v0.9.1 // indirect
+	github.com/rivo/uniseg v0.4.7 // indirect
+	github.com/schollz/progressbar/v3 v3.19.0 // indirect
 	github.com/spf13/cobra v1.10.2 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect
-	github.com/x448/float16 v0.8.4 // indirect
-	golang.org/x/exp v0.0.0-20250819193227-8b4c13bb791b // indirect
-	golang.org/x/sys v0.39.0 // indirect
-	golang.org/x/term v0.38.0 // indirect
-	google.golang.org/protobuf v1.36.10 // indirect
-	k8s.io/klog/v2 v2.130.1 // indirect
+	go.yaml.in/yaml/v2 v2.4.2 // indirect
+	golang.org/x/exp v0.0.0-20260410095643-746e56fc9e2f // indirect
+	golang.org/x/image v0.30.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/term v0.47.0 // indirect
+	golang.org/x/text v0.35.0 // indirect
+	gonum.org/v1/plot v0.17.0 // indirect
+	google.golang.org/protobuf v1.36.11 // indirect
+	k8s.io/klog/v2 v2.140.0 // indirect
+	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
 // memfit itself, from this checkout.
 replace github.com/memfit/memfit => ../..
 
-// GoMLX v0.26.0 with the buffer-pool counter patch; ./setup.sh creates this directory.
-replace github.com/gomlx/gomlx => ./third_party/gomlx
+// github.com/gomlx/compute v0.1.2 (GoMLX v0.28's backends) with the buffer-pool counter patch; ./setup.sh creates
+// this directory.
+replace github.com/gomlx/compute => ./third_party/compute

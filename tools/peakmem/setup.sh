@@ -1,20 +1,21 @@
 #!/bin/sh
-# Copies GoMLX v0.26.0 from the Go module cache into third_party/gomlx (git-ignored) and applies
-# simplego-pool-counter.patch, so that this module (see go.mod's replace) builds against a simplego backend whose
-# buffer pool counts live and peak bytes. Idempotent: a stamp records the GoMLX version and the patch's hash, and
-# the copy is only redone when either changes. Needs go and git (or patch).
+# Copies github.com/gomlx/compute v0.1.2 (the module that holds GoMLX v0.28's backends) from the Go module cache
+# into third_party/compute (git-ignored) and applies compute-pool-counter.patch, so that this module (see go.mod's
+# replace) builds against a Go backend whose buffer pool counts live and peak bytes. Idempotent: a stamp records
+# the compute version and the patch's hash, and the copy is only redone when either changes. Needs go and git (or
+# patch).
 set -eu
 
-GOMLX_VERSION=v0.26.0
+COMPUTE_VERSION=v0.1.2
 here=$(cd "$(dirname "$0")" && pwd)
-dest="$here/third_party/gomlx"
-patchfile="$here/simplego-pool-counter.patch"
+dest="$here/third_party/compute"
+patchfile="$here/compute-pool-counter.patch"
 stampfile="$dest/.memfit-peakmem-stamp"
 
 patchsum=$(cksum < "$patchfile")
-stamp="gomlx $GOMLX_VERSION patch $patchsum"
+stamp="compute $COMPUTE_VERSION patch $patchsum"
 if [ -f "$stampfile" ] && [ "$(cat "$stampfile")" = "$stamp" ]; then
-	echo "peakmem: $dest is up to date ($GOMLX_VERSION + pool counter)"
+	echo "peakmem: $dest is up to date ($COMPUTE_VERSION + pool counter)"
 	exit 0
 fi
 
@@ -22,16 +23,16 @@ fi
 # module: here, go.mod's replace points at the copy this script is about to make.
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-src=$(cd "$tmp" && GOFLAGS=-mod=mod GOWORK=off go mod download -json "github.com/gomlx/gomlx@$GOMLX_VERSION" |
+src=$(cd "$tmp" && GOFLAGS=-mod=mod GOWORK=off go mod download -json "github.com/gomlx/compute@$COMPUTE_VERSION" |
 	sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
 if [ -z "$src" ] || [ ! -d "$src" ]; then
-	echo "peakmem: could not locate github.com/gomlx/gomlx@$GOMLX_VERSION in the module cache" >&2
+	echo "peakmem: could not locate github.com/gomlx/compute@$COMPUTE_VERSION in the module cache" >&2
 	exit 1
 fi
 
 rm -rf "$dest"
 mkdir -p "$dest"
-(cd "$src" && tar --exclude=./docs --exclude=./examples -cf - .) | (cd "$dest" && tar -xf -)
+(cd "$src" && tar --exclude=./docs -cf - .) | (cd "$dest" && tar -xf -)
 chmod -R u+w "$dest"
 
 # git apply must not see the enclosing memfit repository (it would resolve the patch's paths against its root):
@@ -44,5 +45,8 @@ else
 	echo "peakmem: need git or patch to apply $patchfile" >&2
 	exit 1
 fi
+# Some upstream files are not gofmt-clean; format the copy so that `gofmt -l .` over the memfit checkout (which
+# walks this git-ignored directory too) stays empty. Formatting changes no code.
+gofmt -w "$dest"
 echo "$stamp" > "$stampfile"
-echo "peakmem: copied GoMLX $GOMLX_VERSION from $src to $dest and applied the pool counter patch"
+echo "peakmem: copied github.com/gomlx/compute $COMPUTE_VERSION from $src to $dest and applied the pool counter patch"

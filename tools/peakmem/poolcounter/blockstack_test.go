@@ -16,7 +16,7 @@ func TestBlockStackAgreement(t *testing.T) {
 	cfg := bench.StackConfig{Layers: 2, Batch: 2, Tokens: 33, Hidden: 96, MLP: 384, Heads: 4, Steps: 1, Seed: 3}
 	for _, v := range bench.Variants {
 		settle()
-		step, err := bench.BuildStep(backendFor(t, "go"), cfg, v)
+		step, err := bench.BuildStep(backendFor(t, one1), cfg, v)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/dtypes/bfloat16"
 	"github.com/gomlx/compute/shapes"
+	"github.com/gomlx/compute/support"
 	"github.com/gomlx/gomlx/core/graph"
 	"github.com/gomlx/gomlx/core/tensors"
 
@@ -19,13 +20,24 @@ import (
 	"github.com/memfit/memfit/tools/peakmem/poolcounter"
 )
 
+// Backend specs. The simulation is exact, to the byte, when the large matrix product runs on one worker: one1
+// is an ops_sequential Go backend with parallelism=1 (its products' work stays on the calling goroutine, the
+// elementwise ops too). engineDefault is an ops_sequential backend with the default workers pool (what
+// engine.NewBackend("go") builds today): there the large product's panels are held by a scheduling-dependent
+// number of workers, and the simulation is an upper bound (checkBounds). Both name ops_sequential explicitly:
+// with parallel op execution no peak is deterministic.
+const (
+	one1          = "go:ops_sequential,parallelism=1"
+	engineDefault = "go:ops_sequential"
+)
+
 // backendFor returns one pure-Go backend per spec for the whole test binary.
 func backendFor(t *testing.T, spec string) compute.Backend {
 	t.Helper()
 	return gtest.BackendFor(t, spec)
 }
 
-// settle runs the garbage collector until pending tensor finalizers (which return buffers to the pool) have run,
+// settle runs the garbage collector until pending tensor finalizers (which release device buffers) have run,
 // so they cannot change the counter during a measurement.
 func settle() {
 	for range 3 {
@@ -52,7 +64,11 @@ func randTensor(seed uint64, s shapes.Shape, scale float64) *tensors.Tensor {
 	}
 }
 
-func shapeBytes(s shapes.Shape) int64 { return int64(s.Size()) * int64(s.DType.Size()) }
+// bufferBytes is what the Go backend's pool allocates for a buffer of shape s: its bytes rounded up to the
+// pool's bucket (support.TwoBitBucketLen), as GetBuffer does.
+func bufferBytes(s shapes.Shape) int64 {
+	return int64(support.TwoBitBucketLen(s.DType.SizeForDimensions(s.Dimensions...)))
+}
 
 // stepCase is one graph whose simulated peak is compared with the counter.
 type stepCase struct {
@@ -65,16 +81,33 @@ type stepCase struct {
 
 // agreement is what checkAgreement measured, for one run.
 type agreement struct {
-	run                            string
-	counter, sim                   memory.Peak
-	baseline                       int64 // pool bytes alive before the graph was built (other tests' leftovers)
-	counterTransient, simTransient int64
+	run          string
+	counter, sim memory.Peak
+	baseline     int64 // pool bytes alive before the graph was built (other tests' leftovers)
+}
+
+// compileCase builds and compiles the case's graph.
+func compileCase(t *testing.T, c stepCase) *graph.Graph {
+	t.Helper()
+	var g *graph.Graph
+	if err := engine.Try(func() {
+		g = graph.NewGraph(backendFor(t, c.spec), c.name)
+		ps := make([]*graph.Node, len(c.params))
+		for i, s := range c.params {
+			ps[i] = graph.Parameter(g, fmt.Sprintf("p%d", i), s)
+		}
+		g.Compile(c.build(g, ps)...)
+	}); err != nil {
+		t.Fatalf("%s: building graph: %v", c.name, err)
+	}
+	return g
 }
 
 // checkAgreement compiles the case, runs it twice (cold: inputs transferred inside the run; warm: non-donated
 // inputs already on the backend), measuring each run with memory.MeasurePeak (the patched pool counter), and
-// compares with memory.SimulatePeak. It also checks the counter's bookkeeping around the runs: the outputs and
-// the transferred inputs are exactly what stays in the pool, and everything is returned once they are finalized.
+// compares with memory.SimulatePeak. It also checks the counter's bookkeeping around the runs: compiling (the
+// constants included) leaves the counter alone, the outputs and the transferred inputs are exactly what stays
+// in the pool, and everything is released once they are finalized.
 func checkAgreement(t *testing.T, c stepCase) []agreement {
 	t.Helper()
 	if !memory.HasPoolCounter() {
@@ -85,17 +118,7 @@ func checkAgreement(t *testing.T, c stepCase) []agreement {
 	settle()
 	baseline := cnt.Live()
 
-	var g *graph.Graph
-	if err := engine.Try(func() {
-		g = graph.NewGraph(b, c.name)
-		ps := make([]*graph.Node, len(c.params))
-		for i, s := range c.params {
-			ps[i] = graph.Parameter(g, fmt.Sprintf("p%d", i), s)
-		}
-		g.Compile(c.build(g, ps)...)
-	}); err != nil {
-		t.Fatalf("%s: building graph: %v", c.name, err)
-	}
+	g := compileCase(t, c)
 	defer g.Finalize()
 	if got := cnt.Live(); got != baseline {
 		t.Fatalf("%s: compiling changed the pool's live bytes by %d", c.name, got-baseline)
@@ -106,7 +129,7 @@ func checkAgreement(t *testing.T, c stepCase) []agreement {
 	for i, s := range c.params {
 		inputs[i] = randTensor(uint64(100+i), s, 0.5)
 		if c.donate == nil || !c.donate[i] {
-			keptInputs += shapeBytes(s)
+			keptInputs += bufferBytes(s)
 		}
 	}
 	defer func() {
@@ -135,8 +158,7 @@ func checkAgreement(t *testing.T, c stepCase) []agreement {
 					args[i] = d
 				}
 			}
-			outs = g.Run(args...)
-			return nil
+			return engine.Try(func() { outs = g.Run(args...) })
 		}
 		settle()
 		before := cnt.Live()
@@ -149,7 +171,7 @@ func checkAgreement(t *testing.T, c stepCase) []agreement {
 		}
 		var outBytes int64
 		for _, o := range outs {
-			outBytes += shapeBytes(o.Shape())
+			outBytes += bufferBytes(o.Shape())
 		}
 		if got, want := cnt.Live(), baseline+keptInputs+outBytes; got != want {
 			t.Errorf("%s/%s: %d bytes live after the run, want baseline %d + inputs %d + outputs %d (live before: %d)",
@@ -161,9 +183,7 @@ func checkAgreement(t *testing.T, c stepCase) []agreement {
 		if got, want := cnt.Live(), baseline+keptInputs; got != want {
 			t.Errorf("%s/%s: %d bytes live after finalizing the outputs, want %d", c.name, runName, got, want)
 		}
-		a := agreement{run: runName, counter: m, sim: sim, baseline: baseline,
-			counterTransient: m.Transient(), simTransient: sim.Transient()}
-		results = append(results, a)
+		results = append(results, agreement{run: runName, counter: m, sim: sim, baseline: baseline})
 		t.Logf("%-28s %-4s counter: peak %9d resident %9d transient %9d | simulation: peak %9d resident %9d transient %9d | diff %+d",
 			c.name, runName, m.Bytes-baseline, m.Resident-baseline, m.Transient(), sim.Bytes, sim.Resident, sim.Transient(),
 			sim.Bytes-(m.Bytes-baseline))
@@ -191,6 +211,40 @@ func assertAgree(t *testing.T, name string, as []agreement) {
 				100*float64(a.sim.Bytes-(a.counter.Bytes-a.baseline))/float64(a.counter.Bytes-a.baseline))
 		}
 	}
+}
+
+// agree compiles, runs and checks the case for exact agreement.
+func agree(t *testing.T, c stepCase) {
+	t.Helper()
+	assertAgree(t, c.name, checkAgreement(t, c))
+}
+
+// warmTransient runs the compiled graph g once on args, all already on g's backend (so the run transfers
+// nothing), and returns the counter's transient peak (memory.MeasurePeak's Transient). The outputs are released.
+func warmTransient(t *testing.T, name string, g *graph.Graph, args []*tensors.Tensor) int64 {
+	t.Helper()
+	var cnt poolcounter.Counter
+	anyArgs := make([]any, len(args))
+	for i, a := range args {
+		if _, err := a.Buffer(g.Backend(), 0); err != nil {
+			t.Fatalf("%s: transferring input %d: %v", name, i, err)
+		}
+		anyArgs[i] = a
+	}
+	settle()
+	before := cnt.Live()
+	var outs []*tensors.Tensor
+	m, err := memory.MeasurePeak(g, func() error { return engine.Try(func() { outs = g.Run(anyArgs...) }) })
+	if err != nil {
+		t.Fatalf("%s: MeasurePeak: %v", name, err)
+	}
+	for _, o := range outs {
+		o.MustFinalizeAll()
+	}
+	if got := cnt.Live(); got != before {
+		t.Errorf("%s: %d bytes live after the run and its outputs, want the %d before", name, got, before)
+	}
+	return m.Transient()
 }
 
 func f32(dims ...int) shapes.Shape  { return shapes.Make(dtypes.Float32, dims...) }

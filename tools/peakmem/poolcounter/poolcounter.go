@@ -1,8 +1,8 @@
-// Package poolcounter installs the byte counter of the patched simplego buffer pool (see ../setup.sh and
-// ../simplego-pool-counter.patch) as memfit's memory.PoolCounter. Importing it, usually for its side effect
+// Package poolcounter installs the byte counter of the patched Go backend buffer pool (see ../setup.sh and
+// ../compute-pool-counter.patch) as memfit's memory.PoolCounter. Importing it, usually for its side effect
 // alone, makes memory.MeasurePeak report measured peaks (memory.MethodPoolCounter) on the pure-Go backend.
 //
-// It only builds against the patched GoMLX copy this module replaces github.com/gomlx/gomlx with.
+// It only builds against the patched github.com/gomlx/compute copy this module replaces the real one with.
 package poolcounter
 
 import (
@@ -13,12 +13,13 @@ import (
 
 func init() { memory.SetPoolCounter(Counter{}) }
 
-// Counter is the patched simplego pool counter. It is process-wide: it counts the buffers of every simplego
-// backend in the process, including the parameters transferred to them, but not graph constants, which simplego
-// keeps outside its pool.
+// Counter is the patched Go backend's pool counter. It is process-wide: it counts the buffers of every Go
+// backend in the process, including the parameters transferred to them, at the bucketed sizes the pool really
+// allocates, but not graph constants, which the backend takes from its pool when a graph is built and holds for
+// the graph's lifetime (memory.MeasurePeak adds them).
 type Counter struct{}
 
-// Live returns the bytes of the pool buffers currently handed out.
+// Live returns the bytes of the pool buffers currently handed out and not yet released.
 func (Counter) Live() int64 { return gobackend.PoolLiveBytes() }
 
 // Peak returns the maximum of Live since the last ResetPeak.
