@@ -14,16 +14,29 @@ import (
 const BackendEnv = "MEMFIT_BACKEND"
 
 // DefaultBackend is the backend spec used when neither a flag nor MEMFIT_BACKEND chooses one: the pure-Go
-// backend with sequential op scheduling (its parallel scheduler deadlocks on training graphs; matmuls stay
-// multi-threaded inside).
+// backend, which NewBackend configures with sequential op scheduling in creation order (see GoOptions).
 const DefaultBackend = "go"
+
+// GoOptions are the options NewBackend adds to the pure-Go backend unless the spec sets them otherwise:
+//
+//   - ops_sequential: GoMLX's parallel op scheduler still deadlocks on training graphs in v0.28.2 (every worker
+//     of the pool runs an op whose matmul then waits in Saturate for a free worker; seen on the scaled LLaMA
+//     LoRA step of the CPU grid). Where it did not deadlock it was faster (the scaled ViT full fine-tuning step:
+//     1.83 s against 2.7-3.1 s sequential on the 2-core VM), because elementwise ops are single-threaded in the
+//     Go backend and two of them could run at once. Matrix products stay multi-threaded inside either way.
+//   - creation_order: run the ops in the order the graph built them (forward, then backward layer by layer),
+//     as GoMLX v0.26 did. v0.28's default order (longest path to an output first) postpones every weight
+//     gradient to the end and keeps its inputs alive until then: on the scaled ViT step the simulated peak
+//     rose from 262 to 310 MiB (plain) and from 172 to 273 MiB (approx-act + ms-norm), which all but erases the
+//     memory saving (0.66x plain becomes 0.88x).
+const GoOptions = "ops_sequential,creation_order"
 
 // Spec is a parsed backend choice.
 type Spec struct {
 	// Name is "go" or "xla".
 	Name string
-	// Options for the pure-Go backend (comma-separated simplego options; ops_sequential is always added unless
-	// ops_parallel is given).
+	// Options for the pure-Go backend (comma-separated options of GoMLX's Go backend; GoOptions are added unless
+	// the spec sets the op execution or the schedule itself).
 	Options string
 	// Plugin is the XLA PJRT plugin: a name such as "cuda" (searched as pjrt_c_api_<name>_plugin.so, and for
 	// "cuda" then in a JAX CUDA install, see FindJAXCUDA) or an absolute path to the plugin's .so file.
@@ -44,7 +57,7 @@ func (s Spec) String() string {
 	return s.Name
 }
 
-// ParseSpec parses a backend spec: "go", "go:<simplego options>", "xla:<plugin name>" or "xla:<absolute path to
+// ParseSpec parses a backend spec: "go", "go:<Go backend options>", "xla:<plugin name>" or "xla:<absolute path to
 // plugin .so>". An empty spec means DefaultBackend.
 func ParseSpec(spec string) (Spec, error) {
 	spec = strings.TrimSpace(spec)
@@ -53,7 +66,7 @@ func ParseSpec(spec string) (Spec, error) {
 	}
 	name, rest, _ := strings.Cut(spec, ":")
 	switch name {
-	case "go", "simplego":
+	case "go", "simplego": // "simplego": the name of GoMLX's Go backend before v0.28
 		return Spec{Name: "go", Options: rest}, nil
 	case "xla":
 		if rest == "" {
@@ -90,6 +103,9 @@ func NewBackend(spec string) (compute.Backend, error) {
 		opts := s.Options
 		if !strings.Contains(opts, "ops_parallel") && !strings.Contains(opts, "ops_sequential") {
 			opts = strings.Trim(opts+",ops_sequential", ",")
+		}
+		if !strings.Contains(opts, "dependency_order") && !strings.Contains(opts, "creation_order") {
+			opts = strings.Trim(opts+",creation_order", ",")
 		}
 		b, err := gobackend.New(opts)
 		if err != nil {

@@ -123,9 +123,9 @@ func TestGoBackendInternals(t *testing.T) {
 			return []*graph.Node{graph.Add(e1, e2), a, st, r}
 		})
 	x := mustRead(t, g)
-	if !x.sequential || x.creationOrder {
+	if !x.sequential || !x.creationOrder {
 		t.Errorf("engine's default backend read as sequential=%v creationOrder=%v, want ops_sequential and the "+
-			"dependency-order schedule", x.sequential, x.creationOrder)
+			"creation-order schedule (engine.GoOptions)", x.sequential, x.creationOrder)
 	}
 	if x.maxParallelism != 2*runtime.GOMAXPROCS(0) || x.largeMatmulWorkers() != defaultWorkers() {
 		t.Errorf("maxParallelism %d (workers %d), want workerspool's default 2 x GOMAXPROCS = %d", x.maxParallelism,
@@ -222,9 +222,10 @@ func TestGoBackendInternals(t *testing.T) {
 		workers       int
 	}{
 		"go:ops_sequential,creation_order": {true, true, defaultWorkers()},
-		"go:ops_sequential,parallelism=1":  {true, false, 1},
-		"go:ops_sequential,parallelism=0":  {true, false, 1},
-		"go:ops_parallel":                  {false, false, defaultWorkers()},
+		"go:ops_sequential,parallelism=1":  {true, true, 1},
+		"go:ops_sequential,parallelism=0":  {true, true, 1},
+		"go:ops_parallel":                  {false, true, defaultWorkers()},
+		"go:dependency_order":              {true, false, defaultWorkers()},
 	} {
 		g := compileGraph(t, spec, []shapes.Shape{f32(2)}, func(g *graph.Graph, p []*graph.Node) []*graph.Node {
 			return []*graph.Node{graph.Neg(graph.Exp(p[0]))}
@@ -346,7 +347,7 @@ func TestSimulateHandComputed(t *testing.T) {
 		{
 			// The dependency-order schedule runs the long Sin-Neg chain first and Exp before the ReduceSum that
 			// consumes it: Sin's buffer (1024, reused by the Negs), Exp's (1024) and the sum (4) are live together.
-			name: "dependency-order", params: []shapes.Shape{f32(256)},
+			name: "dependency-order", spec: "go:dependency_order", params: []shapes.Shape{f32(256)},
 			build: func(g *graph.Graph, p []*graph.Node) []*graph.Node {
 				a := graph.ReduceAllSum(graph.Exp(p[0]))
 				b := graph.Neg(graph.Neg(graph.Neg(graph.Sin(p[0]))))
