@@ -232,7 +232,7 @@ func MemoryEfficient(q, k, v *graph.Node, heads, kvHeads int, mask Mask) *graph.
 		dp := engine.DotGeneral(g, []int{4}, []int{0, 1}, v4, []int{3}, []int{0, 2})      // [B, Hkv, N, G, M]
 		d := graph.ReduceAndKeep(graph.Mul(p, dp), graph.ReduceSum, -1)
 		ds := graph.Mul(p, graph.Sub(dp, d))
-		return []*graph.Node{ds, graph.TransposeAllDims(dv, 0, 2, 1, 3)}
+		return engine.OperandGrads(ctx, ds, graph.TransposeAllDims(dv, 0, 2, 1, 3))
 	})
 	return l.merge(ctx)
 }

@@ -59,6 +59,9 @@ type entry struct {
 	// remat, when set, rebuilds the node from inputs the backward pass may read freely (parameters,
 	// constants): Fresh calls it so a VJP never keeps the forward node alive.
 	remat func() *graph.Node
+	// operandPerms, for a product built by DotGeneral whose operands reach the backend transposed, holds the
+	// transpose of each input (nil: none); see OperandGrads.
+	operandPerms [][]int
 }
 
 var (
@@ -78,10 +81,29 @@ func SetVJP(node *graph.Node, kind Kind, fn VJP) *graph.Node {
 	node.Graph().AssertBuilding()
 	e := &entry{vjp: fn, kind: kind}
 	if old := lookup(node); old != nil {
-		e.remat = old.remat
+		e.remat, e.operandPerms = old.remat, old.operandPerms
 	}
 	register(node, e)
 	return node
+}
+
+// OperandGrads returns the gradients of node's inputs given the gradients of the operands it was built from:
+// for a product built by DotGeneral, whose operands may reach the backend transposed (see product), a custom
+// VJP set later with SetVJP computes the gradients of the operands it passed to DotGeneral and returns
+// OperandGrads(node, dLHS, dRHS). For any other node the gradients are returned as they are.
+func OperandGrads(node *graph.Node, grads ...*graph.Node) []*graph.Node {
+	e := lookup(node)
+	if e == nil || e.operandPerms == nil {
+		return grads
+	}
+	out := make([]*graph.Node, len(grads))
+	for i, g := range grads {
+		out[i] = g
+		if g != nil && i < len(e.operandPerms) && e.operandPerms[i] != nil {
+			out[i] = graph.TransposeAllDims(g, e.operandPerms[i]...)
+		}
+	}
+	return out
 }
 
 // Recomputable marks node as cheap to rebuild with build and returns node. build must build the same value from
@@ -98,7 +120,7 @@ func Recomputable(node *graph.Node, build func() *graph.Node) *graph.Node {
 	node.Graph().AssertBuilding()
 	e := &entry{remat: build}
 	if old := lookup(node); old != nil {
-		e.vjp, e.kind = old.vjp, old.kind
+		e.vjp, e.kind, e.operandPerms = old.vjp, old.kind, old.operandPerms
 	}
 	register(node, e)
 	return node
@@ -120,7 +142,7 @@ func SetKind(node *graph.Node, kind Kind) *graph.Node {
 	}
 	node.Graph().AssertBuilding()
 	if e := lookup(node); e != nil {
-		register(node, &entry{vjp: e.vjp, kind: kind, remat: e.remat})
+		register(node, &entry{vjp: e.vjp, kind: kind, remat: e.remat, operandPerms: e.operandPerms})
 		return node
 	}
 	register(node, &entry{kind: kind})
@@ -154,6 +176,15 @@ func KindOf(node *graph.Node) Kind {
 func HasCustomVJP(node *graph.Node) bool {
 	e := lookup(node)
 	return e != nil && e.vjp != nil
+}
+
+// setOperandPerms records the transposes applied to node's inputs (see OperandGrads).
+func setOperandPerms(node *graph.Node, perms ...[]int) {
+	e := &entry{operandPerms: perms}
+	if old := lookup(node); old != nil {
+		e.vjp, e.kind, e.remat = old.vjp, old.kind, old.remat
+	}
+	register(node, e)
 }
 
 func register(node *graph.Node, e *entry) {

@@ -30,6 +30,9 @@ func DotGeneral(lhs *graph.Node, lhsContracting, lhsBatch []int, rhs *graph.Node
 	// original operands and returns the gradients of the transposed ones directly in their axis order (one
 	// transpose each, folded into the one the gradient needs anyway).
 	out, lperm, rperm := product(lhs, lc, lb, rhs, rc, rb)
+	if lperm != nil || rperm != nil {
+		setOperandPerms(out, lperm, rperm)
+	}
 	return SetVJP(out, KindOther, func(node, v *graph.Node) []*graph.Node {
 		// Fresh: an operand marked Recomputable (a dequantised weight) is rebuilt here rather than kept.
 		a, c := Fresh(lhs), Fresh(rhs)

@@ -5,6 +5,7 @@ package gtest
 import (
 	"math"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"testing"
 
@@ -179,4 +180,13 @@ func RunBuilt(t testing.TB, build func(g *graph.Graph) (outputs []*graph.Node, i
 		t.Fatalf("graph failed: %v", err)
 	}
 	return result, g
+}
+
+// Main runs a package's tests (call it from TestMain). In SIMD builds it first restarts the test binary with
+// GODEBUG=cpu.fma=off, as the finetune command does (engine.ReexecWithFMAWorkaround): without it Go's math.Exp
+// runs about 100x slower after GoMLX's vector kernels, and a test of the shipped LLaMA's MMLU scoring took 237 s
+// instead of 9 s.
+func Main(m *testing.M) {
+	engine.ReexecWithFMAWorkaround()
+	os.Exit(m.Run())
 }

@@ -24,8 +24,9 @@ import (
 // is an ops_sequential Go backend with parallelism=1 (its products' work stays on the calling goroutine, the
 // elementwise ops too). engineDefault is an ops_sequential backend with the default workers pool (what
 // engine.NewBackend("go") builds today): there the large product's panels are held by a scheduling-dependent
-// number of workers, and the simulation is an upper bound (checkBounds). Both name ops_sequential explicitly:
-// with parallel op execution no peak is deterministic.
+// number of workers, and the simulation is an upper bound (checkBounds). Both name ops_sequential explicitly
+// (with parallel op execution no peak is deterministic), and both get engine.GoOptions' creation-order schedule
+// unless a spec adds dependency_order.
 const (
 	one1          = "go:ops_sequential,parallelism=1"
 	engineDefault = "go:ops_sequential"

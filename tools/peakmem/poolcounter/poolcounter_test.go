@@ -92,10 +92,11 @@ func TestAgreementMLP(t *testing.T) {
 	agree(t, stepCase{name: "mlp-f32", spec: one1, params: mlpParams(dtypes.Float32, 64, 256, 512, 128), build: mlpStep})
 }
 
-// TestAgreementSchedules: the MLP with the creation-order schedule (the backend's creation_order option), which
-// the simulation must follow as well as the default dependency order.
+// TestAgreementSchedules: the MLP with GoMLX's own default schedule (longest path to an output first, the
+// dependency_order option), which the simulation must follow as well as the creation order engine.NewBackend
+// configures.
 func TestAgreementSchedules(t *testing.T) {
-	agree(t, stepCase{name: "mlp-creation-order", spec: one1 + ",creation_order",
+	agree(t, stepCase{name: "mlp-dependency-order", spec: one1 + ",dependency_order",
 		params: mlpParams(dtypes.Float32, 64, 256, 512, 128), build: mlpStep})
 }
 
