@@ -3,10 +3,12 @@ package cli_test
 import (
 	"bytes"
 	"encoding/json"
+	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/memfit/memfit/cli"
+	"github.com/memfit/memfit/engine"
 )
 
 func run(t *testing.T, args ...string) (stdout, stderr string, code int) {
@@ -36,6 +38,27 @@ func TestBenchBlocks(t *testing.T) {
 		if strings.Contains(line, "LN ") && !strings.Contains(line, "1.0000") {
 			t.Errorf("saved/analytic is not 1.0000 in row %q", line)
 		}
+	}
+}
+
+// TestSIMDNote: `version` names the pure-Go matmul kernels, and a long command of an amd64 build without
+// GOEXPERIMENT=simd ends with one line saying how to get them (and a SIMD build prints no such line).
+func TestSIMDNote(t *testing.T) {
+	out, errOut, code := run(t, "version")
+	if code != 0 || !strings.Contains(out, "pure-Go matmul kernels: ") {
+		t.Fatalf("version: exit %d, %q %q", code, out, errOut)
+	}
+	if kernels := engine.SIMD(); kernels != "" && !strings.Contains(out, "kernels: "+kernels) {
+		t.Errorf("version does not name the %s kernels: %q", kernels, out)
+	}
+	_, errOut, code = run(t, "bench", "blocks", "--layers", "1", "--batch", "1", "--tokens", "9", "--hidden", "32",
+		"--mlp", "128", "--heads", "2", "--steps", "1", "--variants", "GELU+LN")
+	if code != 0 {
+		t.Fatalf("bench blocks: exit %d: %s", code, errOut)
+	}
+	want := runtime.GOARCH == "amd64" && !engine.SIMDBuild()
+	if got := strings.Contains(errOut, "GOEXPERIMENT=simd"); got != want {
+		t.Errorf("SIMD note printed = %v, want %v (GOARCH %s, SIMD build %v): %q", got, want, runtime.GOARCH, engine.SIMDBuild(), errOut)
 	}
 }
 

@@ -48,6 +48,10 @@ made with -tags xla.`,
 		if opts.Debug {
 			os.Setenv("MEMFIT_DEBUG", "1")
 		}
+	}
+	// After a long command that succeeded (so that an error stays one line), a build without the SIMD kernels
+	// says how to get them.
+	root.PersistentPostRun = func(cmd *cobra.Command, _ []string) {
 		if longCommand(cmd) {
 			if advice := engine.SIMDAdvice(); advice != "" {
 				fmt.Fprintln(cmd.ErrOrStderr(), advice)

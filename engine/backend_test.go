@@ -93,3 +93,22 @@ func TestDefaultBackendIsSequentialPureGo(t *testing.T) {
 		t.Error("a bad pure-Go option was accepted")
 	}
 }
+
+// TestFMAWorkaround: WithFMAWorkaround adds cpu.fma=off to GODEBUG (keeping other settings), and this test binary
+// itself, started through gtest.Main, runs with it whenever the vector kernels are in use (the restart worked).
+func TestFMAWorkaround(t *testing.T) {
+	got := engine.WithFMAWorkaround([]string{"HOME=/x", "GODEBUG=gctrace=0"})
+	if strings.Join(got, " ") != "HOME=/x GODEBUG=gctrace=0,cpu.fma=off" {
+		t.Errorf("WithFMAWorkaround kept/added %q", got)
+	}
+	if got := engine.WithFMAWorkaround([]string{"HOME=/x"}); strings.Join(got, " ") != "HOME=/x GODEBUG=cpu.fma=off" {
+		t.Errorf("WithFMAWorkaround without GODEBUG gave %q", got)
+	}
+	if engine.FMAWorkaround() {
+		t.Errorf("the test binary runs %s kernels without GODEBUG=cpu.fma=off (GODEBUG=%q): gtest.Main did not restart it",
+			engine.SIMD(), os.Getenv("GODEBUG"))
+	}
+	if engine.SIMD() != "" && !strings.Contains(os.Getenv("GODEBUG"), "cpu.fma=off") {
+		t.Errorf("vector kernels in use but GODEBUG=%q", os.Getenv("GODEBUG"))
+	}
+}
