@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/shapes"
 	"github.com/gomlx/gomlx/core/graph"
@@ -21,16 +22,30 @@ import (
 //
 // which reads only p (this node's output). The max subtraction and the exponential pass that gradient straight
 // to x, so neither exp(x - max) nor x is kept (GoMLX's own gradient keeps both exp and p).
+//
+// Where the backend has a fused softmax (the pure-Go one: one pass with a fast float32 exp, against five ops
+// with math.Exp), the forward value is that op's and the backward is the same.
 func Softmax(x *graph.Node) *graph.Node {
+	if engine.Fused(x, compute.OpTypeFusedSoftmax) {
+		p := graph.BackendFusedSoftmax(x, x.Rank()-1)
+		return engine.SetVJP(p, engine.KindAttention, func(p, g *graph.Node) []*graph.Node {
+			return []*graph.Node{softmaxGrad(engine.Fresh(p), g)} // an int8 copy of p under Mesa
+		})
+	}
 	m := graph.StopGradient(graph.ReduceAndKeep(x, graph.ReduceMax, -1))
 	shifted := engine.PassThrough(graph.Sub(x, m), engine.KindAttention, 0)
 	e := engine.PassThrough(graph.Exp(shifted), engine.KindAttention, 0)
 	p := graph.Div(e, graph.ReduceAndKeep(e, graph.ReduceSum, -1))
 	return engine.SetVJP(p, engine.KindAttention, func(p, g *graph.Node) []*graph.Node {
-		p = engine.Fresh(p) // an int8 copy under Mesa
-		dot := graph.ReduceAndKeep(graph.Mul(g, p), graph.ReduceSum, -1)
-		return []*graph.Node{graph.Mul(p, graph.Sub(g, dot)), nil}
+		return []*graph.Node{softmaxGrad(engine.Fresh(p), g), nil} // an int8 copy of p under Mesa
 	})
+}
+
+// softmaxGrad is p (g - sum(g p)) over the last axis: the softmax's input gradient from its output p and output
+// gradient g (see Softmax).
+func softmaxGrad(p, g *graph.Node) *graph.Node {
+	dot := graph.ReduceAndKeep(graph.Mul(g, p), graph.ReduceSum, -1)
+	return graph.Mul(p, graph.Sub(g, dot))
 }
 
 // Kind chooses how attention is computed and what its backward pass keeps.
@@ -218,22 +233,32 @@ func Standard(q, k, v *graph.Node, heads, kvHeads int, mask Mask) *graph.Node {
 // and dS flows on to q and k through the score product's own matmul gradient (dq = dS k, dk = dSᵀ q). Here the
 // VJP of the value product recomputes S from q and k and the mask from its inputs, P from S and lse, and returns
 // dS to the probabilities, whose softmax nodes pass it straight to S. D is taken from P and dP, so the output O
-// is not kept either.
+// is not kept either. Where the backend has a fused softmax (the pure-Go one) P is recomputed with it from S
+// alone, and lse is not kept.
 func MemoryEfficient(q, k, v *graph.Node, heads, kvHeads int, mask Mask) *graph.Node {
 	l := newLayout(q, k, v, heads, kvHeads)
 	qh, kh, vh := l.split(q, k, v)
 	qh, kh, vh = mask.keep("attn", qh, 1), mask.keep("attn", kh, 1), mask.keep("attn", vh, 1)
 	s := maskScores(scores(qh, kh), mask, l.n, l.m)
-	mx := graph.StopGradient(graph.ReduceAndKeep(s, graph.ReduceMax, -1))
-	shifted := engine.PassThrough(graph.Sub(s, mx), engine.KindAttention, 0)
-	e := engine.PassThrough(graph.Exp(shifted), engine.KindAttention, 0)
-	sum := graph.ReduceAndKeep(e, graph.ReduceSum, -1)
-	lse := graph.StopGradient(graph.Add(mx, graph.Log(sum)))
-	probs := engine.PassThrough(graph.Div(e, sum), engine.KindAttention, 0)
+	var probs *graph.Node
+	var recompute func(s *graph.Node) *graph.Node // the probabilities again, from recomputed scores
+	if engine.Fused(s, compute.OpTypeFusedSoftmax) {
+		// The backend's fused softmax (one pass with a fast float32 exp) in both passes; no log-sum-exp is kept.
+		probs = engine.PassThrough(graph.BackendFusedSoftmax(s, s.Rank()-1), engine.KindAttention, 0)
+		recompute = func(s *graph.Node) *graph.Node { return graph.BackendFusedSoftmax(s, s.Rank()-1) }
+	} else {
+		mx := graph.StopGradient(graph.ReduceAndKeep(s, graph.ReduceMax, -1))
+		shifted := engine.PassThrough(graph.Sub(s, mx), engine.KindAttention, 0)
+		e := engine.PassThrough(graph.Exp(shifted), engine.KindAttention, 0)
+		sum := graph.ReduceAndKeep(e, graph.ReduceSum, -1)
+		lse := graph.StopGradient(graph.Add(mx, graph.Log(sum)))
+		probs = engine.PassThrough(graph.Div(e, sum), engine.KindAttention, 0)
+		recompute = func(s *graph.Node) *graph.Node { return graph.Exp(graph.Sub(s, lse)) }
+	}
 	ctx := context(probs, vh)
 	engine.SetVJP(ctx, engine.KindAttention, func(ctx, g *graph.Node) []*graph.Node {
 		qh, kh, vh := engine.Fresh(qh), engine.Fresh(kh), engine.Fresh(vh) // int8 copies under Mesa
-		p := graph.Exp(graph.Sub(maskScores(scores(qh, kh), mask, l.n, l.m), lse))
+		p := recompute(maskScores(scores(qh, kh), mask, l.n, l.m))
 		dv := engine.Product(p, []int{2, 3}, []int{0, 1}, g, []int{2, 3}, []int{0, 1}) // [B, Hkv, M, Dh]
 		dp := engine.Product(g, []int{4}, []int{0, 1}, vh, []int{3}, []int{0, 1})      // [B, Hkv, N, G, M]
 		d := graph.ReduceAndKeep(graph.Mul(p, dp), graph.ReduceSum, -1)

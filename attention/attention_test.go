@@ -1,6 +1,7 @@
 package attention_test
 
 import (
+	"github.com/gomlx/compute"
 	"math"
 	"testing"
 
@@ -39,7 +40,8 @@ func reference(q, k, v *graph.Node, heads, kvHeads int, mask *graph.Node) *graph
 }
 
 // TestAttentionMatchesReference checks output and q/k/v gradients of both attention kinds, multi-head and
-// grouped-query, with causal and padding masks, against GoMLX's own ops and autodiff.
+// grouped-query, with causal and padding masks, with and without the backend's fused softmax, against GoMLX's own
+// ops and autodiff.
 func TestAttentionMatchesReference(t *testing.T) {
 	const b, n, dh = 2, 5, 4
 	for _, tc := range []struct {
@@ -47,8 +49,14 @@ func TestAttentionMatchesReference(t *testing.T) {
 		heads, kv       int
 		causal, padding bool
 	}{{"mha", 3, 3, false, false}, {"gqa-causal", 4, 2, true, false}, {"mqa-causal-padding", 4, 1, true, true}, {"mha-padding", 2, 2, false, true}} {
-		for _, kind := range []attention.Kind{attention.KindStandard, attention.KindMemoryEfficient} {
-			t.Run(tc.name+"/"+kind.String(), func(t *testing.T) {
+		for _, kf := range []struct {
+			kind   attention.Kind
+			fusion string
+		}{{attention.KindStandard, "1"}, {attention.KindMemoryEfficient, "1"}, {attention.KindStandard, "0"}, {attention.KindMemoryEfficient, "0"}} {
+			kind := kf.kind
+			// GOMLX_FUSION=0: the plain-ops softmax that backends without a fused one (XLA) get.
+			t.Run(tc.name+"/"+kind.String()+"/fusion="+kf.fusion, func(t *testing.T) {
+				t.Setenv(graph.FusionEnv, kf.fusion)
 				q := gtest.Tensor(gtest.Rand(1, b*n*tc.heads*dh, 1), b, n, tc.heads*dh)
 				k := gtest.Tensor(gtest.Rand(2, b*n*tc.kv*dh, 1), b, n, tc.kv*dh)
 				v := gtest.Tensor(gtest.Rand(3, b*n*tc.kv*dh, 1), b, n, tc.kv*dh)
@@ -123,8 +131,14 @@ func TestMemoryEfficientKeepsNoScores(t *testing.T) {
 				t.Errorf("standard: %d saved [.., N, .., M] tensors, want 1 (the probabilities): %+v", withKeys, saved.Tensors)
 			}
 		case attention.KindMemoryEfficient:
-			if withKeys != 0 || lse != 1 {
-				t.Errorf("memory-efficient: %d saved score-shaped tensors (want 0), %d per-row tensors (want 1, the lse): %+v", withKeys, lse, saved.Tensors)
+			// With the backend's fused softmax the probabilities are recomputed from the scores alone and no
+			// log-sum-exp is kept either.
+			wantLSE := 1
+			if engine.Fused(outputs[0], compute.OpTypeFusedSoftmax) {
+				wantLSE = 0
+			}
+			if withKeys != 0 || lse != wantLSE {
+				t.Errorf("memory-efficient: %d saved score-shaped tensors (want 0), %d per-row tensors (want %d, the lse): %+v", withKeys, lse, wantLSE, saved.Tensors)
 			}
 		}
 	}
@@ -141,10 +155,13 @@ func TestSoftmaxGradient(t *testing.T) {
 		}
 	}
 	want := gtest.Run(t, build(func(x *graph.Node) *graph.Node { return graph.Softmax(x, -1) }), x, r)
-	got := gtest.Run(t, build(attention.Softmax), x, r)
-	for i := range want {
-		if d := gtest.MaxAbsDiff(got[i], want[i]); d > 1e-6 {
-			t.Errorf("output %d: max |diff| %g", i, d)
+	for _, fusion := range []string{"1", "0"} { // the backend's fused softmax, and plain ops
+		t.Setenv(graph.FusionEnv, fusion)
+		got := gtest.Run(t, build(attention.Softmax), x, r)
+		for i := range want {
+			if d := gtest.MaxAbsDiff(got[i], want[i]); d > 1e-6 {
+				t.Errorf("fusion=%s output %d: max |diff| %g", fusion, i, d)
+			}
 		}
 	}
 }
