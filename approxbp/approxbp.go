@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/shapes"
 	"github.com/gomlx/gomlx/core/graph"
@@ -43,26 +44,41 @@ func gate(act Activation, x *graph.Node) *graph.Node {
 	panic(fmt.Sprintf("approxbp: unknown activation %d", int(act)))
 }
 
-// forward builds the exact activation as one final node Mul(x, gate(x)), whose VJP the callers replace. Baseline
-// and approximate variants share it, so their forward values are bit-identical.
+// forward builds the exact activation as one final node whose first input is x and whose VJP the callers
+// replace: the backend's fused exact GELU where it has one (the pure-Go backend: one parallel pass instead of
+// five ops), else Mul(x, gate(x)). Baseline and approximate variants share it, so their forward values are
+// bit-identical.
 func forward(act Activation, x *graph.Node) *graph.Node {
 	if !x.DType().IsFloat() {
 		panic(fmt.Sprintf("approxbp: %s needs a float input, got %s", act, x.Shape()))
 	}
+	if act == ActGELU && engine.Fused(x, compute.OpTypeFusedGelu) {
+		return graph.BackendFusedGelu(x, true)
+	}
 	return graph.Mul(x, gate(act, x))
+}
+
+// inputGrad returns the gradients of y's inputs, dx for the first (x) and nil for any other (y is a node built
+// by forward).
+func inputGrad(y, dx *graph.Node) []*graph.Node {
+	grads := make([]*graph.Node, len(y.Inputs()))
+	grads[0] = dx
+	return grads
 }
 
 // GELU returns the exact (erf) GELU of x. Its backward keeps only x.
 //
 // Backward: GELU(x) = x Phi(x), so dGELU/dx = Phi(x) + x phi(x), with phi(x) = exp(-x²/2) / sqrt(2 pi).
-// The VJP recomputes Phi and phi from x, instead of keeping x, x/sqrt2 and Phi as GoMLX's own gradient does.
+// The VJP recomputes Phi and phi from x, instead of keeping x, x/sqrt2 and Phi as GoMLX's own gradient does;
+// it reads x through engine.Recompute, so no backend merges the recomputed Phi with the forward one (which
+// would keep that alive instead).
 func GELU(x *graph.Node) *graph.Node {
 	y := forward(ActGELU, x)
 	return engine.SetVJP(y, engine.KindActivation, func(node, v *graph.Node) []*graph.Node {
-		x := engine.Fresh(node.Inputs()[0]) // an int8 copy under Mesa
+		x := engine.Recompute(node.Inputs()[0])[0] // behind a barrier (an int8 copy under Mesa)
 		phi := graph.MulScalar(graph.Exp(graph.MulScalar(graph.Square(x), -0.5)), 1/math.Sqrt(2*math.Pi))
 		d := graph.Add(gate(ActGELU, x), graph.Mul(x, phi))
-		return []*graph.Node{graph.Mul(v, d), nil}
+		return inputGrad(node, graph.Mul(v, d))
 	})
 }
 
@@ -72,10 +88,10 @@ func GELU(x *graph.Node) *graph.Node {
 func SiLU(x *graph.Node) *graph.Node {
 	y := forward(ActSiLU, x)
 	return engine.SetVJP(y, engine.KindActivation, func(node, v *graph.Node) []*graph.Node {
-		x := engine.Fresh(node.Inputs()[0]) // an int8 copy under Mesa
+		x := engine.Recompute(node.Inputs()[0])[0] // behind a barrier (an int8 copy under Mesa)
 		s := graph.Logistic(x)
 		d := graph.Mul(s, graph.OnePlus(graph.Mul(x, graph.OneMinus(s))))
-		return []*graph.Node{graph.Mul(v, d), nil}
+		return inputGrad(node, graph.Mul(v, d))
 	})
 }
 
@@ -112,7 +128,7 @@ func Approx(x *graph.Node, act Activation, coeffs Coefficients) *graph.Node {
 		if m*per != n {
 			slope = engine.SliceAxis(slope, 0, 0, n)
 		}
-		return []*graph.Node{graph.Mul(v, graph.Reshape(slope, dims...)), nil}
+		return inputGrad(node, graph.Mul(v, graph.Reshape(slope, dims...)))
 	})
 }
 

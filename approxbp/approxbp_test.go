@@ -39,11 +39,34 @@ var variants = []variant{
 	{"silu", approxbp.ActSiLU, approxbp.ReSiLU2Coefficients, approxbp.SiLU, approxbp.ReSiLU2, approxbp.SiLU64},
 }
 
+// withFusion pairs every variant with GOMLX_FUSION=1 (the pure-Go backend's fused GELU) and 0 (plain ops, what
+// backends without one build).
+func withFusion[T any](vs []T) []struct {
+	variant T
+	fusion  string
+} {
+	var out []struct {
+		variant T
+		fusion  string
+	}
+	for _, f := range []string{"1", "0"} {
+		for _, v := range vs {
+			out = append(out, struct {
+				variant T
+				fusion  string
+			}{v, f})
+		}
+	}
+	return out
+}
+
 // TestForwardIsExact: the approximate activations' forward equals the exact activation bit for bit, and the
 // exact activation matches the float64 reference.
 func TestForwardIsExact(t *testing.T) {
-	for _, vr := range variants {
-		t.Run(vr.name, func(t *testing.T) {
+	for _, vf := range withFusion(variants) {
+		vr := vf.variant
+		t.Run(vr.name+"/fusion="+vf.fusion, func(t *testing.T) {
+			t.Setenv(graph.FusionEnv, vf.fusion)
 			xs := probeInputs(vr.coeffs)
 			x := gtest.Tensor(xs, 64, 64)
 			out := gtest.Run(t, func(g *graph.Graph, p []*graph.Node) []*graph.Node {
@@ -99,8 +122,10 @@ func TestExactGradients(t *testing.T) {
 		},
 		"silu": func(x float64) float64 { s := 1 / (1 + math.Exp(-x)); return s * (1 + x*(1-s)) },
 	}
-	for _, vr := range variants {
-		t.Run(vr.name, func(t *testing.T) {
+	for _, vf := range withFusion(variants) {
+		vr := vf.variant
+		t.Run(vr.name+"/fusion="+vf.fusion, func(t *testing.T) {
+			t.Setenv(graph.FusionEnv, vf.fusion)
 			xs := gtest.Rand(9, 1024, 3)
 			out := gtest.Run(t, func(g *graph.Graph, p []*graph.Node) []*graph.Node {
 				return engine.Gradient(graph.ReduceAllSum(vr.exact(p[0])), p[0])
