@@ -92,6 +92,15 @@ type Mask struct {
 	Keep func(kind string, x *graph.Node, headAxis int) *graph.Node
 }
 
+// recomputed returns the mask with its key padding read through engine.Recompute, for rebuilding the additive
+// mask in a backward function without the backend merging it with the forward one.
+func (m Mask) recomputed() Mask {
+	if m.KeyPadding != nil {
+		m.KeyPadding = engine.Recompute(m.KeyPadding)[0]
+	}
+	return m
+}
+
 func (m Mask) keep(kind string, x *graph.Node, headAxis int) *graph.Node {
 	if m.Keep == nil {
 		return x
@@ -257,8 +266,11 @@ func MemoryEfficient(q, k, v *graph.Node, heads, kvHeads int, mask Mask) *graph.
 	}
 	ctx := context(probs, vh)
 	engine.SetVJP(ctx, engine.KindAttention, func(ctx, g *graph.Node) []*graph.Node {
-		qh, kh, vh := engine.Fresh(qh), engine.Fresh(kh), engine.Fresh(vh) // int8 copies under Mesa
-		p := recompute(maskScores(scores(qh, kh), mask, l.n, l.m))
+		// Behind barriers (engine.Recompute), so no backend merges the recomputed scores and probabilities with
+		// the forward ones (keeping those alive instead); int8 copies under Mesa.
+		qk := engine.Recompute(qh, kh)
+		vh := engine.Fresh(vh)
+		p := recompute(maskScores(scores(qk[0], qk[1]), mask.recomputed(), l.n, l.m))
 		dv := engine.Product(p, []int{2, 3}, []int{0, 1}, g, []int{2, 3}, []int{0, 1}) // [B, Hkv, M, Dh]
 		dp := engine.Product(g, []int{4}, []int{0, 1}, vh, []int{3}, []int{0, 1})      // [B, Hkv, N, G, M]
 		d := graph.ReduceAndKeep(graph.Mul(p, dp), graph.ReduceSum, -1)

@@ -62,6 +62,19 @@ type entry struct {
 	// operandPerms, for a product built by DotGeneral whose operands reach the backend transposed, holds the
 	// transpose of each input (nil: none); see OperandGrads.
 	operandPerms [][]int
+	// fresh is the node's value behind an optimization barrier, once Recompute has made it (see Recompute);
+	// rebuilt is remat's result, once Fresh has built it.
+	fresh, rebuilt *graph.Node
+}
+
+// modify registers a copy of node's entry (an empty one if it has none) changed by change.
+func modify(node *graph.Node, change func(e *entry)) {
+	e := &entry{}
+	if old := lookup(node); old != nil {
+		*e = *old
+	}
+	change(e)
+	register(node, e)
 }
 
 var (
@@ -79,11 +92,7 @@ func SetVJP(node *graph.Node, kind Kind, fn VJP) *graph.Node {
 		panic("engine.SetVJP: nil node")
 	}
 	node.Graph().AssertBuilding()
-	e := &entry{vjp: fn, kind: kind}
-	if old := lookup(node); old != nil {
-		e.remat, e.operandPerms = old.remat, old.operandPerms
-	}
-	register(node, e)
+	modify(node, func(e *entry) { e.vjp, e.kind = fn, kind })
 	return node
 }
 
@@ -108,31 +117,75 @@ func OperandGrads(node *graph.Node, grads ...*graph.Node) []*graph.Node {
 
 // Recomputable marks node as cheap to rebuild with build and returns node. build must build the same value from
 // graph parameters and constants (a weight dequantised from its quantised codes) or from forward tensors the
-// backward pass keeps anyway (the factors of a gated product, which the product's own backward reads); anything
-// else it reads is kept alive instead of node. Backward functions that read node go through Fresh, which builds a
-// new copy at backward time instead of keeping node alive from the forward pass: QLoRA's dequantised base weight
-// is used this way, so the saved activations never hold a full-precision weight, and so is LLaMA's SiLU(gate)*up
-// under approx-act.
+// backward pass keeps anyway (the factors of a gated product, which the product's own backward reads), reading
+// them through Recompute; anything else it reads is kept alive instead of node. Backward functions that read node
+// go through Fresh, which builds a new copy at backward time (once per node) instead of keeping node alive from
+// the forward pass: QLoRA's dequantised base weight is used this way, so the saved activations never hold a
+// full-precision weight, and so is LLaMA's SiLU(gate)*up under approx-act.
 func Recomputable(node *graph.Node, build func() *graph.Node) *graph.Node {
 	if node == nil || build == nil {
 		panic("engine.Recomputable: nil node or build function")
 	}
 	node.Graph().AssertBuilding()
-	e := &entry{remat: build}
-	if old := lookup(node); old != nil {
-		e.vjp, e.kind, e.operandPerms = old.vjp, old.kind, old.operandPerms
-	}
-	register(node, e)
+	modify(node, func(e *entry) { e.remat, e.rebuilt = build, nil })
 	return node
 }
 
-// Fresh returns node itself, or for a node marked Recomputable a new copy built now (call it from backward
-// functions).
+// Fresh returns what a backward function should read for the forward node: for a node marked Recomputable its
+// rebuilt copy (built on the first call), for a node already passed to Recompute its value behind that barrier,
+// and otherwise node itself. Call it from backward functions.
 func Fresh(node *graph.Node) *graph.Node {
-	if e := lookup(node); e != nil && e.remat != nil {
-		return e.remat()
+	e := lookup(node)
+	switch {
+	case e == nil:
+		return node
+	case e.remat != nil:
+		if e.rebuilt == nil {
+			rebuilt := e.remat()
+			modify(node, func(e *entry) { e.rebuilt = rebuilt })
+			return rebuilt
+		}
+		return e.rebuilt
+	case e.fresh != nil:
+		return e.fresh
 	}
 	return node
+}
+
+// Recompute returns xs, forward tensors a backward function recomputes something from, behind one optimization
+// barrier (graph.OptimizationBarriers), so that no backend can merge the recomputation with the forward
+// computation it repeats: GoMLX v0.28's Go backend de-duplicates identical nodes when it builds a graph, and
+// XLA's common-subexpression elimination does the same when it compiles one. Without the barrier the backward's
+// GELU gate, attention scores and probabilities, QLoRA's dequantised weights and the rebuilt gated product all
+// became the forward's own tensors again, kept alive from the forward pass: on the scaled ViT step the backward
+// recomputed neither the 4 GELU erfs nor the 4 attention softmaxes.
+//
+// A node marked Recomputable is returned rebuilt (Fresh), its build reading its own inputs through Recompute.
+// Each other x gets its barrier once: later calls, and Fresh, return the same barrier output, so every backward reader
+// goes through it and the pure-Go backend, whose barrier copies its input unless that is the input's last use,
+// copies nothing (a parameter, never owned by the execution, is still copied: QLoRA's codes). Recompute tags the
+// barrier with the kind of the backward function that calls it first.
+func Recompute(xs ...*graph.Node) []*graph.Node {
+	out := make([]*graph.Node, len(xs))
+	var missing []*graph.Node
+	var at []int
+	for i, x := range xs {
+		if e := lookup(x); e != nil && (e.fresh != nil || e.remat != nil) {
+			out[i] = Fresh(x) // a Recomputable node's rebuild is built from barriers already
+			continue
+		}
+		missing, at = append(missing, x), append(at, i)
+	}
+	if len(missing) == 0 {
+		return out
+	}
+	barriers := graph.OptimizationBarriers(missing...)
+	for j, i := range at {
+		out[i] = barriers[j]
+		b := barriers[j]
+		modify(xs[i], func(e *entry) { e.fresh = b })
+	}
+	return out
 }
 
 // SetKind tags node with kind without changing its gradient, and returns node.
@@ -141,11 +194,7 @@ func SetKind(node *graph.Node, kind Kind) *graph.Node {
 		panic("engine.SetKind: nil node")
 	}
 	node.Graph().AssertBuilding()
-	if e := lookup(node); e != nil {
-		register(node, &entry{vjp: e.vjp, kind: kind, remat: e.remat, operandPerms: e.operandPerms})
-		return node
-	}
-	register(node, &entry{kind: kind})
+	modify(node, func(e *entry) { e.kind = kind })
 	return node
 }
 
@@ -180,11 +229,7 @@ func HasCustomVJP(node *graph.Node) bool {
 
 // setOperandPerms records the transposes applied to node's inputs (see OperandGrads).
 func setOperandPerms(node *graph.Node, perms ...[]int) {
-	e := &entry{operandPerms: perms}
-	if old := lookup(node); old != nil {
-		e.vjp, e.kind, e.remat = old.vjp, old.kind, old.remat
-	}
-	register(node, e)
+	modify(node, func(e *entry) { e.operandPerms = perms })
 }
 
 func register(node *graph.Node, e *entry) {

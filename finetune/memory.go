@@ -9,6 +9,7 @@ import (
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/shapes"
+	"github.com/gomlx/gomlx/core/graph"
 
 	"github.com/memfit/memfit/attention"
 	"github.com/memfit/memfit/engine"
@@ -187,11 +188,23 @@ func ShapeModel(dir string, cfg Config, labels int) (Model, map[string][]int, er
 // step's peak (simulated for the pure-Go backend, compiled-program sizes for XLA), weights, gradients and
 // optimizer bytes.
 func PlanStep(backend compute.Backend, model Model, paramShapes map[string][]int, cfg Config, in Shape) (MemoryVariant, error) {
-	if err := cfg.Validate(); err != nil {
+	g, outputs, spec, err := planGraph(backend, model, paramShapes, cfg, in)
+	if err != nil {
 		return MemoryVariant{}, err
 	}
+	defer g.Finalize()
+	return planFigures(g, outputs, spec, model, cfg)
+}
+
+// planGraph builds and compiles PlanStep's gradient step (without running it) and returns it with its outputs
+// and the parameter shapes it trains and freezes.
+func planGraph(backend compute.Backend, model Model, paramShapes map[string][]int, cfg Config, in Shape) (*graph.Graph, []*graph.Node, stepSpec, error) {
+	fail := func(err error) (*graph.Graph, []*graph.Node, stepSpec, error) { return nil, nil, stepSpec{}, err }
+	if err := cfg.Validate(); err != nil {
+		return fail(err)
+	}
 	if in.Batch <= 0 {
-		return MemoryVariant{}, fmt.Errorf("batch size must be positive, got %d", in.Batch)
+		return fail(fmt.Errorf("batch size must be positive, got %d", in.Batch))
 	}
 	compute := dtypes.Float32
 	if cfg.ComputeDType == "bfloat16" {
@@ -206,7 +219,7 @@ func PlanStep(backend compute.Backend, model Model, paramShapes map[string][]int
 		spec.batch["labels"] = shapes.Make(dtypes.Int32, in.Batch)
 	case Llama:
 		if in.Seq <= 0 {
-			return MemoryVariant{}, fmt.Errorf("a LLaMA step needs a sequence length (got %d)", in.Seq)
+			return fail(fmt.Errorf("a LLaMA step needs a sequence length (got %d)", in.Seq))
 		}
 		spec.batch["input_ids"] = shapes.Make(dtypes.Int32, in.Batch, in.Seq)
 		spec.batch["attention_mask"] = shapes.Make(dtypes.Int32, in.Batch, in.Seq)
@@ -216,7 +229,7 @@ func PlanStep(backend compute.Backend, model Model, paramShapes map[string][]int
 			spec.batch["labels"] = shapes.Make(dtypes.Int32, in.Batch, in.Seq)
 		}
 	default:
-		return MemoryVariant{}, fmt.Errorf("memory planning does not know model %T", model)
+		return fail(fmt.Errorf("memory planning does not know model %T", model))
 	}
 	for _, prefix := range cfg.TrainModules {
 		found := false
@@ -224,7 +237,7 @@ func PlanStep(backend compute.Backend, model Model, paramShapes map[string][]int
 			found = found || trainsModule(prefix, name)
 		}
 		if !found {
-			return MemoryVariant{}, fmt.Errorf("train_modules: no parameter of the model starts with %q", prefix)
+			return fail(fmt.Errorf("train_modules: no parameter of the model starts with %q", prefix))
 		}
 	}
 	for name, dims := range paramShapes {
@@ -243,11 +256,11 @@ func PlanStep(backend compute.Backend, model Model, paramShapes map[string][]int
 			FrozenA: cfg.Method == MethodLoRAFA, Dropout: cfg.LoRADropout}
 		newAdapter, err := lora.New(lc)
 		if err != nil {
-			return MemoryVariant{}, err
+			return fail(err)
 		}
 		set, err := lora.NewSet(model.LinearLayers(), cfg.LoRATarget, newAdapter, cfg.Seed)
 		if err != nil {
-			return MemoryVariant{}, err
+			return fail(err)
 		}
 		spec.adapters = set
 		trainable := set.Trainable()
@@ -260,14 +273,19 @@ func PlanStep(backend compute.Backend, model Model, paramShapes map[string][]int
 		}
 	case MethodFull:
 	default:
-		return MemoryVariant{}, fmt.Errorf("memory planning supports methods full, lora, lora-fa and qlora, not %q", cfg.Method)
+		return fail(fmt.Errorf("memory planning supports methods full, lora, lora-fa and qlora, not %q", cfg.Method))
 	}
 	spec.mesa, _ = quant.ParseMesa(cfg.Mesa)
 	g, outputs, _, err := buildGradStep(backend, spec)
 	if err != nil {
-		return MemoryVariant{}, err
+		return fail(err)
 	}
-	defer g.Finalize()
+	return g, outputs, spec, nil
+}
+
+// planFigures reads the memory figures of PlanStep off its compiled gradient step.
+func planFigures(g *graph.Graph, outputs []*graph.Node, spec stepSpec, model Model, cfg Config) (MemoryVariant, error) {
+	backend := g.Backend()
 	saved, err := memory.Saved(g, outputs...)
 	if err != nil {
 		return MemoryVariant{}, err

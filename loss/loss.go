@@ -40,8 +40,9 @@ func CrossEntropy(logits, labels *graph.Node, ignoreIndex int) *graph.Node {
 	m := graph.StopGradient(graph.ReduceAndKeep(logits, graph.ReduceMax, -1))
 	shifted := engine.PassThrough(graph.Sub(logits, m), engine.KindOther, 0)
 	e := engine.SetVJP(graph.Exp(shifted), engine.KindOther, func(e, v *graph.Node) []*graph.Node {
-		logits, m := shifted.Inputs()[0], shifted.Inputs()[1]
-		return []*graph.Node{graph.Mul(v, graph.Exp(graph.Sub(logits, m)))}
+		// Behind a barrier, so no backend merges the recomputed exponentials with the forward ones.
+		lm := engine.Recompute(shifted.Inputs()[0], shifted.Inputs()[1])
+		return []*graph.Node{graph.Mul(v, graph.Exp(graph.Sub(lm[0], lm[1])))}
 	})
 	lse := graph.Add(graph.Squeeze(m, -1), graph.Log(graph.ReduceSum(e, -1)))
 

@@ -87,3 +87,21 @@ func MatmulOps(g *graph.Graph) ([]MatmulOp, error) {
 	}
 	return ops, nil
 }
+
+// ExecutorOps counts, by op name ("Erf", "DotGeneral", "OptimizationBarrier", ...), the nodes the pure-Go
+// backend's executor runs for the compiled graph g: after its de-duplication of identical nodes and its other
+// compile passes, and without nodes no output needs. It shows what the backend really computes, for example
+// whether a backward recomputation survived or was merged back into the forward value.
+func ExecutorOps(g *graph.Graph) (map[string]int, error) {
+	x, err := readGoBackend(g)
+	if err != nil {
+		return nil, err
+	}
+	counts := map[string]int{}
+	for _, idx := range x.schedule {
+		if idx < x.numNodesToProcess && x.numUses[idx] > 0 {
+			counts[x.nodes[idx].op.String()]++
+		}
+	}
+	return counts, nil
+}

@@ -123,8 +123,30 @@ func Dequantize(p Nodes, out, in int, dtype dtypes.DType) *graph.Node {
 // Weight dequantises the NF4 weight for a linear layer and marks it recomputable, so the backward pass of the
 // matmul that reads it rebuilds it from the codes (engine.Fresh) instead of keeping the full-precision weight
 // from the forward pass.
+//
+// The rebuild reads the codes and scales through engine.Recompute: an optimization barrier, so that no backend
+// merges it with the forward dequantisation (GoMLX v0.28's Go backend de-duplicates identical nodes, XLA
+// eliminates common subexpressions), which would keep the forward's full-precision weight alive after all.
 func Weight(p Nodes, out, in int, dtype dtypes.DType) *graph.Node {
-	return engine.Recomputable(Dequantize(p, out, in, dtype), func() *graph.Node { return Dequantize(p, out, in, dtype) })
+	return engine.Recomputable(Dequantize(p, out, in, dtype), func() *graph.Node { return Dequantize(p.recomputed(), out, in, dtype) })
+}
+
+// recomputed returns p with every node read through engine.Recompute.
+func (p Nodes) recomputed() Nodes {
+	fields := []**graph.Node{&p.Codes, &p.Absmax, &p.AbsmaxQ, &p.Absmax2, &p.Offset, &p.ColScale}
+	var nodes []*graph.Node
+	for _, f := range fields {
+		if *f != nil {
+			nodes = append(nodes, *f)
+		}
+	}
+	fresh := engine.Recompute(nodes...)
+	for _, f := range fields {
+		if *f != nil {
+			*f, fresh = fresh[0], fresh[1:]
+		}
+	}
+	return p
 }
 
 // BoundNodes looks up the NF4 parameters of the weight prefix ("<path>.weight") in nodes; ok is false when the

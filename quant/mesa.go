@@ -139,7 +139,10 @@ func (m *Mesa) Keep(kind string, x *graph.Node, groupAxis int) *graph.Node {
 	codes = engine.SetKind(codes, engine.KindOther)
 	dtype := x.DType()
 	return engine.Recomputable(x, func() *graph.Node {
-		deq := graph.Add(graph.Mul(graph.ConvertDType(codes, dtypes.Float32), scale), lo)
+		// Behind a barrier, so that no backend pulls the quantisation into the backward (recomputing the codes
+		// from x would keep x alive after all).
+		f := engine.Recompute(codes, scale, lo)
+		deq := graph.Add(graph.Mul(graph.ConvertDType(f[0], dtypes.Float32), f[1]), f[2])
 		return graph.ConvertDType(graph.Reshape(deq, dims...), dtype)
 	})
 }

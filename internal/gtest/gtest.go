@@ -190,3 +190,4 @@ func Main(m *testing.M) {
 	engine.ReexecWithFMAWorkaround()
 	os.Exit(m.Run())
 }
+

@@ -283,17 +283,24 @@ func (m *Model) layer(b models.Bound, pre string, x *graph.Node, rope rotary, ma
 		act = approxbp.ReSiLU2
 	}
 	s, u := act(b.Keep(quant.MesaActivation, lin(n2, GateProj), -1)), lin(n2, UpProj)
-	gated := engine.SetKind(graph.Mul(s, u), engine.KindOther)
+	// The gated product's backward: ds = v*u, du = v*s, reading its factors through engine.Fresh (the same
+	// barrier outputs the rebuild below reads, when there is one, so the factors are not copied for it).
+	gated := engine.SetVJP(graph.Mul(s, u), engine.KindOther, func(node, v *graph.Node) []*graph.Node {
+		fs, fu := engine.Fresh(s), engine.Fresh(u)
+		return []*graph.Node{graph.Mul(v, fu), graph.Mul(v, fs)}
+	})
 	if m.Options.ApproxActivation {
 		// Memory sharing in the gated product: the product's own backward keeps its factors s = SiLU(gate) and
-		// u = up (ds = v*u, du = v*s), and ReSiLU2 keeps only 2-bit codes of the gate, so the down projection's
-		// input s*u is rebuilt from those two saved tensors when its backward needs it (one elementwise
-		// multiply) instead of being kept as a third [B,T,intermediate] tensor. Exact: the rebuilt value is
-		// the forward value bit for bit. The factors are swapped (u*s, the same IEEE product) so that the rebuild is
-		// not an instruction-for-instruction copy of the forward one, which XLA's common-subexpression pass could
-		// merge back into the kept forward value (GoMLX v0.26 has no optimization barrier; docs/gpu.md lists the
-		// buffer-assignment check still to run on a GPU).
-		gated = engine.Recomputable(gated, func() *graph.Node { return graph.Mul(u, s) })
+		// u = up, and ReSiLU2 keeps only 2-bit codes of the gate, so the down projection's input s*u is rebuilt
+		// from those two saved tensors when its backward needs it (one elementwise multiply) instead of being
+		// kept as a third [B,T,intermediate] tensor. Exact: the rebuilt value is the forward value bit for bit.
+		// The factors are read through engine.Recompute, an optimization barrier, so that no backend merges the
+		// rebuild back into the forward product (GoMLX v0.28's Go backend de-duplicates identical nodes, XLA
+		// eliminates common subexpressions), which would keep the forward value alive after all.
+		gated = engine.Recomputable(gated, func() *graph.Node {
+			f := engine.Recompute(s, u)
+			return graph.Mul(f[0], f[1])
+		})
 	}
 	return graph.Add(h, lin(b.Keep(quant.MesaLinear, gated, -1), DownProj))
 }
