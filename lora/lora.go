@@ -109,8 +109,16 @@ func (l *LoRA) Forward(ctx Context, layer models.LinearLayer, x, weight, bias *g
 	if ctx.Training && ctx.RNG != nil && l.Config.Dropout > 0 {
 		in = engine.Dropout(ctx.RNG, x, l.Config.Dropout)
 	}
-	update := engine.Linear(engine.Linear(in, a, nil), b, p[SuffixBBias])
-	return graph.Add(base, graph.MulScalar(update, l.Config.Scale()))
+	// The scale multiplies A x, [tokens, r] (and B's bias), rather than the [tokens, out] update: a pass over r
+	// columns instead of out (the pure-Go backend runs every elementwise op as a pass of its own). B's gradient
+	// keeps the scaled A x instead of A x, the same bytes.
+	scale := l.Config.Scale()
+	bb := p[SuffixBBias]
+	if bb != nil {
+		bb = graph.MulScalar(bb, scale)
+	}
+	update := engine.Linear(graph.MulScalar(engine.Linear(in, a, nil), scale), b, bb)
+	return graph.Add(base, update)
 }
 
 // Settings returns PEFT's adapter_config.json LoRA fields.
