@@ -3,7 +3,7 @@
 # repository root, with a memfit binary built with XLA support and a Python that has torch, transformers, peft
 # (and bitsandbytes for QLoRA):
 #
-#   CGO_ENABLED=1 go build -tags xla -o bin/finetune-xla ./cmd/finetune     # on any Linux machine with Go and gcc
+#   GOEXPERIMENT=simd CGO_ENABLED=1 go build -tags xla -o bin/finetune-xla ./cmd/finetune   # any Linux machine with Go and gcc
 #   bash bench/gpu/compare.sh [OUT_DIR]                                      # on the GPU machine
 #
 # Every configuration runs in its own process on each side (both peaks are per-process peaks). memfit finds JAX's

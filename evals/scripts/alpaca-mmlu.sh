@@ -10,7 +10,8 @@ DATA=${DATA:-../shared/data}
 MODEL=${MODEL:-pretrained/llama-tiny}
 STEPS=${STEPS:-200}
 SUBJECTS=${SUBJECTS:-}  # e.g. anatomy,virology; empty: all 57
-FT="go run ./cmd/finetune"
+# GOEXPERIMENT=simd: GoMLX's AVX2/AVX-512 matmul kernels on amd64 (about 15x faster products; ignored elsewhere).
+FT="env GOEXPERIMENT=simd go run ./cmd/finetune"
 $FT train --model "$MODEL" --data "$DATA/alpaca-libre/alpaca_libre_tasks_v1.jsonl" --seq-len 256 --out "$OUT/run" \
   --method lora --lora-targets all-linear --lora-r 8 --lora-alpha 16 --approx-act --ms-norm \
   --steps "$STEPS" --batch-size 8 --lr 1e-3 --schedule cosine --warmup 20

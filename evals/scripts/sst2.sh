@@ -12,7 +12,8 @@ STEPS=${STEPS:-600}
 LR=${LR:-5e-4}
 BATCH=${BATCH:-32}
 SEQ=${SEQ:-40}
-FT="go run ./cmd/finetune"
+# GOEXPERIMENT=simd: GoMLX's AVX2/AVX-512 matmul kernels on amd64 (about 15x faster products; ignored elsewhere).
+FT="env GOEXPERIMENT=simd go run ./cmd/finetune"
 $FT init --from pretrained/llama-tiny --num-labels 2 --out "$OUT/init"
 $FT train --model "$OUT/init" --data "$GLUE" --data-format glue --task sst2 --seq-len "$SEQ" --out "$OUT/run" \
   --method full --approx-act --ms-norm --steps "$STEPS" --batch-size "$BATCH" --lr "$LR" --schedule cosine --warmup 30 \
