@@ -198,12 +198,15 @@ func TestRunCPUCompare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if run.Cases[0].PyTorch.StepSeconds = []float64{1, 2, 3}; len(noisyRows(run)) != 1 {
+		t.Errorf("noisy rows %q", noisyRows(run))
+	}
 	if len(run.Problems) != 1 || !strings.Contains(run.Problems[0], "do not run the same model") {
 		t.Errorf("problems %q", run.Problems)
 	}
 	buf.Reset()
 	WriteCPURun(&buf, run)
-	if !strings.Contains(buf.String(), "DISAGREEMENT") {
+	if !strings.Contains(buf.String(), "DISAGREEMENT") || !strings.Contains(buf.String(), "NOISE: ") {
 		t.Errorf("the table does not show the disagreement:\n%s", buf.String())
 	}
 }

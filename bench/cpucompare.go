@@ -327,8 +327,8 @@ func WriteCPURun(w io.Writer, run CPURun) error {
 	p("memfit vs plain PyTorch on the CPU (%s)", run.Date)
 	p("machine: %s, %d cores, %s memory, %s", m.CPU, m.Cores, memory.FormatBytesPrec(m.MemBytes, 1), m.OS)
 	if v := run.Memfit; v != nil {
-		p("memfit: %s, GoMLX %s (compute %s), matmul kernels %s, GOEXPERIMENT=%s; environment: %s", v["go"], v["gomlx"], v["compute"],
-			v["kernels"], orDash(v["goexperiment"]), envLine(run.Env))
+		p("%s", wrap(fmt.Sprintf("memfit: %s, GoMLX %s (compute %s), matmul kernels %s, GOEXPERIMENT=%s; environment: %s", v["go"], v["gomlx"], v["compute"],
+			v["kernels"], orDash(v["goexperiment"]), envLine(run.Env)), 118, "  "))
 	}
 	if v := run.PyTorch; v != nil {
 		p("%s", wrap(fmt.Sprintf("PyTorch: torch %s, Python %s, numpy %s, %s threads; BLAS: %s", v["torch"], v["python"], v["numpy"], v["threads"], v["blas"]), 118, "  "))
@@ -349,26 +349,26 @@ func WriteCPURun(w io.Writer, run CPURun) error {
 	}
 	p("")
 	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "case\tside\tvariant\tfirst loss\tstep\tthroughput\tx PyTorch\tx plain\tmax RSS\tRSS at start\tsaved act.\tstep peak\t\n")
+	fmt.Fprintf(tw, "case\tside\tvariant\tfirst loss\tstep\tmin\tthroughput\tx PyTorch\tx plain\tmax RSS\tRSS at start\tsaved act.\tstep peak\t\n")
 	peakMethod := ""
 	for _, cr := range run.Cases {
 		key := "(" + cr.Case.Key + ")"
 		if r := cr.PyTorch; r != nil {
-			fmt.Fprintf(tw, "%s\tPyTorch\t-\t%.7g\t%.3fs\t%s\t1.000\t-\t%s\t%s\t-\t-\t\n", key, r.FirstLoss(), r.MedianSeconds,
-				throughput(r), memory.FormatBytesPrec(r.MaxRSSBytes, 1), memory.FormatBytesPrec(r.RSSBeforeTrainBytes, 1))
+			fmt.Fprintf(tw, "%s\tPyTorch\t-\t%.7g\t%.3fs\t%.3fs\t%s\t1.000\t-\t%s\t%s\t-\t-\t\n", key, r.FirstLoss(), r.MedianSeconds,
+				minOf(r.StepSeconds), throughput(r), memory.FormatBytesPrec(r.MaxRSSBytes, 1), memory.FormatBytesPrec(r.RSSBeforeTrainBytes, 1))
 		} else {
-			fmt.Fprintf(tw, "%s\tPyTorch\t-\tfailed\t\t\t\t\t\t\t\t\t\n", key)
+			fmt.Fprintf(tw, "%s\tPyTorch\t-\tfailed\t\t\t\t\t\t\t\t\t\t\n", key)
 		}
 		key = ""
 		for i, mr := range cr.Memfit {
 			r := mr.Result
 			if r == nil {
-				fmt.Fprintf(tw, "%s\tmemfit\t%s\tfailed\t\t\t\t\t\t\t\t\t\n", key, run.Variants[i])
+				fmt.Fprintf(tw, "%s\tmemfit\t%s\tfailed\t\t\t\t\t\t\t\t\t\t\n", key, run.Variants[i])
 				continue
 			}
 			peakMethod = r.PeakMethod
-			fmt.Fprintf(tw, "%s\tmemfit\t%s\t%.7g\t%.3fs\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", key, r.Variant, r.FirstLoss(), r.MedianSeconds,
-				throughput(r), fmtRatio(mr.StepVsPyTorch), fmtRatio(mr.StepVsPlain), memory.FormatBytesPrec(r.MaxRSSBytes, 1),
+			fmt.Fprintf(tw, "%s\tmemfit\t%s\t%.7g\t%.3fs\t%.3fs\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", key, r.Variant, r.FirstLoss(), r.MedianSeconds,
+				minOf(r.StepSeconds), throughput(r), fmtRatio(mr.StepVsPyTorch), fmtRatio(mr.StepVsPlain), memory.FormatBytesPrec(r.MaxRSSBytes, 1),
 				memory.FormatBytesPrec(r.RSSBeforeTrainBytes, 1), memory.FormatBytesPrec(r.SavedActivationBytes, 1), memory.FormatBytesPrec(r.PeakBytes, 1))
 		}
 	}
@@ -420,15 +420,19 @@ func WriteCPURun(w io.Writer, run CPURun) error {
 	for _, g := range goals {
 		p("%s", wrap(g, 118, "  "))
 	}
-	p("step: median wall time of the timed optimizer steps (forward, loss, backward, AdamW update) in each process;")
-	p("  throughput at that median (images or tokens per second); x PyTorch, x plain: step-time ratios")
+	p("step, min: median and shortest wall time of the timed optimizer steps (forward, loss, backward, AdamW update) in")
+	p("  each process; throughput at the median (images or tokens per second); x PyTorch, x plain: median step-time ratios")
 	p("max RSS: the row's own process's maximum resident set size, its VmHWM (/proc/self/status) read after its last step:")
 	p("  the whole process, runtime, libraries, weights, optimizer state, activations and allocator headroom alike (the")
 	p("  JSON also has wait4's ru_maxrss, which on Linux cannot fall below the driver's own RSS at the spawn)")
 	p("RSS at start: the same process's VmHWM once model, batch and optimizer were set up, before the first step")
-	p("saved act.: memfit's activations kept for the backward, %s", memory.MethodSavedWalk)
+	p("%s", wrap("saved act.: memfit's activations kept for the backward, "+string(memory.MethodSavedWalk), 118, "  "))
 	if peakMethod != "" {
 		p("step peak: memfit's gradient-step peak, %s", peakMethod)
+	}
+	if noisy := noisyRows(run); len(noisy) > 0 {
+		p("%s", wrap(fmt.Sprintf("NOISE: the median step is more than %.0f%% above the shortest in %s: the machine was busy (other processes, "+
+			"or a throttled CPU), so these ratios are unreliable; rerun on a quiet machine", 100*(noiseLimit-1), strings.Join(noisy, ", ")), 118, "  "))
 	}
 	for _, pr := range run.Problems {
 		p("%s", wrap("PROBLEM: "+pr, 118, "  "))
@@ -437,11 +441,44 @@ func WriteCPURun(w io.Writer, run CPURun) error {
 	return err
 }
 
+// noiseLimit is the median / shortest step-time ratio above which a row is called noisy.
+const noiseLimit = 1.2
+
+// noisyRows names the rows whose median step is more than noiseLimit times their shortest.
+func noisyRows(run CPURun) []string {
+	var out []string
+	check := func(key, name string, r *CPUSideResult) {
+		if r != nil && len(r.StepSeconds) > 1 && r.MedianSeconds > noiseLimit*minOf(r.StepSeconds) {
+			out = append(out, fmt.Sprintf("(%s) %s (%.3fs vs %.3fs)", key, name, r.MedianSeconds, minOf(r.StepSeconds)))
+		}
+	}
+	for _, cr := range run.Cases {
+		check(cr.Case.Key, "PyTorch", cr.PyTorch)
+		for _, m := range cr.Memfit {
+			if m.Result != nil {
+				check(cr.Case.Key, "memfit "+m.Result.Variant, m.Result)
+			}
+		}
+	}
+	return out
+}
+
 func throughput(r *CPUSideResult) string {
 	if r.PerSecond >= 100 {
 		return fmt.Sprintf("%.0f %s", r.PerSecond, r.Unit)
 	}
 	return fmt.Sprintf("%.1f %s", r.PerSecond, r.Unit)
+}
+
+func minOf(xs []float64) float64 {
+	m := math.Inf(1)
+	for _, x := range xs {
+		m = math.Min(m, x)
+	}
+	if len(xs) == 0 {
+		return 0
+	}
+	return m
 }
 
 func orDash(s string) string {
