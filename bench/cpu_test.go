@@ -138,7 +138,7 @@ func TestRunCPUCompare(t *testing.T) {
 		PerSecond: 1, Unit: "images/s", MaxRSSBytes: 300 << 20, SavedActivationBytes: 1 << 20, PeakBytes: 2 << 20, PeakMethod: "estimate: test",
 		Versions: map[string]string{"go": "go1.x", "gomlx": "v0.28.2"}}
 	torch := CPUSideResult{Side: "pytorch", Variant: "plain", Losses: []float64{2.5, 2.41}, StepSeconds: []float64{2}, MedianSeconds: 2,
-		PerSecond: 1.5, Unit: "images/s", MaxRSSBytes: 600 << 20, Versions: map[string]string{"torch": "1.13", "blas": "OpenBLAS test", "blas_note": "a note"}}
+		PerSecond: 1.5, Unit: "images/s", MaxRSSBytes: 600 << 20, Versions: map[string]string{"torch": "1.13", "blas": "OpenBLAS test", "notes": "a note; another"}}
 	o := CPUCompareOptions{Cases: cases, Variants: []string{"plain", "approx-act+ms-norm", "broken"}, Settings: tinySettings(), LossTol: 1e-4,
 		WorkDir: filepath.Join(dir, "work"), OutDir: filepath.Join(dir, "out"), Memfit: fakeSide(t, dir, "memfit", memfit),
 		Python: fakeSide(t, dir, "torch", torch)}
@@ -172,7 +172,7 @@ func TestRunCPUCompare(t *testing.T) {
 	table := buf.String()
 	for _, want := range []string{"(a)  PyTorch", "approx-act+ms-norm", "broken", "failed", "1.500", "all agree", "-0.1 vs -0.09",
 		"goals (a): memfit plain step 1.50x PyTorch's (<= 1.5: met); approx-act+ms-norm 1.000x memfit plain's (<= 1.03: met)", "BLAS: OpenBLAS test",
-		"note: a note", "300.0 MiB", "600.0 MiB", "ru_maxrss", "VmHWM", "estimate: test", "PROBLEM: a-vit-tiny-full-memfit-broken failed"} {
+		"note: a note", "note: another", "300.0 MiB", "600.0 MiB", "ru_maxrss", "VmHWM", "estimate: test", "PROBLEM: a-vit-tiny-full-memfit-broken failed"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("table lacks %q:\n%s", want, table)
 		}

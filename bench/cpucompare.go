@@ -332,8 +332,10 @@ func WriteCPURun(w io.Writer, run CPURun) error {
 	}
 	if v := run.PyTorch; v != nil {
 		p("%s", wrap(fmt.Sprintf("PyTorch: torch %s, Python %s, numpy %s, %s threads; BLAS: %s", v["torch"], v["python"], v["numpy"], v["threads"], v["blas"]), 118, "  "))
-		if v["blas_note"] != "" {
-			p("%s", wrap("  note: "+v["blas_note"], 118, "    "))
+		for _, n := range strings.Split(v["notes"], "; ") {
+			if n != "" {
+				p("%s", wrap("  note: "+n, 118, "    "))
+			}
 		}
 	}
 	if run.Command != "" {

@@ -21,7 +21,11 @@ JSON header, raw little-endian bytes):
 LoRA (method lora-all): every linear layer but the head becomes a frozen Linear plus A [r, in] and B [out, r],
 y = W x + b + (alpha / r) B A x, with A and B taken from memfit's initial adapters, so both sides start from the
 same weights. Full fine-tuning trains every parameter. AdamW with the spec's hyper-parameters, float32,
-torch.set_num_threads(os.cpu_count()).
+torch.set_num_threads(os.cpu_count()). Before torch loads, the script fixes two things of Debian's torch +
+OpenBLAS-pthread pairing that would otherwise make the reference needlessly slow, and says so in its output (a
+caller's own OPENBLAS_CORETYPE or OMP_WAIT_POLICY is kept): OpenBLAS 0.3.21 falls back to its generic Prescott
+kernels on CPUs it does not know (OPENBLAS_CORETYPE is then set to SkylakeX or Haswell), and libgomp's spinning
+threads contend with OpenBLAS's (OMP_WAIT_POLICY=PASSIVE).
 
 One step = zero_grad, forward, loss, backward, AdamW step. The first `warmup` steps are not timed; then `steps`
 timed steps. Writes one JSON object (the fields of memfit's bench.CPUSideResult): every step's loss, the timed
@@ -69,7 +73,21 @@ def openblas_core_fix():
     os.execve(sys.executable, [sys.executable] + sys.argv, env)
 
 
-OPENBLAS_NOTE = openblas_core_fix()
+def omp_wait_policy():
+    """Sets OMP_WAIT_POLICY=PASSIVE unless the caller set it. Debian's torch runs its own parallel loops on libgomp
+    threads, which by default spin for a while after each parallel region, and OpenBLAS (pthread build) runs each
+    matrix product on its own threads, which spin too: with as many threads in each pool as there are cores, the
+    two pools take the cores from each other. Measured on the 2-core VM (the three cases of this benchmark): steps
+    about 2x slower and +-30% from step to step with libgomp's default, steady with PASSIVE (libgomp's idle
+    threads sleep). libgomp reads the variable when it is loaded, so this runs before torch is imported."""
+    if "OMP_WAIT_POLICY" in os.environ:
+        return f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']} set by the caller"
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    return ("OMP_WAIT_POLICY=PASSIVE set for the reference (with libgomp's default, its spinning threads and OpenBLAS's "
+            "take the cores from each other: about 2x slower steps on a 2-core VM)")
+
+
+NOTES = [n for n in (openblas_core_fix(), omp_wait_policy()) if n]  # before torch and numpy load OpenBLAS, libgomp
 
 import numpy as np  # noqa: E402  (after the OpenBLAS check: numpy loads OpenBLAS too)
 import torch  # noqa: E402
@@ -413,7 +431,7 @@ def main():
                   unit="tokens/s" if case.get("seq") else "images/s", threads=torch.get_num_threads(),
                   rss_before_train_bytes=rss_before, max_rss_bytes=hwm_bytes(),
                   versions=dict(torch=torch.__version__, numpy=np.__version__, python=platform.python_version(),
-                                blas=blas_info(), blas_note=OPENBLAS_NOTE, threads=str(torch.get_num_threads())))
+                                blas=blas_info(), notes="; ".join(NOTES), threads=str(torch.get_num_threads())))
     with open(args.json, "w") as f:
         json.dump(result, f, indent=2)
     print(json.dumps(dict(first_loss=losses[0], median_step_seconds=med)))
