@@ -11,7 +11,9 @@
 # GODEBUG=cpu.fma=off for memfit's processes (without it Go's math.Exp is ~100x slower after GoMLX's AVX-512
 # kernels), and runs `finetune bench cpu`, which runs every configuration in its own process on each side, reads
 # each process's maximum RSS from wait4, checks that both sides' first-step losses agree, and writes the table and
-# JSON. Needs Go (1.26+) and /usr/bin/python3.
+# JSON. The reference sets OPENBLAS_CORETYPE (when OpenBLAS does not know the CPU) and OMP_WAIT_POLICY=PASSIVE
+# (libgomp's spinning threads otherwise contend with OpenBLAS's) unless they are set, and the output says so
+# (docs/benchmarks/README.md). Needs Go (1.26+) and /usr/bin/python3.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
