@@ -1,14 +1,19 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/memfit/memfit/bench"
+	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/finetune"
 )
 
@@ -54,7 +59,7 @@ its ratio to GELU+LN.`,
 	f.IntVar(&cfg.Heads, "heads", cfg.Heads, "attention heads")
 	f.IntVar(&cfg.Steps, "steps", cfg.Steps, "timed steps per variant, after one warm-up step")
 	f.StringVar(&variants, "variants", "", "comma-separated subset of "+variantNames()+" (default all; the first is the baseline for ratios)")
-	cmd.AddCommand(blocks, newBenchMemoryCommand(opts), newBenchGridCommand(opts), newBenchStepCommand(opts), newBenchCompareCommand())
+	cmd.AddCommand(blocks, newBenchMemoryCommand(opts), newBenchGridCommand(opts), newBenchStepCommand(opts), newBenchCompareCommand(), newBenchCPUCommand(opts))
 	return cmd
 }
 
@@ -340,5 +345,186 @@ variant and memfit's ratios to PyTorch, with issue 10's goals for every approx-a
 		},
 	}
 	cmd.Flags().StringVar(&jsonOut, "json", "", "also write the paired rows to this JSON file")
+	return cmd
+}
+
+func newBenchCPUCommand(opts *Options) *cobra.Command {
+	settings := bench.DefaultCPUSettings()
+	var out, workDir, python, script, llamaTiny, memfitBin, invocation string
+	var caseList, variantList []string
+	var lossTol float64
+	var profile bool
+	cmd := &cobra.Command{
+		Use:   "cpu [--steps N] [--warmup W] [--out DIR]",
+		Short: "memfit beside a plain-PyTorch reference on the CPU: same checkpoints, same batch, one process per run",
+		Long: `Runs, one after the other on this machine, memfit (in each --variants) and a plain-PyTorch reference
+(bench/pytorch/cpu_compare.py: ordinary torch modules, LoRA as a frozen Linear plus A and B, AdamW, float32,
+torch.set_num_threads = cores) on the same checkpoints, shapes and batch:
+  (a) a ViT-Ti-shaped encoder (hidden 192, 3 heads, MLP 768, patch 16 at 224, 4 layers), full fine-tuning, batch 16
+  (b) pretrained/llama-tiny, LoRA r=8 on every linear layer, batch 8 x 256
+  (c) the CPU grid's LLaMA (hidden 256, 4 layers, vocabulary 1024), LoRA on every linear layer, batch 4 x 256
+Each run is its own process: the driver reads its maximum resident set size from wait4's rusage. Both sides
+print every step's loss; the first-step losses must agree to --loss-tol (relative) or the command fails, since
+then the two sides do not train the same model. Prints the table (machine, versions, median step time after the
+warm-up, throughput, ratios, memory, the issue's goals) and writes DIR/cpu-compare.txt, DIR/cpu-compare.json and
+each process's JSON and log under DIR/processes. bench/cpu/compare.sh checks the Debian packages, builds memfit
+with GOEXPERIMENT=simd and runs this with GODEBUG=cpu.fma=off.`,
+		Example: `  bash bench/cpu/compare.sh
+  GOEXPERIMENT=simd go build -o bin/finetune ./cmd/finetune && GODEBUG=cpu.fma=off bin/finetune bench cpu --steps 3 --cases b`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := settings.Validate(); err != nil {
+				return usageError{err}
+			}
+			for _, v := range variantList {
+				if _, err := finetune.VariantByName(v); err != nil {
+					return usageError{err}
+				}
+			}
+			if len(variantList) == 0 || variantList[0] != "plain" {
+				return usagef("--variants must start with plain (the baseline of the ratios)")
+			}
+			for _, k := range caseList {
+				if k = strings.TrimSpace(k); bench.CPUCaseNames[k] == "" && !slices.Contains(slices.Collect(maps.Values(bench.CPUCaseNames)), k) {
+					return usagef("unknown case %q: use a, b or c", k)
+				}
+			}
+			if memfitBin == "" {
+				exe, err := os.Executable()
+				if err != nil {
+					return err
+				}
+				memfitBin = exe
+			}
+			if workDir == "" {
+				d, err := os.MkdirTemp("", "memfit-cpu-bench-")
+				if err != nil {
+					return err
+				}
+				defer os.RemoveAll(d)
+				workDir = d
+			}
+			all, err := bench.CPUCases(workDir, llamaTiny)
+			if err != nil {
+				return usageError{err}
+			}
+			var cases []bench.CPUCase
+			for _, k := range caseList {
+				for _, c := range all {
+					if c.Key == strings.TrimSpace(k) || c.Name == strings.TrimSpace(k) {
+						cases = append(cases, c)
+					}
+				}
+			}
+			memfitArgs := []string{memfitBin}
+			if opts.Backend != "" {
+				memfitArgs = append(memfitArgs, "--backend", opts.Backend)
+			}
+			memfitArgs = append(memfitArgs, "bench", "cpu", "step")
+			env := os.Environ()
+			if engine.FMAWorkaround() {
+				env = engine.WithFMAWorkaround(env)
+			}
+			stderr := cmd.ErrOrStderr()
+			if invocation == "" {
+				invocation = "finetune " + strings.Join(os.Args[1:], " ")
+			}
+			run, err := bench.RunCPUCompare(bench.CPUCompareOptions{Cases: cases, Variants: variantList, Settings: settings,
+				LossTol: lossTol, WorkDir: workDir, OutDir: out, Memfit: memfitArgs, Python: []string{python, script},
+				MemfitEnv: env, Profile: profile, Log: stderr})
+			if err != nil {
+				return err
+			}
+			run.Command = invocation
+			var table bytes.Buffer
+			if err := bench.WriteCPURun(&table, run); err != nil {
+				return err
+			}
+			cmd.OutOrStdout().Write(table.Bytes())
+			if err := writeFileAtomic(filepath.Join(out, "cpu-compare.txt"), table.Bytes()); err != nil {
+				return err
+			}
+			if err := writeResult(filepath.Join(out, "cpu-compare.json"), run); err != nil {
+				return err
+			}
+			if len(run.Problems) > 0 {
+				return fmt.Errorf("%d problem(s), the first: %s", len(run.Problems), run.Problems[0])
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&settings.Warmup, "warmup", settings.Warmup, "warm-up steps per process, excluded from the timing (the first compiles memfit's step)")
+	f.IntVar(&settings.Steps, "steps", settings.Steps, "timed steps per process (the median is reported)")
+	f.StringVar(&settings.Attention, "attention", settings.Attention, "memfit's attention: standard (as the reference) or memory-efficient")
+	f.IntVar(&settings.LoRARank, "lora-r", settings.LoRARank, "LoRA rank")
+	f.Float64Var(&settings.LoRAAlpha, "lora-alpha", settings.LoRAAlpha, "LoRA alpha (scale alpha/r)")
+	f.Float64Var(&settings.LR, "lr", settings.LR, "AdamW learning rate")
+	f.Uint64Var(&settings.Seed, "seed", settings.Seed, "seed of the batch and of memfit's adapter initialisation")
+	f.StringSliceVar(&caseList, "cases", []string{"a", "b", "c"}, "cases to run (a, b, c)")
+	f.StringSliceVar(&variantList, "variants", []string{"plain", "approx-act+ms-norm"}, "memfit variants, plain first")
+	f.Float64Var(&lossTol, "loss-tol", 1e-4, "largest relative difference of the two sides' first-step losses")
+	f.StringVar(&out, "out", "bench-cpu-out", "folder for cpu-compare.txt, cpu-compare.json and processes/")
+	f.StringVar(&workDir, "work-dir", "", "folder for the checkpoints, batches and specs (default: a temporary one, removed after)")
+	f.StringVar(&python, "python", "/usr/bin/python3", "Python with torch (Debian's python3-torch)")
+	f.StringVar(&script, "script", "bench/pytorch/cpu_compare.py", "the reference script")
+	f.StringVar(&llamaTiny, "llama-tiny", "pretrained/llama-tiny", "memfit's pretrained/llama-tiny folder (case b)")
+	f.StringVar(&memfitBin, "memfit-bin", "", "memfit binary for the memfit processes (default: this one)")
+	f.BoolVar(&profile, "cpuprofile", false, "each memfit process writes a CPU profile of its timed steps to DIR/processes/*.pprof")
+	f.StringVar(&invocation, "invocation", "", "the command line to print (bench/cpu/compare.sh passes its own)")
+	_ = f.MarkHidden("invocation")
+	cmd.AddCommand(newBenchCPUStepCommand(opts))
+	return cmd
+}
+
+func newBenchCPUStepCommand(opts *Options) *cobra.Command {
+	var specFile, variant, jsonOut, profile string
+	var writeInit bool
+	cmd := &cobra.Command{
+		Use:   "step --spec FILE --variant V --json OUT",
+		Short: "One memfit process of \"bench cpu\": trains one case in one variant and writes its result",
+		Long: `Reads a spec written by "finetune bench cpu" (case, settings, batch file), trains the case in the variant for the
+spec's warm-up and timed steps on that batch, and writes every step's loss, the timed steps, the median, memfit's
+saved-activation bytes (exact) and step peak, and the process's VmHWM before the first step. With --write-init the
+initial adapter tensors go to the spec's init file, for the reference to start from.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			spec, err := bench.ReadCPUSpec(specFile)
+			if err != nil {
+				return usageError{err}
+			}
+			if jsonOut == "" {
+				return usagef("--json is required")
+			}
+			backend, err := opts.NewBackend()
+			if err != nil {
+				return err
+			}
+			defer backend.Finalize()
+			o := bench.CPUStepOptions{Case: spec.Case, Settings: spec.Settings, Variant: variant, BatchFile: spec.BatchFile}
+			if writeInit {
+				o.InitFile = spec.InitFile
+			}
+			if profile != "" {
+				f, err := os.Create(profile)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				o.Profile = f
+			}
+			r, err := bench.RunCPUStep(backend, o)
+			if err != nil {
+				return err
+			}
+			return writeResult(jsonOut, r)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&specFile, "spec", "", "spec file written by finetune bench cpu")
+	f.StringVar(&variant, "variant", "plain", "plain, approx-act, ms-norm, approx-act+ms-norm, ...")
+	f.StringVar(&jsonOut, "json", "", "write the result here")
+	f.BoolVar(&writeInit, "write-init", false, "write the initial adapter tensors to the spec's init file")
+	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile (pprof) of the timed steps to this file")
 	return cmd
 }
