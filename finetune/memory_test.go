@@ -20,7 +20,8 @@ import (
 //   - every LoRA layer (q, k, v, o, fc1, fc2): A x [T, r] for B's gradient (x itself is counted above).
 //   - GELU: its input [T, M] (ReGELU2: 2-bit codes, T*M/4 bytes); the down projection's input [T, M].
 //   - the final LayerNorm, applied to the CLS rows only: z [B, D] and rstd [B] (the frozen classifier keeps
-//     nothing); the loss: the logits [B, labels], three [B] row values, the [B, 2] gather indices, one scalar.
+//     nothing); the loss (with the pure-Go backend's fused softmax): the probabilities [B, labels], two [B] row
+//     values (the largest probability, the label mask), the [B, 2] gather indices, one scalar.
 func analyticViTLoRA(c vit.Config, batch, r, labels int, approx, ms bool) int64 {
 	const f = 4
 	n := int64(c.NumPatches() + 1)
@@ -37,7 +38,7 @@ func analyticViTLoRA(c vit.Config, batch, r, labels int, approx, ms bool) int64 
 	layer := 2*norm + 3*T*D*f + B*H*n*n*f + T*D*f + 6*T*R*f + act + T*M*f
 	total := int64(c.NumHiddenLayers)*layer - norm + first
 	total += B*D*f + B*f
-	total += B*int64(labels)*f + 3*B*f + 2*B*4 + 4
+	total += B*int64(labels)*f + 2*B*f + 2*B*4 + 4
 	return total
 }
 

@@ -4,6 +4,7 @@ package loss
 import (
 	"fmt"
 
+	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/gomlx/core/graph"
 
@@ -17,14 +18,11 @@ const IgnoreIndex = -100
 // leaving out positions whose label is ignoreIndex (from both the sum and the count); it is 0 when every label
 // is ignored. The result is a float scalar of the logits' dtype.
 //
-// Forward: with m = max(logits) (no gradient), lse = m + log(sum(exp(logits - m))) and
-// picked = logits[label], loss = sum(mask * (lse - picked)) / max(count, 1).
+// Forward: with lse = log(sum(exp(logits))) over the classes (logSumExp, or fusedLogSumExp where the backend has
+// a fused softmax) and picked = logits[label], loss = sum(mask * (lse - picked)) / max(count, 1).
 //
-// Backward: d lse / d logits = softmax(logits) = exp(logits - m) / s with s = sum(exp(logits - m)); GoMLX's
-// log and sum gradients already supply dL/ds = dL/dlse / s broadcast over the classes, so the exponential's VJP
-// only has to multiply by exp(logits - m), which it recomputes from logits and m instead of keeping the
-// exponentials (the subtraction passes the result straight to logits). The label pick is a Gather whose
-// gradient scatters -mask/count into the labelled classes. Kept: logits, m and s ([..., 1]) and the labels.
+// Backward: d lse / d logits = softmax(logits) (see logSumExp and fusedLogSumExp for what each keeps); the label
+// pick is a Gather whose gradient scatters -mask/count into the labelled classes. The labels are kept too.
 func CrossEntropy(logits, labels *graph.Node, ignoreIndex int) *graph.Node {
 	if logits.Rank() < 1 || !logits.DType().IsFloat() {
 		panic(fmt.Sprintf("loss.CrossEntropy: logits must be float [..., classes], got %s", logits.Shape()))
@@ -37,22 +35,56 @@ func CrossEntropy(logits, labels *graph.Node, ignoreIndex int) *graph.Node {
 	dtype := logits.DType()
 	labels = graph.ConvertDType(labels, dtypes.Int32)
 
-	m := graph.StopGradient(graph.ReduceAndKeep(logits, graph.ReduceMax, -1))
-	shifted := engine.PassThrough(graph.Sub(logits, m), engine.KindOther, 0)
-	e := engine.SetVJP(graph.Exp(shifted), engine.KindOther, func(e, v *graph.Node) []*graph.Node {
-		// Behind a barrier, so no backend merges the recomputed exponentials with the forward ones.
-		lm := engine.Recompute(shifted.Inputs()[0], shifted.Inputs()[1])
-		return []*graph.Node{graph.Mul(v, graph.Exp(graph.Sub(lm[0], lm[1])))}
-	})
-	lse := graph.Add(graph.Squeeze(m, -1), graph.Log(graph.ReduceSum(e, -1)))
+	var lse *graph.Node
+	if engine.Fused(logits, compute.OpTypeFusedSoftmax) {
+		lse = fusedLogSumExp(logits)
+	} else {
+		lse = logSumExp(logits)
+	}
 
 	valid := graph.NotEqual(labels, graph.Scalar(g, dtypes.Int32, ignoreIndex))
+
 	safe := graph.Where(valid, labels, graph.ZerosLike(labels))
 	picked := pick(logits, safe)
 	mask := graph.ConvertDType(valid, dtype)
 	total := graph.ReduceAllSum(graph.Mul(graph.Sub(lse, picked), mask))
 	count := graph.Max(graph.ReduceAllSum(mask), graph.ScalarOne(g, dtype))
 	return graph.Div(total, graph.StopGradient(count))
+}
+
+// logSumExp returns log(sum(exp(logits))) over the last axis, [...]: with m = max(logits) (no gradient),
+// m + log(sum(exp(logits - m))).
+//
+// Backward: d lse / d logits = softmax(logits) = exp(logits - m) / s with s = sum(exp(logits - m)); GoMLX's log
+// and sum gradients already supply dL/ds = dL/dlse / s broadcast over the classes, so the exponential's VJP only
+// has to multiply by exp(logits - m), which it recomputes from logits and m (behind a barrier, so that no backend
+// merges it with the forward exponentials) instead of keeping the exponentials; the subtraction passes the
+// result straight to logits. Kept: logits, m and s ([..., 1]).
+func logSumExp(logits *graph.Node) *graph.Node {
+	m := graph.StopGradient(graph.ReduceAndKeep(logits, graph.ReduceMax, -1))
+	shifted := engine.PassThrough(graph.Sub(logits, m), engine.KindOther, 0)
+	e := engine.SetVJP(graph.Exp(shifted), engine.KindOther, func(e, v *graph.Node) []*graph.Node {
+		lm := engine.Recompute(shifted.Inputs()[0], shifted.Inputs()[1])
+		return []*graph.Node{graph.Mul(v, graph.Exp(graph.Sub(lm[0], lm[1])))}
+	})
+	return graph.Add(graph.Squeeze(m, -1), graph.Log(graph.ReduceSum(e, -1)))
+}
+
+// fusedLogSumExp is logSumExp on a backend with a fused softmax (the pure-Go one), without any exponential of
+// its own: with p = softmax(logits) (the fused op: one pass, a fast float32 exp) and m = max(logits), the largest
+// probability is exp(m - lse), so lse = m - log(max(p)); max(p) >= 1/classes, so the log never underflows.
+//
+// Backward: d lse / d logits = p. GoMLX's gradients of the subtraction and the log hand the max-of-p node
+// dL/dmax(p) = -dL/dlse / max(p), whose VJP returns -dL/dmax(p) * max(p) * p = dL/dlse * p, and the softmax node
+// passes that straight to logits. Kept: p (instead of the logits: the same bytes, and nothing is recomputed) and
+// max(p) ([...]).
+func fusedLogSumExp(logits *graph.Node) *graph.Node {
+	m := graph.StopGradient(graph.ReduceMax(logits, -1))
+	p := engine.PassThrough(graph.BackendFusedSoftmax(logits, logits.Rank()-1), engine.KindOther, 0)
+	pmax := engine.SetVJP(graph.ReduceMax(p, -1), engine.KindOther, func(node, v *graph.Node) []*graph.Node {
+		return []*graph.Node{graph.Mul(graph.InsertAxes(graph.Neg(graph.Mul(v, node)), -1), engine.Fresh(p))}
+	})
+	return graph.Sub(m, graph.Log(pmax))
 }
 
 // pick returns logits[i..., labels[i...]] for every leading position i, with one Gather whose indices are the

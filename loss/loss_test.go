@@ -53,17 +53,21 @@ func TestCrossEntropy(t *testing.T) {
 	const b, n, c = 2, 5, 7
 	logits := gtest.Rand(1, b*n*c, 3)
 	labels := []int32{0, 6, 3, loss.IgnoreIndex, 2, 5, loss.IgnoreIndex, 1, 1, 4}
-	out := gtest.Run(t, func(g *graph.Graph, p []*graph.Node) []*graph.Node {
-		l := loss.CrossEntropy(p[0], p[1], loss.IgnoreIndex)
-		return append([]*graph.Node{l}, engine.Gradient(l, p[0])...)
-	}, gtest.Tensor(logits, b, n, c), tensors.FromFlatDataAndDimensions(labels, b, n))
 	wantLoss, wantGrad := reference(logits, labels, c)
-	if d := math.Abs(float64(out[0][0]) - wantLoss); d > 1e-6 {
-		t.Errorf("loss %g, want %g", out[0][0], wantLoss)
-	}
-	for i := range wantGrad {
-		if d := math.Abs(float64(out[1][i]) - wantGrad[i]); d > 1e-6 {
-			t.Fatalf("grad[%d] = %g, want %g", i, out[1][i], wantGrad[i])
+	// With the backend's fused softmax (fusedLogSumExp) and with plain ops (logSumExp, what XLA gets).
+	for _, fusion := range []string{"1", "0"} {
+		t.Setenv(graph.FusionEnv, fusion)
+		out := gtest.Run(t, func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+			l := loss.CrossEntropy(p[0], p[1], loss.IgnoreIndex)
+			return append([]*graph.Node{l}, engine.Gradient(l, p[0])...)
+		}, gtest.Tensor(logits, b, n, c), tensors.FromFlatDataAndDimensions(labels, b, n))
+		if d := math.Abs(float64(out[0][0]) - wantLoss); d > 1e-6 {
+			t.Errorf("fusion=%s: loss %g, want %g", fusion, out[0][0], wantLoss)
+		}
+		for i := range wantGrad {
+			if d := math.Abs(float64(out[1][i]) - wantGrad[i]); d > 1e-6 {
+				t.Fatalf("fusion=%s: grad[%d] = %g, want %g", fusion, i, out[1][i], wantGrad[i])
+			}
 		}
 	}
 }
