@@ -19,11 +19,15 @@ const DefaultBackend = "go"
 
 // GoOptions are the options NewBackend adds to the pure-Go backend unless the spec sets them otherwise:
 //
-//   - ops_sequential: GoMLX's parallel op scheduler still deadlocks on training graphs in v0.28.2 (every worker
-//     of the pool runs an op whose matmul then waits in Saturate for a free worker; seen on the scaled LLaMA
-//     LoRA step of the CPU grid). Where it did not deadlock it was faster (the scaled ViT full fine-tuning step:
-//     1.83 s against 2.7-3.1 s sequential on the 2-core VM), because elementwise ops are single-threaded in the
-//     Go backend and two of them could run at once. Matrix products stay multi-threaded inside either way.
+//   - ops_sequential: GoMLX's parallel op scheduler still deadlocks on training graphs in v0.28.2 with its
+//     default worker pool (every worker runs an op whose matmul then waits in Saturate for a free worker; seen
+//     on the scaled LLaMA LoRA step of the CPU grid). With an unlimited pool (parallelism=-1) it did not
+//     deadlock and was faster, because elementwise ops are single-threaded in the Go backend and two could run
+//     at once (the CPU grid's scaled ViT full step 2.17 -> 1.67 s, its LLaMA LoRA step 0.84 -> 0.65 s on the
+//     2-core VM), but it runs ops in the order they become ready, and the measured peak (tools/peakmem's pool
+//     counter) rose from 232 to 317-361 MiB on that ViT step and from 158 to 293 MiB with approx-act + ms-norm,
+//     from 57 to 123 MiB on the LLaMA step with approx-act + ms-norm: the memory saving was gone. Matrix
+//     products stay multi-threaded inside either way.
 //   - creation_order: run the ops in the order the graph built them (forward, then backward layer by layer),
 //     as GoMLX v0.26 did. v0.28's default order (longest path to an output first) postpones every weight
 //     gradient to the end and keeps its inputs alive until then: on the scaled ViT step the simulated peak
