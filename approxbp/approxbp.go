@@ -1,6 +1,7 @@
 package approxbp
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 
@@ -199,8 +200,45 @@ func Pack(codes *graph.Node, bits int) *graph.Node {
 	if pad := PackedSize(n, bits)*per - n; pad > 0 {
 		flat = graph.Concatenate([]*graph.Node{flat, graph.Zeros(codes.Graph(), shapes.Make(dtypes.Uint8, pad))}, 0)
 	}
-	grouped := graph.Reshape(flat, PackedSize(n, bits), per)
+	m := PackedSize(n, bits)
+	grouped := graph.Reshape(flat, m, per)
+	if wide, ok := packWord[per]; ok && packByMultiplyOn && codes.Graph().Backend().String() == "go" && littleEndian {
+		return packByMultiply(grouped, wide, slotBits(bits))
+	}
 	return graph.ReduceSum(graph.Mul(grouped, slotWeights(codes.Graph(), bits)), 1)
+}
+
+// packByMultiplyOn enables packByMultiply on the pure-Go backend (tests turn it off to check the other path).
+var packByMultiplyOn = true
+
+// packWord is the unsigned type as wide as per uint8 codes.
+var packWord = map[int]dtypes.DType{2: dtypes.Uint16, 4: dtypes.Uint32, 8: dtypes.Uint64}
+
+// littleEndian reports whether this machine stores the low byte of a word first (Bitcast then reads byte s of
+// a word as its s-th byte from the bottom).
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
+// packByMultiply packs the [m, per] codes (each below 2^w, per*w = 8) with one multiply instead of a multiply and
+// a sum over the per codes of each byte (the pure-Go backend's reductions over a short axis run through a
+// generic iterator, several times slower than one pass over m words).
+//
+// Bitcast reinterprets each row of per bytes as one word v = sum_k c_k 256^k (little-endian). With
+// M = sum_j 2^(w (per-1-j)) 256^j, the coefficient of 256^(per-1) in v M is sum_{k+j=per-1} c_k 2^(w (per-1-j)) =
+// sum_k c_k 2^(w k), the packed byte (element per*j+k in bits k*w..k*w+w-1, as Pack stores it), and no lower
+// coefficient carries into it: the one of 256^i, i < per-1, is at most (2^w - 1) sum_{j<=i} 2^(w (per-1-j)) <
+// 2^(w per) = 256. Higher coefficients wrap away in the word's modular multiply, so the packed byte is
+// (v M mod 2^(8 per)) / 256^(per-1).
+func packByMultiply(grouped *graph.Node, wide dtypes.DType, w int) *graph.Node {
+	per := grouped.Shape().Dim(1)
+	var mult, top uint64
+	for j := 0; j < per; j++ {
+		mult += uint64(1) << (w*(per-1-j) + 8*j)
+	}
+	top = uint64(1) << (8 * (per - 1))
+	g := grouped.Graph()
+	v := graph.Bitcast(grouped, wide)
+	packed := graph.Div(graph.Mul(v, graph.Scalar(g, wide, mult)), graph.Scalar(g, wide, top))
+	return graph.ConvertDType(packed, dtypes.Uint8)
 }
 
 // Unpack reverses Pack: it returns the uint8 codes with the given dimensions.

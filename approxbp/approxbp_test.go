@@ -143,6 +143,14 @@ func TestExactGradients(t *testing.T) {
 // TestPackRoundTripAndSize: Pack stores exactly ceil(n / codesPerByte) bytes and Unpack restores the codes, for
 // every width and for sizes that do and do not fill the last byte.
 func TestPackRoundTripAndSize(t *testing.T) {
+	for _, multiply := range []bool{true, false} { // the pure-Go backend's word multiply, and a multiply + sum
+		old := approxbp.SetPackByMultiply(multiply)
+		testPackRoundTrip(t)
+		approxbp.SetPackByMultiply(old)
+	}
+}
+
+func testPackRoundTrip(t *testing.T) {
 	for bits := 1; bits <= 4; bits++ {
 		for _, dims := range [][]int{{1}, {3}, {4}, {5}, {7, 3}, {2, 3, 8}, {9, 11}} {
 			n := 1
@@ -179,12 +187,16 @@ func TestPackRoundTripAndSize(t *testing.T) {
 // TestPackLayout pins the byte layout of 2-bit codes: element 4j+k sits at bits 2k..2k+1 of byte j.
 func TestPackLayout(t *testing.T) {
 	codes := []uint8{1, 2, 3, 0, 3, 3, 0, 1, 2}
-	out := gtest.Run(t, func(g *graph.Graph, p []*graph.Node) []*graph.Node {
-		return []*graph.Node{approxbp.Pack(p[0], 2)}
-	}, tensors.FromFlatDataAndDimensions(codes, len(codes)))
 	want := []float32{1 | 2<<2 | 3<<4 | 0<<6, 3 | 3<<2 | 0<<4 | 1<<6, 2}
-	if gtest.MaxAbsDiff(out[0], want) != 0 {
-		t.Fatalf("packed bytes %v, want %v", out[0], want)
+	for _, multiply := range []bool{true, false} {
+		old := approxbp.SetPackByMultiply(multiply)
+		out := gtest.Run(t, func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+			return []*graph.Node{approxbp.Pack(p[0], 2)}
+		}, tensors.FromFlatDataAndDimensions(codes, len(codes)))
+		approxbp.SetPackByMultiply(old)
+		if gtest.MaxAbsDiff(out[0], want) != 0 {
+			t.Fatalf("multiply=%v: packed bytes %v, want %v", multiply, out[0], want)
+		}
 	}
 }
 
