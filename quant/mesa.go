@@ -109,7 +109,10 @@ func (m *Mesa) Keep(kind string, x *graph.Node, groupAxis int) *graph.Node {
 			others = append(others, a)
 		}
 	}
-	xf := graph.StopGradient(graph.ConvertDType(xg, dtypes.Float32))
+	// No StopGradient here: nothing computed from xf reaches the loss (the codes are integers read only by the
+	// backward's rebuild, the range goes to the state output), so no gradient flows through it anyway, and GoMLX's
+	// StopGradient is an Identity that the pure-Go backend copies (an x-sized copy per kept tensor).
+	xf := graph.ConvertDType(xg, dtypes.Float32)
 	bmin := graph.ReduceMin(xf, others...)
 	bmax := graph.ReduceMax(xf, others...)
 	name := fmt.Sprintf("mesa.%d", len(m.Names))
@@ -135,7 +138,8 @@ func (m *Mesa) Keep(kind string, x *graph.Node, groupAxis int) *graph.Node {
 	// running range saturate instead of wrapping).
 	u := m.RNG.Uniform(xf.Shape())
 	q := graph.Floor(graph.Add(graph.Div(graph.Sub(xf, lo), scale), u))
-	codes := graph.ConvertDType(graph.Clip(q, graph.ZerosLike(q), graph.MulScalar(graph.OnesLike(q), 255)), dtypes.Uint8)
+	// Clip against scalars: ZerosLike/OnesLike bounds would be two more x-sized tensors in the forward pass.
+	codes := graph.ConvertDType(graph.ClipScalar(q, 0, 255), dtypes.Uint8)
 	codes = engine.SetKind(codes, engine.KindOther)
 	dtype := x.DType()
 	return engine.Recomputable(x, func() *graph.Node {
