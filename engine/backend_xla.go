@@ -40,8 +40,9 @@ func newXLABackend(plugin string) (backend compute.Backend, err error) {
 	var preloadErr error
 	if IsCUDAPlugin(path) {
 		inst := CUDAInstallFor(path)
-		// go-xla v0.1.4's CUDA check sets XLA_FLAGS=--xla_gpu_cuda_data_dir to a folder hard-coded in its source
-		// (a developer's home); turn the check off and point XLA at the install's own CUDA data folder instead.
+		// go-xla v0.1.4's CUDA check set XLA_FLAGS=--xla_gpu_cuda_data_dir to a folder hard-coded in its source
+		// (a developer's home); v0.4.1 has no such check, and GOPJRT_CUDA_CHECKS=0 is kept for older builds only.
+		// Point XLA at the install's own CUDA data folder.
 		if os.Getenv("GOPJRT_CUDA_CHECKS") == "" {
 			_ = os.Setenv("GOPJRT_CUDA_CHECKS", "0")
 		}

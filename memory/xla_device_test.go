@@ -21,7 +21,7 @@ func TestDeviceStatsLayout(t *testing.T) {
 	if err != nil {
 		t.Skipf("go-xla's source is not at hand: %v", err)
 	}
-	inc := filepath.Join(strings.TrimSpace(string(out)), "pkg", "pjrt")
+	inc := filepath.Join(strings.TrimSpace(string(out)), "pjrt") // go-xla v0.4.1 (v0.1.4 had pkg/pjrt)
 	want := statsLayout()
 	var src strings.Builder
 	src.WriteString("#include <stdio.h>\n#include <stddef.h>\n#include \"pjrt_c_api.h\"\nint main(void) {\n")

@@ -190,4 +190,3 @@ func Main(m *testing.M) {
 	engine.ReexecWithFMAWorkaround()
 	os.Exit(m.Run())
 }
-
