@@ -429,7 +429,7 @@ def main():
     result = dict(side="pytorch", case=f"{case['key']}-{case['name']}", variant="plain", losses=losses,
                   warmup=s["warmup"], step_seconds=times, median_step_seconds=med, per_second=per_step / med,
                   unit="tokens/s" if case.get("seq") else "images/s", threads=torch.get_num_threads(),
-                  rss_before_train_bytes=rss_before, max_rss_bytes=hwm_bytes(),
+                  rss_before_train_bytes=rss_before, max_rss_bytes=max(hwm_bytes(), rss_before),  # VmHWM is read approximately
                   versions=dict(torch=torch.__version__, numpy=np.__version__, python=platform.python_version(),
                                 blas=blas_info(), notes="; ".join(NOTES), threads=str(torch.get_num_threads())))
     with open(args.json, "w") as f:
