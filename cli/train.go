@@ -277,19 +277,37 @@ func newProgress(w io.Writer, steps, start int) func(finetune.StepStats) {
 			progressbar.OptionSetWidth(30), progressbar.OptionThrottle(0))
 		_ = bar.Set(start)
 		return func(s finetune.StepStats) {
-			bar.Describe(describe(s))
+			if s.Synced || s.CompileSeconds > 0 {
+				bar.Describe(describe(s))
+			}
 			_ = bar.Set(s.Step)
 		}
 	}
-	return func(s finetune.StepStats) { fmt.Fprintf(w, "step %d/%d %s\n", s.Step, steps, describe(s)) }
+	return func(s finetune.StepStats) {
+		if s.Synced || s.CompileSeconds > 0 {
+			fmt.Fprintf(w, "step %d/%d %s\n", s.Step, steps, describe(s))
+		}
+	}
 }
 
+// describe is the progress line of a step: its loss and gradient norm when they were read back (Synced; Fit
+// does every LogEvery steps), throughput, memory, and the compile time on a step that compiled.
 func describe(s finetune.StepStats) string {
 	rate := fmt.Sprintf("%.1f ex/s", float64(s.Examples)/s.Seconds)
 	if s.Tokens > 0 {
 		rate = fmt.Sprintf("%.0f tok/s", float64(s.Tokens)/s.Seconds)
 	}
-	return strings.Join([]string{fmt.Sprintf("loss %.4f", s.Loss), fmt.Sprintf("lr %.2e", s.LR),
-		fmt.Sprintf("|g| %.3g", s.GradNorm), rate, "saved " + memory.FormatBytes(s.SavedActivationBytes),
-		"peak " + memory.FormatBytes(s.PeakBytes)}, " ")
+	var parts []string
+	if s.Synced {
+		parts = append(parts, fmt.Sprintf("loss %.4f", s.Loss))
+	}
+	parts = append(parts, fmt.Sprintf("lr %.2e", s.LR))
+	if s.Synced {
+		parts = append(parts, fmt.Sprintf("|g| %.3g", s.GradNorm))
+	}
+	parts = append(parts, rate, "saved "+memory.FormatBytes(s.SavedActivationBytes), "peak "+memory.FormatBytes(s.PeakBytes))
+	if s.CompileSeconds > 0 {
+		parts = append(parts, fmt.Sprintf("compile %.2fs", s.CompileSeconds))
+	}
+	return strings.Join(parts, " ")
 }

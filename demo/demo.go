@@ -114,7 +114,7 @@ func FineTune(ctx context.Context, modelDir string, train, test finetune.Example
 	}
 	hooks := finetune.Hooks{OnStep: func(s finetune.StepStats) {
 		run.Steps = append(run.Steps, s)
-		if opts.Log != nil && (s.Step%25 == 0 || s.Step == cfg.Steps) {
+		if opts.Log != nil && s.Synced && (s.Step%50 == 0 || s.Step == cfg.Steps) { // losses are read back every LogEvery steps
 			fmt.Fprintf(opts.Log, "  %-18s step %4d/%d  loss %.4f  %.0f img/s  saved act. %s  step peak %s\n", v.Name, s.Step,
 				cfg.Steps, s.Loss, s.ExamplesPerSecond, memory.FormatBytes(s.SavedActivationBytes), memory.FormatBytes(s.PeakBytes))
 		}

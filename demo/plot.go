@@ -24,9 +24,11 @@ func WritePlot(path string, runs []Run) error {
 	losses.Y.Label.Text = "loss"
 	losses.Legend.Top = true
 	for i, r := range runs {
-		pts := make(plotter.XYs, len(r.Steps))
-		for j, s := range r.Steps {
-			pts[j].X, pts[j].Y = float64(s.Step), s.Loss
+		var pts plotter.XYs
+		for _, s := range r.Steps {
+			if s.Synced { // the steps whose loss was read back (every LogEvery steps)
+				pts = append(pts, plotter.XY{X: float64(s.Step), Y: s.Loss})
+			}
 		}
 		line, err := plotter.NewLine(pts)
 		if err != nil {

@@ -88,6 +88,7 @@ func config(method string, steps int) finetune.Config {
 	c.Steps = steps
 	c.LR = 3e-3
 	c.LoRATarget = []string{"all-linear"}
+	c.LogEvery = 1 // the tests read every step's loss: Fit reads it back at logging steps
 	if method == finetune.MethodFull {
 		c.LoRARank, c.LoRATarget, c.LR = 0, nil, 1e-3
 	}
@@ -263,27 +264,43 @@ func TestInterruptedSaveKeepsPrevious(t *testing.T) {
 	}
 }
 
-// TestNonFiniteLossStops: a diverging run stops with ErrNonFinite and a clear message, parameters untouched.
+// TestNonFiniteLossStops: a diverging run stops with ErrNonFinite and a clear message naming the failed step,
+// parameters untouched, whether the loss is read back every step or (LogEvery 7) only some steps later: the
+// device-resident step keeps the parameters as they were from the failed step on, and Sync finds it.
 func TestNonFiniteLossStops(t *testing.T) {
-	cfg := config(finetune.MethodFull, 50)
-	cfg.LR = 1e6
-	cfg.Optimizer = "sgd"
-	model, data := imageTask(t, vit.Options{})
-	tr, _ := finetune.New(model, cfg, gtest.Backend(t))
-	loader, _ := finetune.NewLoader(data, 6, 1, true)
-	before := map[string]*tensors.Tensor{}
-	err := tr.Fit(context.Background(), loader, "", nil, finetune.Hooks{OnStep: func(finetune.StepStats) {
-		for n, p := range tr.Train {
-			before[n] = p
+	for _, every := range []int{1, 7} {
+		cfg := config(finetune.MethodFull, 50)
+		cfg.LR = 1e6
+		cfg.Optimizer = "sgd"
+		cfg.LogEvery = every
+		model, data := imageTask(t, vit.Options{})
+		tr, _ := finetune.New(model, cfg, gtest.Backend(t))
+		loader, _ := finetune.NewLoader(data, 6, 1, true)
+		// The values after every step the hook saw: the failed step and any after it must leave them as they
+		// were (the tensors themselves are new: the device-resident step writes Where(ok, updated, old)).
+		before := map[string][]float32{}
+		last := 0
+		err := tr.Fit(context.Background(), loader, "", nil, finetune.Hooks{OnStep: func(s finetune.StepStats) {
+			last = s.Step
+			for n, p := range tr.Train {
+				before[n] = gtest.Float32s(p)
+			}
+		}})
+		if !errors.Is(err, finetune.ErrNonFinite) || !strings.Contains(err.Error(), "lower the learning rate") {
+			t.Fatalf("log every %d: error %v, want a non-finite loss error", every, err)
 		}
-	}})
-	if !errors.Is(err, finetune.ErrNonFinite) || !strings.Contains(err.Error(), "lower the learning rate") {
-		t.Fatalf("error %v, want a non-finite loss error", err)
-	}
-	for n, p := range before {
-		if p != tr.Train[n] {
-			t.Errorf("%s changed in the failed step", n)
+		if len(before) == 0 {
+			t.Fatalf("log every %d: the first step already failed: nothing to compare", every)
 		}
+		for n, want := range before {
+			if d := gtest.MaxAbsDiff(want, gtest.Float32s(tr.Train[n])); d != 0 {
+				t.Errorf("log every %d: %s changed in the failed step (by %g)", every, n, d)
+			}
+		}
+		if !strings.Contains(err.Error(), fmt.Sprintf("step %d ", tr.Step+1)) || tr.Step > last {
+			t.Errorf("log every %d: error %q; the trainer is back at step %d, the hook saw step %d", every, err, tr.Step, last)
+		}
+		t.Logf("log every %d: %v (found after step %d)", every, err, last)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 )
 
 // Hooks observe a training run.
@@ -22,6 +23,10 @@ type Hooks struct {
 // to metrics (JSONL, when metrics is not nil); every CheckpointEvery steps and at the end a checkpoint is
 // written to outDir/checkpoint-<step> (when outDir is not empty). ctx cancellation stops after the current
 // step with a checkpoint.
+//
+// The steps run device-resident (TrainStepAsync): their loss and gradient norm are read back (Sync) only at
+// logging, checkpoint and last steps, and at least every syncEvery steps, which is also where a non-finite
+// step is found and reported (hooks.OnStep sees every step; StepStats.Synced says which carry a loss).
 func (t *Trainer) Fit(ctx context.Context, data Iterator, outDir string, metrics io.Writer, hooks Hooks) error {
 	enc := (*json.Encoder)(nil)
 	if metrics != nil {
@@ -36,21 +41,32 @@ func (t *Trainer) Fit(ctx context.Context, data Iterator, outDir string, metrics
 			}
 			batches[i] = b
 		}
-		stats, err := t.TrainStep(batches)
+		start := time.Now()
+		stats, err := t.TrainStepAsync(batches)
 		if err != nil {
 			return err
+		}
+		last := t.Step == t.Config.Steps
+		logStep := last || (t.Config.LogEvery > 0 && t.Step%t.Config.LogEvery == 0)
+		checkpoint := outDir != "" && (last || (t.Config.CheckpointEvery > 0 && t.Step%t.Config.CheckpointEvery == 0))
+		if !stats.Synced && (logStep || checkpoint || ctx.Err() != nil || t.Step%t.syncEvery() == 0) {
+			if stats.Loss, stats.GradNorm, err = t.Sync(); err != nil {
+				return err
+			}
+			stats.Synced = true
+			stats.setSeconds(time.Since(start).Seconds() - stats.CompileSeconds)
 		}
 		if hooks.OnStep != nil {
 			hooks.OnStep(stats)
 		}
-		last := t.Step == t.Config.Steps
-		if enc != nil && (last || (t.Config.LogEvery > 0 && t.Step%t.Config.LogEvery == 0)) {
+		if enc != nil && logStep {
 			if err := enc.Encode(stats); err != nil {
 				return fmt.Errorf("writing metrics: %w", err)
 			}
 		}
-		stop := ctx.Err() != nil
-		if outDir != "" && (last || stop || (t.Config.CheckpointEvery > 0 && t.Step%t.Config.CheckpointEvery == 0)) {
+		stop := ctx.Err() != nil // Save syncs when the hook cancelled after an unsynced step
+		checkpoint = checkpoint || (outDir != "" && stop)
+		if checkpoint {
 			dir := filepath.Join(outDir, fmt.Sprintf("checkpoint-%d", t.Step))
 			if err := t.Save(dir, data); err != nil {
 				return err
@@ -67,6 +83,15 @@ func (t *Trainer) Fit(ctx context.Context, data Iterator, outDir string, metrics
 		}
 	}
 	return nil
+}
+
+// syncEvery is the most steps Fit runs without reading a loss back: LogEvery, or 10 when it is 0 (a
+// diverged run must stop in time even without periodic logging).
+func (t *Trainer) syncEvery() int {
+	if t.Config.LogEvery > 0 {
+		return t.Config.LogEvery
+	}
+	return 10
 }
 
 // LatestFile names the file in an output folder that holds the name of the newest checkpoint.

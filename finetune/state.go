@@ -43,6 +43,9 @@ type savedState struct {
 // and the data position. It is written to a temporary folder renamed into place, so a crash during the save
 // leaves the previous checkpoints intact and never a half-written one.
 func (t *Trainer) Save(dir string, data Iterator) error {
+	if _, _, err := t.Sync(); err != nil {
+		return err // a step that failed since the last sync: Step and the tensors are from before it
+	}
 	parent := filepath.Dir(dir)
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return err

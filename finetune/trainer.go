@@ -3,9 +3,9 @@ package finetune
 import (
 	"errors"
 	"fmt"
-	"math"
+
 	"slices"
-	"sort"
+
 	"strings"
 	"time"
 
@@ -15,11 +15,9 @@ import (
 	"github.com/gomlx/gomlx/core/graph"
 	"github.com/gomlx/gomlx/core/tensors"
 
-	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/lora"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/models"
-	"github.com/memfit/memfit/quant"
 )
 
 // Trainer trains a model: it owns the trainable parameters (float32 master copies), the frozen ones, the
@@ -47,8 +45,22 @@ type Trainer struct {
 	// updated by every micro-batch and saved in checkpoints.
 	Mesa []*tensors.Tensor
 
-	gradSteps map[string]*gradStep
-	update    *updateStep
+	// Compiles counts the step programs built and compiled so far (one per batch shape and micro-batch role).
+	Compiles int
+
+	hostStep       bool // WithHostStep: the host-side step (hoststep.go)
+	gradSteps      map[string]*gradStep
+	update         *updateStep
+	programs       map[string]*stepProgram
+	compileSeconds float64
+	// owned holds the tensors the trainer's programs produced and nobody else holds: they are donated to the
+	// next program that consumes them.
+	owned map[*tensors.Tensor]struct{}
+	// ok is the device-side "no step has failed" flag (nil: true); pending the steps whose loss and norm have
+	// not been read; lastLoss and lastNorm the last figures read.
+	ok                 *tensors.Tensor
+	pending            []pendingStep
+	lastLoss, lastNorm float64
 }
 
 // StepStats describes one optimizer step.
@@ -60,8 +72,13 @@ type StepStats struct {
 	// Examples and Tokens processed (tokens: real tokens of text batches, from attention_mask or input_ids).
 	Examples int `json:"examples"`
 	Tokens   int `json:"tokens,omitempty"`
-	// Seconds is the wall time of the step (gradient computations and the update).
+	// Seconds is the wall time of the step (gradient computations and the update), without CompileSeconds. On a
+	// backend that runs programs asynchronously (XLA) a step that was not synced only queued its work: the
+	// next synced step's Seconds includes the wait, so the sum over steps is right.
 	Seconds float64 `json:"seconds"`
+	// CompileSeconds is the time this step spent building and compiling step programs (the first step, and a
+	// step with a new batch shape).
+	CompileSeconds float64 `json:"compile_seconds,omitempty"`
 	// ExamplesPerSecond and TokensPerSecond are the step's throughput (tokens for text batches only).
 	ExamplesPerSecond float64 `json:"examples_per_second"`
 	TokensPerSecond   float64 `json:"tokens_per_second,omitempty"`
@@ -70,6 +87,56 @@ type StepStats struct {
 	// PeakBytes is the peak memory of the gradient step and PeakMethod how it was obtained.
 	PeakBytes  int64  `json:"peak_bytes"`
 	PeakMethod string `json:"peak_method"`
+	// Synced says whether Loss and GradNorm were read back for this step (TrainStep, and Fit at its logging,
+	// checkpoint and last steps); otherwise they are zero and still on the backend.
+	Synced bool `json:"-"`
+}
+
+// TrainStep runs one optimizer step over the micro-batches (gradient accumulation: the gradients are averaged
+// over them; pass Config.AccumSteps batches) and waits for its loss and gradient norm. On a non-finite loss or
+// gradient norm it returns an error wrapping ErrNonFinite and changes nothing. TrainStepAsync followed by Sync,
+// in one call.
+func (t *Trainer) TrainStep(batches []Batch) (StepStats, error) {
+	start := time.Now()
+	stats, err := t.TrainStepAsync(batches)
+	if err != nil || stats.Synced {
+		return stats, err
+	}
+	if stats.Loss, stats.GradNorm, err = t.Sync(); err != nil {
+		return stats, err
+	}
+	stats.Synced = true
+	stats.setSeconds(time.Since(start).Seconds() - stats.CompileSeconds)
+	return stats, nil
+}
+
+// TrainStepAsync runs one optimizer step over the micro-batches on the backend and returns without reading
+// anything back (see the device-resident step in devicestep.go): the stats have no Loss or GradNorm (Synced is
+// false; Sync reads them), and a non-finite step is reported by the next Sync. Step counts the step at once.
+// With WithHostStep the step is synchronous and its stats complete.
+func (t *Trainer) TrainStepAsync(batches []Batch) (StepStats, error) {
+	if len(batches) == 0 {
+		return StepStats{}, fmt.Errorf("no batches for the step")
+	}
+	if t.hostStep {
+		return t.hostTrainStep(batches)
+	}
+	start := time.Now()
+	compiled := t.compileSeconds
+	stats := StepStats{Step: t.Step + 1, LR: t.Config.LearningRate(t.Step)}
+	if err := t.deviceStep(batches, &stats); err != nil {
+		return stats, err
+	}
+	stats.CompileSeconds = t.compileSeconds - compiled
+	stats.setSeconds(time.Since(start).Seconds() - stats.CompileSeconds)
+	return stats, nil
+}
+
+// setSeconds sets the step's time and throughputs.
+func (s *StepStats) setSeconds(sec float64) {
+	s.Seconds = sec
+	s.ExamplesPerSecond = float64(s.Examples) / sec
+	s.TokensPerSecond = float64(s.Tokens) / sec
 }
 
 // ErrNonFinite is returned when a loss or gradient norm is NaN or infinite; the parameters are left as they
@@ -79,7 +146,16 @@ var ErrNonFinite = errors.New("non-finite loss")
 // Option changes how New sets a trainer up.
 type Option func(*options)
 
-type options struct{ adapters *lora.Set }
+type options struct {
+	adapters *lora.Set
+	hostStep bool
+}
+
+// WithHostStep runs each optimizer step the way memfit did before its device-resident step: one program per
+// micro-batch returns the loss and every gradient to the host, Go code averages them, and a second program
+// uploads them again for the update. It gives the same numbers, slower; it is kept as the reference the
+// device-resident step is tested and benchmarked against.
+func WithHostStep() Option { return func(o *options) { o.hostStep = true } }
 
 // WithAdapters trains the given adapters (any lora.Adapter implementations, e.g. a custom one) instead of
 // creating LoRA adapters; use it with Config.Method "custom".
@@ -100,7 +176,8 @@ func New(model Model, cfg Config, backend compute.Backend, opts ...Option) (*Tra
 		return nil, fmt.Errorf("method custom and WithAdapters go together (method %q)", cfg.Method)
 	}
 	t := &Trainer{Config: cfg, Model: model, Backend: backend, Train: models.Params{}, Frozen: models.Params{},
-		M: models.Params{}, V: models.Params{}, gradSteps: map[string]*gradStep{}}
+		M: models.Params{}, V: models.Params{}, gradSteps: map[string]*gradStep{}, programs: map[string]*stepProgram{},
+		owned: map[*tensors.Tensor]struct{}{}, hostStep: o.hostStep}
 	params := model.Params()
 	trainBase := func(name string) bool {
 		if cfg.Method == MethodFull {
@@ -249,191 +326,6 @@ func convert(p *tensors.Tensor, dtype dtypes.DType) (*tensors.Tensor, error) {
 	return models.BFloat16Tensor(p)
 }
 
-// gradStep is a compiled gradient computation for one batch signature.
-type gradStep struct {
-	g           *graph.Graph
-	outputs     []*graph.Node
-	batchNames  []string
-	frozenNames []string
-	trainNames  []string
-	saved       *memory.SavedReport
-	peak        *memory.Peak
-	mesa        int // Mesa states among the parameters and outputs
-}
-
-func batchSignature(b Batch) string {
-	names := make([]string, 0, len(b))
-	for n := range b {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	var sb strings.Builder
-	for _, n := range names {
-		fmt.Fprintf(&sb, "%s%s;", n, b[n].Shape())
-	}
-	return sb.String()
-}
-
-// gradFor returns the compiled gradient step for the batch's shapes, building it on first use.
-func (t *Trainer) gradFor(b Batch) (*gradStep, error) {
-	sig := batchSignature(b)
-	if gs, ok := t.gradSteps[sig]; ok {
-		return gs, nil
-	}
-	for _, name := range t.Model.BatchInputs() {
-		if _, ok := b[name]; !ok {
-			return nil, fmt.Errorf("batch has no %q (the model needs %v)", name, t.Model.BatchInputs())
-		}
-	}
-	gs := &gradStep{batchNames: sortedKeys(b), frozenNames: t.Frozen.Names(), trainNames: t.Train.Names()}
-	spec := stepSpec{model: t.Model, adapters: t.Adapters, compute: t.computeDType(),
-		batch: map[string]shapes.Shape{}, frozen: map[string]shapes.Shape{}, train: map[string]shapes.Shape{}}
-	for n, v := range b {
-		spec.batch[n] = v.Shape()
-	}
-	for n, v := range t.Frozen {
-		spec.frozen[n] = v.Shape()
-	}
-	for n, v := range t.Train {
-		spec.train[n] = v.Shape()
-	}
-	spec.mesa, _ = quant.ParseMesa(t.Config.Mesa)
-	var err error
-	var mesaShapes []shapes.Shape
-	if gs.g, gs.outputs, mesaShapes, err = buildGradStep(t.Backend, spec); err != nil {
-		return nil, err
-	}
-	if t.Mesa == nil && len(mesaShapes) > 0 {
-		for _, s := range mesaShapes { // zero: not initialised (the first batch sets the ranges)
-			t.Mesa = append(t.Mesa, tensors.FromShape(s))
-		}
-	}
-	if len(mesaShapes) != len(t.Mesa) {
-		return nil, fmt.Errorf("the step has %d Mesa states, the trainer %d", len(mesaShapes), len(t.Mesa))
-	}
-	gs.mesa = len(mesaShapes)
-	saved, err := memory.Saved(gs.g, gs.outputs...)
-	if err != nil {
-		return nil, err
-	}
-	gs.saved = saved
-	t.gradSteps[sig] = gs
-	return gs, nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
-// runGrad runs the gradient step on b and returns the loss and the gradients by trainable name.
-func (t *Trainer) runGrad(gs *gradStep, b Batch) (float64, map[string]*tensors.Tensor, error) {
-	args := make([]any, 0, len(gs.batchNames)+len(gs.frozenNames)+len(gs.trainNames)+1)
-	for _, n := range gs.batchNames {
-		args = append(args, b[n])
-	}
-	args = append(args, t.RNG)
-	for _, n := range gs.frozenNames {
-		args = append(args, t.Frozen[n])
-	}
-	for _, n := range gs.trainNames {
-		args = append(args, t.Train[n])
-	}
-	for _, m := range t.Mesa {
-		args = append(args, m)
-	}
-	var outs []*tensors.Tensor
-	run := func() error {
-		return engine.Try(func() { outs = gs.g.Run(args...) })
-	}
-	var err error
-	if gs.peak == nil {
-		var p memory.Peak
-		p, err = memory.MeasurePeak(gs.g, run)
-		if err == nil {
-			gs.peak = &p
-		}
-	} else {
-		err = run()
-	}
-	if err != nil {
-		return 0, nil, err
-	}
-	lossT := outs[0]
-	var loss float64
-	lossT.MustConstFlatData(func(f any) { loss = float64(f.([]float32)[0]) })
-	lossT.MustFinalizeAll()
-	grads := map[string]*tensors.Tensor{}
-	for i, n := range gs.trainNames {
-		grads[n] = outs[1+i]
-	}
-	t.RNG = outs[len(outs)-1-gs.mesa]
-	if gs.mesa > 0 {
-		t.Mesa = outs[len(outs)-gs.mesa:]
-	}
-	return loss, grads, nil
-}
-
-// TrainStep runs one optimizer step over the micro-batches (gradient accumulation: the gradients are averaged
-// over them; pass Config.AccumSteps batches). On a non-finite loss it returns an error wrapping ErrNonFinite and
-// changes nothing.
-func (t *Trainer) TrainStep(batches []Batch) (StepStats, error) {
-	if len(batches) == 0 {
-		return StepStats{}, fmt.Errorf("no batches for the step")
-	}
-	start := time.Now()
-	stats := StepStats{Step: t.Step + 1, LR: t.Config.LearningRate(t.Step)}
-	var acc map[string][]float32
-	for _, b := range batches {
-		gs, err := t.gradFor(b)
-		if err != nil {
-			return stats, err
-		}
-		loss, grads, err := t.runGrad(gs, b)
-		if err != nil {
-			return stats, err
-		}
-		if math.IsNaN(loss) || math.IsInf(loss, 0) {
-			freeAll(grads)
-			return stats, fmt.Errorf("%w at step %d (loss %v, lr %g): lower the learning rate or check the data", ErrNonFinite, stats.Step, loss, stats.LR)
-		}
-		stats.Loss += loss / float64(len(batches))
-		stats.Examples += b.Size()
-		stats.Tokens += tokens(b)
-		stats.SavedActivationBytes = max(stats.SavedActivationBytes, gs.saved.Total)
-		if gs.peak != nil && gs.peak.Bytes > stats.PeakBytes {
-			stats.PeakBytes, stats.PeakMethod = gs.peak.Bytes, string(gs.peak.Method)
-		}
-		if acc == nil {
-			acc = map[string][]float32{}
-		}
-		for n, g := range grads {
-			tensors.MustConstFlatData[float32](g, func(f []float32) {
-				if acc[n] == nil {
-					acc[n] = make([]float32, len(f))
-				}
-				for i, v := range f {
-					acc[n][i] += v / float32(len(batches))
-				}
-			})
-			g.MustFinalizeAll()
-		}
-	}
-	norm, err := t.applyUpdate(acc, stats.LR)
-	if err != nil {
-		return stats, err
-	}
-	stats.GradNorm = norm
-	stats.Seconds = time.Since(start).Seconds()
-	stats.ExamplesPerSecond = float64(stats.Examples) / stats.Seconds
-	stats.TokensPerSecond = float64(stats.Tokens) / stats.Seconds
-	return stats, nil
-}
-
 func tokens(b Batch) int {
 	t := b["attention_mask"]
 	if t == nil {
@@ -471,22 +363,37 @@ func freeAll(ts map[string]*tensors.Tensor) {
 	}
 }
 
-// SavedReport returns the saved-activation report of the gradient step for b's shapes (building the step if
-// needed).
+// SavedReport returns the saved-activation report of the training step for b's shapes (building the step if
+// needed): the forward tensors its backward pass reads (the update and the gradient accumulation keep none).
 func (t *Trainer) SavedReport(b Batch) *memory.SavedReport {
-	gs, err := t.gradFor(b)
+	if t.hostStep {
+		gs, err := t.gradFor(b)
+		if err != nil {
+			return &memory.SavedReport{}
+		}
+		return gs.saved
+	}
+	sp, err := t.programFor(b, progFinal, max(1, t.Config.AccumSteps))
 	if err != nil {
 		return &memory.SavedReport{}
 	}
-	return gs.saved
+	return sp.saved
 }
 
-// StepGraph returns the compiled gradient step for b's shapes (building it if needed), for instance to count its
-// matmul FLOPs with memory.MatmulFLOPs.
+// StepGraph returns the compiled program that runs an optimizer step's last micro-batch for b's shapes
+// (forward, backward, accumulation and update; building it if needed), for instance to count its matmul FLOPs
+// with memory.MatmulFLOPs. With WithHostStep it is the gradient program alone.
 func (t *Trainer) StepGraph(b Batch) (*graph.Graph, error) {
-	gs, err := t.gradFor(b)
+	if t.hostStep {
+		gs, err := t.gradFor(b)
+		if err != nil {
+			return nil, err
+		}
+		return gs.g, nil
+	}
+	sp, err := t.programFor(b, progFinal, max(1, t.Config.AccumSteps))
 	if err != nil {
 		return nil, err
 	}
-	return gs.g, nil
+	return sp.g, nil
 }

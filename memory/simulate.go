@@ -145,6 +145,13 @@ func ExecutorEstimate(g *graph.Graph) (int64, error) {
 //
 // A panic inside run is returned as an error.
 func MeasurePeak(g *graph.Graph, run func() error) (Peak, error) {
+	return MeasurePeakDonating(g, nil, run)
+}
+
+// MeasurePeakDonating is MeasurePeak for a run that donates some of its inputs (donate, in parameter order, as
+// SimOptions.Donate): the simulation then treats those inputs as the executor's own (reused in place, freed at
+// their last use, not resident). The pool counter measures whatever run does.
+func MeasurePeakDonating(g *graph.Graph, donate []bool, run func() error) (Peak, error) {
 	if run == nil {
 		return Peak{}, errors.New("memory: MeasurePeak needs a run function")
 	}
@@ -173,7 +180,7 @@ func MeasurePeak(g *graph.Graph, run func() error) (Peak, error) {
 			return Peak{}, fmt.Errorf("memory: the backend of graph %q may run ops in parallel; no pool counter "+
 				"is installed and the simulation needs ops_sequential", x.name)
 		}
-		r, err := simulate(x, SimOptions{})
+		r, err := simulate(x, SimOptions{Donate: donate})
 		if err != nil {
 			return Peak{}, err
 		}

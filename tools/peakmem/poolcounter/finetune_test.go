@@ -90,6 +90,14 @@ func stepArgs(t *testing.T, g *graph.Graph, tr *finetune.Trainer, b finetune.Bat
 			args[i] = tr.Frozen[name]
 		case tr.Train[name] != nil:
 			args[i] = tr.Train[name]
+		case strings.HasPrefix(name, "m.") && tr.M[strings.TrimPrefix(name, "m.")] != nil:
+			args[i] = tr.M[strings.TrimPrefix(name, "m.")]
+		case strings.HasPrefix(name, "v.") && tr.V[strings.TrimPrefix(name, "v.")] != nil:
+			args[i] = tr.V[strings.TrimPrefix(name, "v.")]
+		case name == "ok":
+			args[i] = tensors.FromScalar(true)
+		case name == "lr" || name == "bias_correction1" || name == "bias_correction2":
+			args[i] = tensors.FromScalar(float32(0.5))
 		case strings.HasPrefix(name, "mesa."):
 			if k, err := strconv.Atoi(strings.TrimPrefix(name, "mesa.")); err == nil && k < len(tr.Mesa) {
 				args[i] = tr.Mesa[k]

@@ -3,6 +3,7 @@ package finetune
 import (
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/shapes"
@@ -10,7 +11,156 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/engine"
+	"github.com/memfit/memfit/memory"
 )
+
+// The host-side step (WithHostStep): the way memfit ran a step before the device-resident one, kept as its
+// reference in tests and benchmarks.
+
+// gradStep is a compiled gradient computation for one batch signature.
+type gradStep struct {
+	g           *graph.Graph
+	outputs     []*graph.Node
+	batchNames  []string
+	frozenNames []string
+	trainNames  []string
+	saved       *memory.SavedReport
+	peak        *memory.Peak
+	mesa        int // Mesa states among the parameters and outputs
+}
+
+// gradFor returns the compiled gradient step for the batch's shapes, building it on first use.
+func (t *Trainer) gradFor(b Batch) (*gradStep, error) {
+	sig := batchSignature(b)
+	if gs, ok := t.gradSteps[sig]; ok {
+		return gs, nil
+	}
+	for _, name := range t.Model.BatchInputs() {
+		if _, ok := b[name]; !ok {
+			return nil, fmt.Errorf("batch has no %q (the model needs %v)", name, t.Model.BatchInputs())
+		}
+	}
+	gs := &gradStep{batchNames: sortedKeys(b), frozenNames: t.Frozen.Names(), trainNames: t.Train.Names()}
+	var err error
+	var mesaShapes []shapes.Shape
+	if gs.g, gs.outputs, mesaShapes, err = buildGradStep(t.Backend, t.stepSpec(b)); err != nil {
+		return nil, err
+	}
+	if err := t.initMesa(mesaShapes); err != nil {
+		return nil, err
+	}
+	gs.mesa = len(mesaShapes)
+	saved, err := memory.Saved(gs.g, gs.outputs...)
+	if err != nil {
+		return nil, err
+	}
+	gs.saved = saved
+	t.gradSteps[sig] = gs
+	return gs, nil
+}
+
+// runGrad runs the gradient step on b and returns the loss and the gradients by trainable name.
+func (t *Trainer) runGrad(gs *gradStep, b Batch) (float64, map[string]*tensors.Tensor, error) {
+	args := make([]any, 0, len(gs.batchNames)+len(gs.frozenNames)+len(gs.trainNames)+1)
+	for _, n := range gs.batchNames {
+		args = append(args, b[n])
+	}
+	args = append(args, t.RNG)
+	for _, n := range gs.frozenNames {
+		args = append(args, t.Frozen[n])
+	}
+	for _, n := range gs.trainNames {
+		args = append(args, t.Train[n])
+	}
+	for _, m := range t.Mesa {
+		args = append(args, m)
+	}
+	var outs []*tensors.Tensor
+	run := func() error {
+		return engine.Try(func() { outs = gs.g.Run(args...) })
+	}
+	var err error
+	if gs.peak == nil {
+		p, perr := memory.MeasurePeak(gs.g, func() error { err = run(); return err })
+		if err == nil {
+			if perr != nil { // the step ran; only its peak is unknown
+				p = memory.Peak{Method: memory.Method("unavailable: " + perr.Error())}
+			}
+			gs.peak = &p
+		}
+	} else {
+		err = run()
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	lossT := outs[0]
+	var loss float64
+	lossT.MustConstFlatData(func(f any) { loss = float64(f.([]float32)[0]) })
+	lossT.MustFinalizeAll()
+	grads := map[string]*tensors.Tensor{}
+	for i, n := range gs.trainNames {
+		grads[n] = outs[1+i]
+	}
+	t.RNG = outs[len(outs)-1-gs.mesa]
+	if gs.mesa > 0 {
+		t.Mesa = outs[len(outs)-gs.mesa:]
+	}
+	return loss, grads, nil
+}
+
+// hostTrainStep is TrainStep with WithHostStep: the gradients of each micro-batch come back to the host, are
+// averaged there and go up again to the update program.
+func (t *Trainer) hostTrainStep(batches []Batch) (StepStats, error) {
+	if len(batches) == 0 {
+		return StepStats{}, fmt.Errorf("no batches for the step")
+	}
+	start := time.Now()
+	stats := StepStats{Step: t.Step + 1, LR: t.Config.LearningRate(t.Step)}
+	var acc map[string][]float32
+	for _, b := range batches {
+		gs, err := t.gradFor(b)
+		if err != nil {
+			return stats, err
+		}
+		loss, grads, err := t.runGrad(gs, b)
+		if err != nil {
+			return stats, err
+		}
+		if math.IsNaN(loss) || math.IsInf(loss, 0) {
+			freeAll(grads)
+			return stats, fmt.Errorf("%w at step %d (loss %v, lr %g): lower the learning rate or check the data", ErrNonFinite, stats.Step, loss, stats.LR)
+		}
+		stats.Loss += loss / float64(len(batches))
+		stats.Examples += b.Size()
+		stats.Tokens += tokens(b)
+		stats.SavedActivationBytes = max(stats.SavedActivationBytes, gs.saved.Total)
+		if gs.peak != nil && gs.peak.Bytes > stats.PeakBytes {
+			stats.PeakBytes, stats.PeakMethod = gs.peak.Bytes, string(gs.peak.Method)
+		}
+		if acc == nil {
+			acc = map[string][]float32{}
+		}
+		for n, g := range grads {
+			tensors.MustConstFlatData[float32](g, func(f []float32) {
+				if acc[n] == nil {
+					acc[n] = make([]float32, len(f))
+				}
+				for i, v := range f {
+					acc[n][i] += v / float32(len(batches))
+				}
+			})
+			g.MustFinalizeAll()
+		}
+	}
+	norm, err := t.applyUpdate(acc, stats.LR)
+	if err != nil {
+		return stats, err
+	}
+	stats.GradNorm, stats.Synced = norm, true
+	stats.setSeconds(time.Since(start).Seconds())
+	return stats, nil
+}
 
 // updateStep is the compiled optimizer update.
 type updateStep struct {
