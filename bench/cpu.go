@@ -133,7 +133,7 @@ func (s CPUSettings) config(c CPUCase, variant string) (finetune.Config, error) 
 	if c.Method != "full" && c.Method != "lora-all" {
 		return finetune.Config{}, fmt.Errorf("case %s: the reference implements methods full and lora-all, not %q", c.Key, c.Method)
 	}
-	v, err := finetune.VariantByName(variant)
+	v, err := finetune.VariantByName(strings.TrimSuffix(variant, HostStepSuffix))
 	if err != nil {
 		return finetune.Config{}, err
 	}
@@ -203,10 +203,13 @@ type CPUSideResult struct {
 	RSSBeforeTrainBytes int64 `json:"rss_before_train_bytes"`
 	// SavedActivationBytes (exact, training-graph walk) and PeakBytes (PeakMethod) are memfit's own figures
 	// for its gradient step.
-	SavedActivationBytes int64             `json:"saved_activation_bytes,omitempty"`
-	PeakBytes            int64             `json:"peak_bytes,omitempty"`
-	PeakMethod           string            `json:"peak_method,omitempty"`
-	Versions             map[string]string `json:"versions,omitempty"`
+	SavedActivationBytes int64  `json:"saved_activation_bytes,omitempty"`
+	PeakBytes            int64  `json:"peak_bytes,omitempty"`
+	PeakMethod           string `json:"peak_method,omitempty"`
+	// CompileSeconds is the time memfit's first step spent building and compiling its programs (not counted in
+	// its step time; 0 for the host-side step, which does not report it).
+	CompileSeconds float64           `json:"compile_seconds,omitempty"`
+	Versions       map[string]string `json:"versions,omitempty"`
 	// MaxRSSBytes is the process's maximum resident set size: its VmHWM (/proc/self/status), the high-water mark
 	// of the resident memory of the process's own address space, read by the process after its last step.
 	MaxRSSBytes int64 `json:"max_rss_bytes"`
@@ -228,6 +231,11 @@ func (r *CPUSideResult) FirstLoss() float64 {
 	}
 	return r.Losses[0]
 }
+
+// HostStepSuffix, appended to a variant's name ("plain+host-step"), runs that variant with the host-side step
+// (finetune.WithHostStep: gradients to the host and back every step), the way memfit stepped before its
+// device-resident step: the before/after comparison in one run.
+const HostStepSuffix = "+host-step"
 
 // CPUStepOptions choose what one memfit process of the CPU benchmark runs.
 type CPUStepOptions struct {
@@ -262,7 +270,11 @@ func RunCPUStep(backend compute.Backend, o CPUStepOptions) (CPUSideResult, error
 	if err != nil {
 		return CPUSideResult{}, err
 	}
-	tr, err := finetune.New(model, cfg, backend)
+	var opts []finetune.Option
+	if strings.HasSuffix(o.Variant, HostStepSuffix) {
+		opts = append(opts, finetune.WithHostStep())
+	}
+	tr, err := finetune.New(model, cfg, backend, opts...)
 	if err != nil {
 		return CPUSideResult{}, err
 	}
@@ -289,6 +301,7 @@ func RunCPUStep(backend compute.Backend, o CPUStepOptions) (CPUSideResult, error
 		r.Losses = append(r.Losses, st.Loss)
 		if i == 0 {
 			r.SavedActivationBytes, r.PeakBytes, r.PeakMethod = st.SavedActivationBytes, st.PeakBytes, st.PeakMethod
+			r.CompileSeconds = st.CompileSeconds
 		}
 		if i >= s.Warmup {
 			r.StepSeconds = append(r.StepSeconds, d)

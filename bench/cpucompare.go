@@ -353,6 +353,7 @@ func WriteCPURun(w io.Writer, run CPURun) error {
 	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "case\tside\tvariant\tfirst loss\tstep\tmin\tthroughput\tx PyTorch\tx plain\tmax RSS\tRSS at start\tsaved act.\tstep peak\t\n")
 	peakMethod := ""
+	var compiles []string
 	for _, cr := range run.Cases {
 		key := "(" + cr.Case.Key + ")"
 		if r := cr.PyTorch; r != nil {
@@ -369,6 +370,9 @@ func WriteCPURun(w io.Writer, run CPURun) error {
 				continue
 			}
 			peakMethod = r.PeakMethod
+			if r.CompileSeconds > 0 {
+				compiles = append(compiles, fmt.Sprintf("(%s) %s %.2f s", cr.Case.Key, r.Variant, r.CompileSeconds))
+			}
 			fmt.Fprintf(tw, "%s\tmemfit\t%s\t%.7g\t%.3fs\t%.3fs\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", key, r.Variant, r.FirstLoss(), r.MedianSeconds,
 				minOf(r.StepSeconds), throughput(r), fmtRatio(mr.StepVsPyTorch), fmtRatio(mr.StepVsPlain), memory.FormatBytesPrec(r.MaxRSSBytes, 1),
 				memory.FormatBytesPrec(r.RSSBeforeTrainBytes, 1), memory.FormatBytesPrec(r.SavedActivationBytes, 1), memory.FormatBytesPrec(r.PeakBytes, 1))
@@ -399,7 +403,10 @@ func WriteCPURun(w io.Writer, run CPURun) error {
 				cr.Case.StepGoal, goal(cr.Memfit[0].StepVsPyTorch, cr.Case.StepGoal, true)))
 		}
 		for _, mr := range cr.Memfit[min(1, len(cr.Memfit)):] {
-			if mr.Result != nil && mr.StepVsPlain > 0 {
+			if mr.Result != nil && mr.StepVsPlain > 0 && strings.HasSuffix(mr.Result.Variant, HostStepSuffix) {
+				g = append(g, fmt.Sprintf("the device-resident step: memfit %s's step %.3fx %s's (before it)", run.Variants[0],
+					1/mr.StepVsPlain, mr.Result.Variant))
+			} else if mr.Result != nil && mr.StepVsPlain > 0 {
 				g = append(g, fmt.Sprintf("%s %.3fx memfit %s's (<= %.2f: %s)", mr.Result.Variant, mr.StepVsPlain, run.Variants[0],
 					ApproxGoal, goal(mr.StepVsPlain, ApproxGoal, true)))
 			}
@@ -421,6 +428,10 @@ func WriteCPURun(w io.Writer, run CPURun) error {
 	}
 	for _, g := range goals {
 		p("%s", wrap(g, 118, "  "))
+	}
+	if len(compiles) > 0 {
+		p("%s", wrap("compile: the time memfit's first step spent building and compiling its programs (not in its step time): "+
+			strings.Join(compiles, ", "), 118, "  "))
 	}
 	p("step, min: median and shortest wall time of the timed optimizer steps (forward, loss, backward, AdamW update) in")
 	p("  each process; throughput at the median (images or tokens per second); x PyTorch, x plain: median step-time ratios")

@@ -377,7 +377,7 @@ with GOEXPERIMENT=simd and runs this with GODEBUG=cpu.fma=off.`,
 				return usageError{err}
 			}
 			for _, v := range variantList {
-				if _, err := finetune.VariantByName(v); err != nil {
+				if _, err := finetune.VariantByName(strings.TrimSuffix(v, bench.HostStepSuffix)); err != nil {
 					return usageError{err}
 				}
 			}
@@ -462,7 +462,7 @@ with GOEXPERIMENT=simd and runs this with GODEBUG=cpu.fma=off.`,
 	f.Float64Var(&settings.LR, "lr", settings.LR, "AdamW learning rate")
 	f.Uint64Var(&settings.Seed, "seed", settings.Seed, "seed of the batch and of memfit's adapter initialisation")
 	f.StringSliceVar(&caseList, "cases", []string{"a", "b", "c"}, "cases to run (a, b, c)")
-	f.StringSliceVar(&variantList, "variants", []string{"plain", "approx-act+ms-norm"}, "memfit variants, plain first")
+	f.StringSliceVar(&variantList, "variants", []string{"plain", "approx-act+ms-norm"}, "memfit variants, plain first; a variant with the suffix "+bench.HostStepSuffix+" runs memfit's former host-side step (the before/after comparison)")
 	f.Float64Var(&lossTol, "loss-tol", 1e-4, "largest relative difference of the two sides' first-step losses")
 	f.StringVar(&out, "out", "bench-cpu-out", "folder for cpu-compare.txt, cpu-compare.json and processes/")
 	f.StringVar(&workDir, "work-dir", "", "folder for the checkpoints, batches and specs (default: a temporary one, removed after)")

@@ -19,7 +19,7 @@ import (
 func newMemoryCommand(opts *Options) *cobra.Command {
 	var model, configFile, variantList, budget string
 	var seq, labels, maxBatch, maxSeq int
-	var asJSON bool
+	var asJSON, compileTime bool
 	flagCfg := finetune.Defaults()
 	cmd := &cobra.Command{
 		Use:   "memory --model DIR|PRESET [flags]",
@@ -34,10 +34,12 @@ only config.json is read) in each memory-saving variant and prints, side by side
   - ratios to the plain variant.
 --model takes a Hugging Face folder or a preset name (vit: tiny, vit-b16; llama: tiny, llama-1b, llama-7b).
 --max-batch N / --max-seq N with --budget search, for each variant, the largest batch or sequence length up to N
-whose total fits the budget (the paper's Table 9).`,
+whose total fits the budget (the paper's Table 9). --compile-time instead times building and compiling each
+variant's step programs (the device-resident step's, and the host-side step's for comparison).`,
 		Example: `  finetune memory --model vit-b16 --labels 10 --lora-targets all-linear --batch-size 8
   finetune memory --model llama-1b --lora-targets all-linear --batch-size 1 --seq 256 --json
-  finetune memory --model llama-7b --compute-dtype bfloat16 --batch-size 1 --max-seq 8192 --budget 24GiB`,
+  finetune memory --model llama-7b --compute-dtype bfloat16 --batch-size 1 --max-seq 8192 --budget 24GiB
+  finetune memory --model llama-7b --method qlora --lora-targets all-linear --compute-dtype bfloat16 --batch-size 4 --seq 512 --variants plain,approx-act+ms-norm --compile-time`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if model == "" {
@@ -109,6 +111,28 @@ whose total fits the budget (the paper's Table 9).`,
 					memory.FormatBytes(b), peakMethod(backend.Name()), limit)
 				return err
 			}
+			if compileTime {
+				for _, v := range variants {
+					vc := v.Apply(cfg)
+					m, shp, err := finetune.ShapeModel(model, vc, labels)
+					if err != nil {
+						return err
+					}
+					ct, err := finetune.PlanCompileTimes(backend, m, shp, vc, in)
+					if err != nil {
+						return err
+					}
+					if asJSON {
+						if err := writeJSON(cmd.OutOrStdout(), map[string]any{"variant": v.Name, "backend": backend.Name(), "compile": ct}); err != nil {
+							return err
+						}
+						continue
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: compile on %s: host-side step %.2f s (gradient) + %.2f s (update); device-resident step %.2f s\n",
+						v.Name, backend.Name(), ct.HostGradient, ct.HostUpdate, ct.Device)
+				}
+				return nil
+			}
 			rep, err := finetune.PlanMemory(backend, model, cfg, labels, in, variants)
 			if err != nil {
 				return err
@@ -130,6 +154,7 @@ whose total fits the budget (the paper's Table 9).`,
 	f.IntVar(&maxBatch, "max-batch", 0, "search the largest batch size up to N that fits --budget")
 	f.IntVar(&maxSeq, "max-seq", 0, "search the longest sequence up to N that fits --budget (LLaMA)")
 	f.StringVar(&budget, "budget", "", "memory budget for --max-batch/--max-seq, e.g. 24GiB, 80GB, 1.5e9")
+	f.BoolVar(&compileTime, "compile-time", false, "instead of the memory table, build and compile each variant's step programs (host-side and device-resident) and print how long that took")
 	trainFlags(f, &flagCfg)
 	return cmd
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/shapes"
 	"github.com/gomlx/gomlx/core/graph"
@@ -94,17 +95,16 @@ type stepProgram struct {
 //
 // SGD (as torch.optim.SGD, weight decay added to the gradient): g = g + wd p, buf = momentum buf + g,
 // p = p - lr buf (buf = g when momentum is 0).
-func buildStepProgram(t *Trainer, spec stepSpec, kind programKind, accum int) (*stepProgram, []shapes.Shape, error) {
+func buildStepProgram(backend compute.Backend, cfg Config, spec stepSpec, kind programKind, accum int) (*stepProgram, []shapes.Shape, error) {
 	if err := checkBatch(spec); err != nil {
 		return nil, nil, err
 	}
-	cfg := t.Config
 	sp := &stepProgram{kind: kind, accum: accum, accIn: accum > 1 && kind != progFirst,
 		batchNames: sortedKeys(spec.batch), frozenNames: sortedKeys(spec.frozen), trainNames: sortedKeys(spec.train)}
 	var mesaShapes []shapes.Shape
 	start := time.Now()
 	err := engine.Try(func() {
-		g := graph.NewGraph(t.Backend, "train-step-"+kind.String())
+		g := graph.NewGraph(backend, "train-step-"+kind.String())
 		p := buildGrad(g, spec)
 		sp.gradOutputs = p.outputs()
 		mesaShapes = p.mesaShapes
@@ -223,7 +223,7 @@ func (t *Trainer) programFor(b Batch, kind programKind, accum int) (*stepProgram
 		return sp, nil
 	}
 	spec := t.stepSpec(b)
-	sp, mesaShapes, err := buildStepProgram(t, spec, kind, accum)
+	sp, mesaShapes, err := buildStepProgram(t.Backend, t.Config, spec, kind, accum)
 	if err != nil {
 		return nil, err
 	}

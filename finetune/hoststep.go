@@ -5,6 +5,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/shapes"
 	"github.com/gomlx/gomlx/core/graph"
@@ -181,17 +182,16 @@ type updateStep struct {
 //
 // SGD (as torch.optim.SGD, weight decay added to the gradient): g = g + wd p, buf = momentum buf + g,
 // p = p - lr buf (buf = g when momentum is 0).
-func (t *Trainer) buildUpdate() (*updateStep, error) {
-	cfg := t.Config
-	u := &updateStep{names: t.Train.Names()}
+func buildUpdate(backend compute.Backend, cfg Config, train map[string]shapes.Shape) (*updateStep, error) {
+	u := &updateStep{names: sortedKeys(train)}
 	err := engine.Try(func() {
-		g := graph.NewGraph(t.Backend, "optimizer-update")
+		g := graph.NewGraph(backend, "optimizer-update")
 		scalar := func(name string) *graph.Node { return graph.Parameter(g, name, shapes.Make(dtypes.Float32)) }
 		lr, bc1, bc2 := scalar("lr"), scalar("bias_correction1"), scalar("bias_correction2")
 		type slot struct{ p, g, m, v *graph.Node }
 		slots := make([]slot, len(u.names))
 		for i, n := range u.names {
-			s := t.Train[n].Shape()
+			s := train[n]
 			slots[i].p = graph.Parameter(g, n, s)
 			slots[i].g = graph.Parameter(g, "grad."+n, s)
 			slots[i].m = graph.Parameter(g, "m."+n, s)
@@ -256,7 +256,7 @@ func (t *Trainer) buildUpdate() (*updateStep, error) {
 func (t *Trainer) applyUpdate(grads map[string][]float32, lr float64) (float64, error) {
 	if t.update == nil {
 		var err error
-		if t.update, err = t.buildUpdate(); err != nil {
+		if t.update, err = buildUpdate(t.Backend, t.Config, t.stepSpec(nil).train); err != nil {
 			return 0, err
 		}
 	}
