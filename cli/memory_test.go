@@ -99,3 +99,30 @@ func TestBenchMemoryGrid(t *testing.T) {
 		t.Errorf("%d approx-act+ms-norm rows, want 10 (2 models x 5 methods)", n)
 	}
 }
+
+// TestMemoryCompileTime: memory --compile-time builds each variant's step programs at a preset's shapes (no
+// weights) and prints their compile times, as text and as JSON.
+func TestMemoryCompileTime(t *testing.T) {
+	out, errOut, code := run(t, "memory", "--model", "vit:tiny", "--labels", "3", "--lora-targets", "all-linear", "--batch-size", "2",
+		"--variants", "plain,approx-act+ms-norm", "--compile-time")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"plain: compile on", "approx-act+ms-norm: compile on", "host-side step", "device-resident step"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	out, errOut, code = run(t, "memory", "--model", "vit:tiny", "--labels", "3", "--batch-size", "2", "--variants", "plain", "--compile-time", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var rep struct {
+		Variant string             `json:"variant"`
+		Compile map[string]float64 `json:"compile"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || rep.Variant != "plain" || rep.Compile["device_seconds"] <= 0 ||
+		rep.Compile["host_gradient_seconds"] <= 0 || rep.Compile["host_update_seconds"] <= 0 {
+		t.Errorf("JSON %v: %+v\n%s", err, rep, out)
+	}
+}
