@@ -441,7 +441,7 @@ func WriteCPURun(w io.Writer, run CPURun) error {
 	p("RSS at start: the same process's VmHWM once model, batch and optimizer were set up, before the first step")
 	p("%s", wrap("saved act.: memfit's activations kept for the backward, "+string(memory.MethodSavedWalk), 118, "  "))
 	if peakMethod != "" {
-		p("step peak: memfit's gradient-step peak, %s", peakMethod)
+		p("step peak: memfit's training-step peak (its compiled step program: forward, backward and, for the device-resident step, the update), %s", peakMethod)
 	}
 	if noisy := noisyRows(run); len(noisy) > 0 {
 		p("%s", wrap(fmt.Sprintf("NOISE: the median step is more than %.0f%% above the shortest in %s: the machine was busy (other processes, "+

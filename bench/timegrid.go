@@ -58,7 +58,9 @@ type TimedCell struct {
 	// MatmulGFLOP is the gradient step's matrix-product work (memory.MatmulFLOPs); GFLOPS that work per second
 	// of the median step.
 	MatmulGFLOP float64 `json:"matmul_gflop"`
-	GFLOPS      float64 `json:"gflops"`
+	// CompileSeconds is the time the warm-up step spent building and compiling the step (not in StepSeconds).
+	CompileSeconds float64 `json:"compile_seconds"`
+	GFLOPS         float64 `json:"gflops"`
 	// MatmulOnlySeconds is the time the step's products take each alone (MatmulOpSeconds x count), OwnGFLOPS the
 	// backend's speed on them (MatmulGFLOP / MatmulOnlySeconds) and MatmulShare = GFLOPS / OwnGFLOPS, the share
 	// of the step that is matrix products at the backend's own speed.
@@ -165,7 +167,7 @@ func TimeGrid(backend compute.Backend, tms []TimedModel, methods []GridMethod, v
 					unit, isLlama = "tokens/s", true
 				}
 				runs[i] = &run{tr: tr, batch: b, cell: TimedCell{Model: tm.Name, Method: method.Name, Variant: v.Name,
-					SavedActivationBytes: st.SavedActivationBytes, PeakBytes: st.PeakBytes, PeakMethod: st.PeakMethod,
+					SavedActivationBytes: st.SavedActivationBytes, PeakBytes: st.PeakBytes, PeakMethod: st.PeakMethod, CompileSeconds: st.CompileSeconds,
 					MatmulGFLOP: float64(flops) / 1e9, MatmulOnlySeconds: mmSeconds, Unit: unit}}
 			}
 			for round := 0; round < steps; round++ {

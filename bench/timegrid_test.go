@@ -45,7 +45,7 @@ func TestTimeGridTiny(t *testing.T) {
 		t.Fatalf("%d cells", len(cells))
 	}
 	for _, c := range cells {
-		if c.StepSeconds <= 0 || c.PerSecond <= 0 || c.MatmulGFLOP <= 0 || c.SavedActivationBytes <= 0 || c.PeakBytes <= 0 ||
+		if c.StepSeconds <= 0 || c.CompileSeconds <= 0 || c.PerSecond <= 0 || c.MatmulGFLOP <= 0 || c.SavedActivationBytes <= 0 || c.PeakBytes <= 0 ||
 			c.MatmulOnlySeconds <= 0 || c.OwnGFLOPS <= 0 {
 			t.Errorf("empty figures in %+v", c)
 		}
