@@ -124,6 +124,12 @@ func (t *Trainer) TrainStepAsync(batches []Batch) (StepStats, error) {
 	start := time.Now()
 	compiled := t.compileSeconds
 	stats := StepStats{Step: t.Step + 1, LR: t.Config.LearningRate(t.Step)}
+	if len(t.pending) >= maxPending {
+		// Bounded: a caller that never syncs holds at most maxPending steps' scalars.
+		if _, _, err := t.Sync(); err != nil {
+			return stats, err
+		}
+	}
 	if err := t.deviceStep(batches, &stats); err != nil {
 		return stats, err
 	}
@@ -131,6 +137,9 @@ func (t *Trainer) TrainStepAsync(batches []Batch) (StepStats, error) {
 	stats.setSeconds(time.Since(start).Seconds() - stats.CompileSeconds)
 	return stats, nil
 }
+
+// maxPending is the most steps TrainStepAsync runs without reading their loss back; the next one syncs first.
+const maxPending = 1000
 
 // setSeconds sets the step's time and throughputs.
 func (s *StepStats) setSeconds(sec float64) {
