@@ -28,6 +28,22 @@ type GLUEExample struct {
 	Score        float64
 }
 
+// Encoder encodes text into token ids with the tokenizer's special tokens (tokenizer.Tokenizer is one).
+type Encoder interface {
+	Encode(text string, addSpecial bool) []int
+	EncodePair(a, b string, addSpecial bool) []int
+}
+
+// TokenIDs encodes the example for sequence classification: one sentence, or a pair with the tokenizer's pair
+// template (memfit's own and Llama tokenizers have BOS A BOS B; joined with a newline otherwise). Training (finetune) and evaluation
+// (evals) both encode with it, so they see the same inputs.
+func (e GLUEExample) TokenIDs(enc Encoder) []int {
+	if e.TextB == "" {
+		return enc.Encode(e.TextA, true)
+	}
+	return enc.EncodePair(e.TextA, e.TextB, true)
+}
+
 // GLUEInfo describes a task: its folder under the GLUE data root, its classes (none for the regression task
 // STS-B) and whether its inputs are pairs.
 type GLUEInfo struct {

@@ -11,7 +11,8 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/data"
-	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/runner"
 	"github.com/memfit/memfit/tokenizer"
 )
 
@@ -112,21 +113,21 @@ func DevHash(root, task string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// PredictGLUE runs a LLaMA sequence classifier over examples (encoded as finetune.GLUEIDs does, cut at seqLen,
+// PredictGLUE runs a LLaMA sequence classifier over examples (encoded by data.GLUEExample.TokenIDs, cut at seqLen,
 // padded with the model's pad token) and returns the predicted class indices, or the scores of a one-label
 // regression model.
-func PredictGLUE(runner *finetune.LogitsRunner, tok *tokenizer.Tokenizer, examples []data.GLUEExample, seqLen, batchSize int, progress func(done, total int)) ([]float64, error) {
-	m, ok := runner.Model.(finetune.Llama)
+func PredictGLUE(lr *runner.LogitsRunner, tok *tokenizer.Tokenizer, examples []data.GLUEExample, seqLen, batchSize int, progress func(done, total int)) ([]float64, error) {
+	m, ok := lr.Model.(interface{ LlamaConfig() llama.Config })
 	if !ok {
 		return nil, fmt.Errorf("GLUE prediction needs a LLaMA sequence classifier")
 	}
-	pad := max(m.Config.PadTokenID, 0)
+	pad := max(m.LlamaConfig().PadTokenID, 0)
 	var out []float64
 	for start := 0; start < len(examples); start += batchSize {
 		chunk := examples[start:min(len(examples), start+batchSize)]
 		ids := make([][]int, len(chunk))
 		for i, e := range chunk {
-			ids[i] = tokenizer.Truncate(finetune.GLUEIDs(tok, e), seqLen, tokenizer.Right)
+			ids[i] = tokenizer.Truncate(e.TokenIDs(tok), seqLen, tokenizer.Right)
 		}
 		// Full batches keep one graph shape; the last one is padded with copies of its first row.
 		for len(ids) < batchSize {
@@ -137,7 +138,7 @@ func PredictGLUE(runner *finetune.LogitsRunner, tok *tokenizer.Tokenizer, exampl
 			return nil, err
 		}
 		delete(ex, "labels")
-		logits, err := runner.Logits(finetune.Batch(ex))
+		logits, err := lr.Logits(runner.Batch(ex))
 		for _, t := range ex {
 			t.MustFinalizeAll()
 		}

@@ -7,29 +7,30 @@ import (
 	"github.com/gomlx/compute"
 	"github.com/gomlx/gomlx/core/tensors"
 
-	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/lora"
 	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/runner"
 )
 
 // ModelLM scores next tokens with a memfit LLaMA causal LM (optionally with adapters). Contexts are padded on
 // the right to a multiple of PadTo tokens (so a few graph shapes serve a whole evaluation) and the log-softmax is
 // taken at each context's last token.
 type ModelLM struct {
-	Runner *finetune.LogitsRunner
+	Runner *runner.LogitsRunner
 	Pad    int
 	PadTo  int
 }
 
-// NewModelLM wraps a loaded causal-LM model (adapters from finetune.ImportAdapter when set is not nil).
-func NewModelLM(backend compute.Backend, model finetune.Model, set *lora.Set) (*ModelLM, error) {
-	m, ok := model.(finetune.Llama)
-	if !ok || m.Config.Architecture != llama.ArchCausalLM {
+// NewModelLM wraps a loaded causal-LM model (a LLaMA: finetune.Llama, say; adapters from
+// finetune.ImportAdapter when set is not nil).
+func NewModelLM(backend compute.Backend, model runner.Model, set *lora.Set) (*ModelLM, error) {
+	m, ok := model.(interface{ LlamaConfig() llama.Config })
+	if !ok || m.LlamaConfig().Architecture != llama.ArchCausalLM {
 		return nil, fmt.Errorf("MMLU needs a LLaMA causal LM (LlamaForCausalLM)")
 	}
-	pad := max(m.Config.PadTokenID, 0)
+	pad := max(m.LlamaConfig().PadTokenID, 0)
 	var params = model.Params()
-	return &ModelLM{Runner: finetune.NewLogitsRunner(backend, model, params, set), Pad: pad, PadTo: 64}, nil
+	return &ModelLM{Runner: runner.NewLogitsRunner(backend, model, params, set), Pad: pad, PadTo: 64}, nil
 }
 
 // NextLogProbs implements LM.
@@ -56,7 +57,7 @@ func (m *ModelLM) NextLogProbs(contexts [][]int, candidates [][]int) ([][]float6
 			}
 		}
 	}
-	batch := finetune.Batch{"input_ids": tensors.FromFlatDataAndDimensions(ids, b, longest),
+	batch := runner.Batch{"input_ids": tensors.FromFlatDataAndDimensions(ids, b, longest),
 		"attention_mask": tensors.FromFlatDataAndDimensions(mask, b, longest)}
 	logits, err := m.Runner.Logits(batch)
 	if err != nil {

@@ -7,20 +7,13 @@ import (
 
 	"github.com/gomlx/compute/shapes"
 	"github.com/gomlx/gomlx/core/tensors"
+
+	"github.com/memfit/memfit/runner"
 )
 
-// Batch is one batch of model inputs by name ("pixel_values", "input_ids", "labels", ...).
-type Batch map[string]*tensors.Tensor
-
-// Size returns the batch size (the first dimension of its tensors), or 0 for an empty batch.
-func (b Batch) Size() int {
-	for _, t := range b {
-		if t.Rank() > 0 {
-			return t.Shape().Dim(0)
-		}
-	}
-	return 0
-}
+// Batch is one batch of model inputs by name ("pixel_values", "input_ids", "labels", ...): runner.Batch, which
+// evaluation shares.
+type Batch = runner.Batch
 
 // Iterator yields batches without end (epochs follow each other) and can save and restore its position, so a
 // resumed run sees exactly the batches it would have seen.

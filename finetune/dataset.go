@@ -253,14 +253,9 @@ func TextExamples(path string, opts DataOptions, model Model, modelDir string) (
 	return Examples(ex), nil
 }
 
-// GLUEIDs encodes a GLUE example for sequence classification: one sentence, or a pair with the tokenizer's pair
-// template (memfit's own and Llama tokenizers have BOS A BOS B; joined with a newline otherwise).
-func GLUEIDs(tok *tokenizer.Tokenizer, r data.GLUEExample) []int {
-	if r.TextB == "" {
-		return tok.Encode(r.TextA, true)
-	}
-	return tok.EncodePair(r.TextA, r.TextB, true)
-}
+// GLUEIDs encodes a GLUE example for sequence classification: r.TokenIDs(tok) (one sentence, or a pair with
+// the tokenizer's pair template).
+func GLUEIDs(tok *tokenizer.Tokenizer, r data.GLUEExample) []int { return r.TokenIDs(tok) }
 
 // absData makes the data path absolute (both parts of an IDX pair).
 func absData(path string) string {

@@ -11,22 +11,22 @@ import (
 	"github.com/gomlx/gomlx/core/graph"
 	"github.com/gomlx/gomlx/core/tensors"
 
-	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/lora"
 	"github.com/memfit/memfit/models"
+	"github.com/memfit/memfit/runner"
 	"github.com/memfit/memfit/safetensors"
 )
 
 // Logits computes model's logits on batch with the given parameters (model.Params() when nil) and adapters
-// (none when set is nil).
+// (none when set is nil): runner.Logits.
 func Logits(backend compute.Backend, model Model, params models.Params, set *lora.Set, batch Batch) (*tensors.Tensor, error) {
-	return evaluate(backend, model, params, set, batch, model.Logits)
+	return runner.Logits(backend, model, params, set, batch)
 }
 
 // Loss computes model's loss on batch (it must hold the labels) with the given parameters and adapters, as
 // Logits does.
 func Loss(backend compute.Backend, model Model, params models.Params, set *lora.Set, batch Batch) (float64, error) {
-	out, err := evaluate(backend, model, params, set, batch, func(b models.Bound, nodes map[string]*graph.Node) *graph.Node {
+	out, err := runner.Output(backend, model, params, set, batch, func(b models.Bound, nodes map[string]*graph.Node) *graph.Node {
 		return graph.ConvertDType(model.Loss(b, nodes), dtypes.Float32)
 	})
 	if err != nil {
@@ -36,42 +36,6 @@ func Loss(backend compute.Backend, model Model, params models.Params, set *lora.
 	var loss float64
 	err = tensors.ConstFlatData[float32](out, func(f []float32) { loss = float64(f[0]) })
 	return loss, err
-}
-
-// evaluate builds and runs fn (logits, loss, ...) of the model on batch.
-func evaluate(backend compute.Backend, model Model, params models.Params, set *lora.Set, batch Batch,
-	fn func(b models.Bound, nodes map[string]*graph.Node) *graph.Node) (*tensors.Tensor, error) {
-	if params == nil {
-		params = model.Params()
-	}
-	var out *tensors.Tensor
-	err := engine.Try(func() {
-		g := graph.NewGraph(backend, "logits")
-		names := sortedKeys(batch)
-		nodes := map[string]*graph.Node{}
-		args := []any{}
-		for _, n := range names {
-			nodes[n] = graph.Parameter(g, "batch."+n, batch[n].Shape())
-			args = append(args, batch[n])
-		}
-		b := models.Bind(g, params)
-		for _, t := range b.Inputs(params) {
-			args = append(args, t)
-		}
-		b.Weights = nf4Hook(model.LinearLayers(), dtypes.Float32)
-		if set != nil {
-			ad := models.Bind(g, set.Params)
-			b = b.Merge(ad)
-			b.Linear = set.Hook()
-			for _, t := range ad.Inputs(set.Params) {
-				args = append(args, t)
-			}
-		}
-		logits := fn(b, nodes)
-		g.Compile(logits)
-		out = g.Run(args...)[0]
-	})
-	return out, err
 }
 
 // Logits computes the trained model's logits on batch (current trainable tensors and adapters).
@@ -170,63 +134,12 @@ func ImportModules(dir string) (models.Params, error) {
 	return out, nil
 }
 
-// LogitsRunner computes a model's logits with fixed parameters and adapters, compiling one graph per batch
-// signature (names and shapes) and reusing it, for evaluation loops.
-type LogitsRunner struct {
-	Backend compute.Backend
-	Model   Model
-	Params  models.Params
-	Set     *lora.Set
-	graphs  map[string]*graph.Graph
-}
+// LogitsRunner computes a model's logits with fixed parameters and adapters, reusing one compiled graph per
+// batch signature: runner.LogitsRunner.
+type LogitsRunner = runner.LogitsRunner
 
 // NewLogitsRunner returns a runner over model with params (model.Params() when nil) and adapters (none when set
-// is nil).
+// is nil): runner.NewLogitsRunner.
 func NewLogitsRunner(backend compute.Backend, model Model, params models.Params, set *lora.Set) *LogitsRunner {
-	if params == nil {
-		params = model.Params()
-	}
-	return &LogitsRunner{Backend: backend, Model: model, Params: params, Set: set, graphs: map[string]*graph.Graph{}}
-}
-
-// Logits returns the logits of batch.
-func (r *LogitsRunner) Logits(batch Batch) (*tensors.Tensor, error) {
-	sig := batchSignature(batch)
-	names := sortedKeys(batch)
-	var out *tensors.Tensor
-	err := engine.Try(func() {
-		g, ok := r.graphs[sig]
-		if !ok {
-			g = graph.NewGraph(r.Backend, "logits")
-			nodes := map[string]*graph.Node{}
-			for _, n := range names {
-				nodes[n] = graph.Parameter(g, "batch."+n, batch[n].Shape())
-			}
-			b := models.Bind(g, r.Params)
-			b.Weights = nf4Hook(r.Model.LinearLayers(), dtypes.Float32)
-			if r.Set != nil {
-				ad := models.Bind(g, r.Set.Params)
-				b = b.Merge(ad)
-				b.Linear = r.Set.Hook()
-			}
-			g.Compile(r.Model.Logits(b, nodes))
-			r.graphs[sig] = g
-		}
-		args := []any{}
-		for _, n := range names {
-			args = append(args, batch[n])
-		}
-		b := models.Bound{Names: r.Params.Names()}
-		for _, t := range b.Inputs(r.Params) {
-			args = append(args, t)
-		}
-		if r.Set != nil {
-			ad := models.Bound{Names: r.Set.Params.Names()}
-			for _, t := range ad.Inputs(r.Set.Params) {
-				args = append(args, t)
-			}
-		}
-		out = g.Run(args...)[0]
-	})
-	return out, err
+	return runner.NewLogitsRunner(backend, model, params, set)
 }

@@ -3,7 +3,6 @@ package finetune
 import (
 	"fmt"
 	"os"
-	"slices"
 	"strings"
 
 	"github.com/gomlx/compute"
@@ -231,49 +230,48 @@ func planGraph(backend compute.Backend, model Model, paramShapes map[string][]in
 	default:
 		return fail(fmt.Errorf("memory planning does not know model %T", model))
 	}
-	for _, prefix := range cfg.TrainModules {
-		found := false
-		for name := range paramShapes {
-			found = found || trainsModule(prefix, name)
-		}
-		if !found {
-			return fail(fmt.Errorf("train_modules: no parameter of the model starts with %q", prefix))
-		}
-	}
-	for name, dims := range paramShapes {
-		if cfg.Method == MethodFull || slices.ContainsFunc(cfg.TrainModules, func(p string) bool { return trainsModule(p, name) }) {
-			spec.train[name] = shapes.Make(dtypes.Float32, dims...)
-		} else {
-			spec.frozen[name] = shapes.Make(compute, dims...)
-		}
-	}
+	var set *lora.Set
 	switch cfg.Method {
-	case MethodLoRA, MethodLoRAFA, MethodQLoRA:
-		if cfg.Method == MethodQLoRA {
-			nf4Shapes(spec.frozen, model.LinearLayers(), cfg.MSNorm)
-		}
-		lc := lora.Config{Rank: cfg.LoRARank, Alpha: cfg.LoRAAlpha, RSLoRA: cfg.RSLoRA,
-			FrozenA: cfg.Method == MethodLoRAFA, Dropout: cfg.LoRADropout}
-		newAdapter, err := lora.New(lc)
-		if err != nil {
-			return fail(err)
-		}
-		set, err := lora.NewSet(model.LinearLayers(), cfg.LoRATarget, newAdapter, cfg.Seed)
-		if err != nil {
+	case MethodLoRA, MethodLoRAFA, MethodQLoRA, MethodFull:
+	default:
+		return fail(fmt.Errorf("memory planning supports methods full, lora, lora-fa and qlora, not %q", cfg.Method))
+	}
+	if newAdapter, err := newAdapters(cfg); err != nil {
+		return fail(err)
+	} else if newAdapter != nil {
+		if set, err = lora.NewSet(model.LinearLayers(), cfg.LoRATarget, newAdapter, cfg.Seed); err != nil {
 			return fail(err)
 		}
 		spec.adapters = set
-		trainable := set.Trainable()
-		for name, p := range set.Params {
-			if slices.Contains(trainable, name) {
-				spec.train[name] = shapes.Make(dtypes.Float32, p.Shape().Dimensions...)
-			} else {
-				spec.frozen[name] = shapes.Make(compute, p.Shape().Dimensions...)
-			}
+	}
+	// The base parameters as the trainer sees them: QLoRA's non-head linear weights as their NF4 tensors.
+	base := map[string]shapes.Shape{}
+	for name, dims := range paramShapes {
+		base[name] = shapes.Make(dtypes.Float32, dims...)
+	}
+	if cfg.Method == MethodQLoRA {
+		nf4Shapes(base, model.LinearLayers(), model.Folds(), cfg.MSNorm)
+	}
+	train, frozen, err := SplitTrainable(cfg, sortedKeys(base), set)
+	if err != nil {
+		return fail(err)
+	}
+	for _, name := range train {
+		if s, ok := base[name]; ok {
+			spec.train[name] = s
+		} else {
+			spec.train[name] = shapes.Make(dtypes.Float32, set.Params[name].Shape().Dimensions...)
 		}
-	case MethodFull:
-	default:
-		return fail(fmt.Errorf("memory planning supports methods full, lora, lora-fa and qlora, not %q", cfg.Method))
+	}
+	for _, name := range frozen {
+		switch s, ok := base[name]; {
+		case ok && isNF4(name):
+			spec.frozen[name] = s
+		case ok:
+			spec.frozen[name] = shapes.Make(compute, s.Dimensions...)
+		default:
+			spec.frozen[name] = shapes.Make(compute, set.Params[name].Shape().Dimensions...)
+		}
 	}
 	spec.mesa, _ = quant.ParseMesa(cfg.Mesa)
 	g, outputs, _, err := buildGradStep(backend, spec)
@@ -333,10 +331,6 @@ func planFigures(g *graph.Graph, outputs []*graph.Node, spec stepSpec, model Mod
 	return v, nil
 }
 
-// trainsModule reports whether parameter name lies under the module path prefix.
-func trainsModule(prefix, name string) bool {
-	return name == prefix || len(name) > len(prefix) && name[:len(prefix)] == prefix && name[len(prefix)] == '.'
-}
 
 // PlanMemory plans cfg's training step on the model at dir (a folder or a preset name, see ShapeModel) in every
 // variant (Variants when nil) and returns them side by side, with ratios to the first.

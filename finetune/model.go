@@ -14,21 +14,19 @@ import (
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/models/llama"
 	"github.com/memfit/memfit/models/vit"
+	"github.com/memfit/memfit/runner"
 )
 
 // Model is what the trainer needs from a model: its parameters, its linear layers (for adapters) and the loss of
 // a batch.
 type Model interface {
-	// Params returns the graph parameters by Hugging Face name (folded when MS-norm is on).
-	Params() models.Params
-	// LinearLayers lists the layers adapters can wrap.
-	LinearLayers() []models.LinearLayer
+	// runner.Model: Params (by Hugging Face name, folded when MS-norm is on), LinearLayers (what adapters can
+	// wrap) and Logits (of a batch; labels are not needed).
+	runner.Model
 	// BatchInputs lists the names of the batch tensors the loss reads ("labels" included).
 	BatchInputs() []string
 	// Loss builds the mean loss of a batch from the bound parameters and the batch's nodes by name.
 	Loss(b models.Bound, batch map[string]*graph.Node) *graph.Node
-	// Logits builds the model's logits for a batch (labels are not needed).
-	Logits(b models.Bound, batch map[string]*graph.Node) *graph.Node
 	// Folds lists the norm folds MS-norm applies (the folded norms' tensors are in Folded when it is on).
 	Folds() []models.Fold
 	// Task returns PEFT's task_type for the model ("CAUSAL_LM", "SEQ_CLS" or "" for none).

@@ -4,13 +4,12 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/shapes"
-	"github.com/gomlx/gomlx/core/graph"
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/quant"
+	"github.com/memfit/memfit/runner"
 )
 
 // MethodQLoRA trains LoRA adapters over a base whose linear layers (all but the output head) are stored in NF4
@@ -138,34 +137,31 @@ func effectiveGamma(gamma []float32, plusOne bool) []float32 {
 }
 
 // nf4Hook returns the Bound.Weights hook that dequantises the model's NF4 weights in dtype.
-func nf4Hook(layers []models.LinearLayer, dtype dtypes.DType) models.WeightHook {
-	dims := map[string][2]int{}
-	for _, l := range layers {
-		dims[l.Path] = [2]int{l.Out, l.In}
-	}
-	return func(b models.Bound, path string) *graph.Node {
-		p, ok := quant.BoundNodes(b.Nodes, path+".weight")
-		d, known := dims[path]
-		if !ok || !known {
-			return nil
-		}
-		return quant.Weight(p, d[0], d[1], dtype)
-	}
-}
+var nf4Hook = runner.NF4Weights
 
-// nf4Shapes replaces, in frozen parameter shapes, every non-head linear weight by its NF4 tensors' shapes.
-func nf4Shapes(frozen map[string]shapes.Shape, layers []models.LinearLayer, folded bool) {
+// nf4Shapes replaces, in parameter shapes, every non-head linear weight by its NF4 tensors' shapes; with
+// msNorm, the weights a norm folds into (folds' Linears) get the per-input-channel scale too, as quantizeModel
+// writes them.
+func nf4Shapes(params map[string]shapes.Shape, layers []models.LinearLayer, folds []models.Fold, msNorm bool) {
+	scaled := map[string]bool{}
+	if msNorm {
+		for _, f := range folds {
+			for _, l := range f.Linears {
+				scaled[l.Weight] = true
+			}
+		}
+	}
 	for _, l := range layers {
 		if l.Head {
 			continue
 		}
 		name := l.Path + ".weight"
-		if _, ok := frozen[name]; !ok {
+		if _, ok := params[name]; !ok {
 			continue
 		}
-		delete(frozen, name)
-		for suffix, s := range quant.Shapes(l.Out, l.In, true, folded) {
-			frozen[name+suffix] = s
+		delete(params, name)
+		for suffix, s := range quant.Shapes(l.Out, l.In, true, scaled[name]) {
+			params[name+suffix] = s
 		}
 	}
 }

@@ -3,7 +3,6 @@ package finetune
 import (
 	"fmt"
 	"sort"
-	"strings"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
@@ -133,18 +132,7 @@ func buildGradStep(backend compute.Backend, spec stepSpec) (*graph.Graph, []*gra
 	return g, p.outputs(), p.mesaShapes, nil
 }
 
-func batchSignature(b Batch) string {
-	names := make([]string, 0, len(b))
-	for n := range b {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	var sb strings.Builder
-	for _, n := range names {
-		fmt.Fprintf(&sb, "%s%s;", n, b[n].Shape())
-	}
-	return sb.String()
-}
+func batchSignature(b Batch) string { return b.Signature() }
 
 func sortedKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))

@@ -4,9 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"slices"
 
-	"strings"
 	"time"
 
 	"github.com/gomlx/compute"
@@ -188,43 +186,19 @@ func New(model Model, cfg Config, backend compute.Backend, opts ...Option) (*Tra
 		M: models.Params{}, V: models.Params{}, gradSteps: map[string]*gradStep{}, programs: map[string]*stepProgram{},
 		owned: map[*tensors.Tensor]struct{}{}, hostStep: o.hostStep}
 	params := model.Params()
-	trainBase := func(name string) bool {
-		if cfg.Method == MethodFull {
-			return true
-		}
-		for _, prefix := range cfg.TrainModules {
-			if name == prefix || strings.HasPrefix(name, prefix+".") {
-				return true
-			}
-		}
-		return false
-	}
-	for _, prefix := range cfg.TrainModules {
-		found := false
-		for name := range params {
-			found = found || name == prefix || strings.HasPrefix(name, prefix+".")
-		}
-		if !found {
-			return nil, fmt.Errorf("train_modules: no parameter of the model starts with %q", prefix)
-		}
-	}
 	if cfg.Method == MethodCustom {
 		t.Adapters = o.adapters
-	} else if cfg.Method != MethodFull {
-		lc := lora.Config{Rank: cfg.LoRARank, Alpha: cfg.LoRAAlpha, RSLoRA: cfg.RSLoRA,
-			FrozenA: cfg.Method == MethodLoRAFA, Dropout: cfg.LoRADropout}
-		newAdapter, err := lora.New(lc)
-		if err != nil {
-			return nil, err
-		}
+	} else if newAdapter, err := newAdapters(cfg); err != nil {
+		return nil, err
+	} else if newAdapter != nil {
 		if cfg.InitAdapter != "" {
 			set, saved, err := ImportAdapter(cfg.InitAdapter, model)
 			if err != nil {
 				return nil, err
 			}
-			if saved.Rank != lc.Rank || saved.Alpha != lc.Alpha || saved.RSLoRA != lc.RSLoRA {
+			if saved.Rank != cfg.LoRARank || saved.Alpha != cfg.LoRAAlpha || saved.RSLoRA != cfg.RSLoRA {
 				return nil, fmt.Errorf("init_adapter %s has r=%d, alpha=%g, rslora=%v but the config says %d, %g, %v",
-					cfg.InitAdapter, saved.Rank, saved.Alpha, saved.RSLoRA, lc.Rank, lc.Alpha, lc.RSLoRA)
+					cfg.InitAdapter, saved.Rank, saved.Alpha, saved.RSLoRA, cfg.LoRARank, cfg.LoRAAlpha, cfg.RSLoRA)
 			}
 			for path := range set.Adapters {
 				set.Adapters[path] = newAdapter(set.Layers[path])
@@ -239,41 +213,28 @@ func New(model Model, cfg Config, backend compute.Backend, opts ...Option) (*Tra
 			return nil, err
 		}
 	}
+	train, frozen, err := SplitTrainable(cfg, params.Names(), t.Adapters)
+	if err != nil {
+		return nil, err
+	}
+	all := withOverrides(params, nil)
+	if t.Adapters != nil {
+		all = withOverrides(params, t.Adapters.Params)
+	}
 	compute := t.computeDType()
-	for name, p := range params {
+	for _, name := range train {
+		t.Train[name] = all[name]
+	}
+	for _, name := range frozen {
 		if isNF4(name) {
-			if trainBase(name) {
-				return nil, fmt.Errorf("parameter %q is NF4-quantised and cannot train (train_modules must name float modules)", name)
-			}
-			t.Frozen[name] = p // codes and scales stay as they are; the graph dequantises them
+			t.Frozen[name] = all[name] // codes and scales stay as they are; the graph dequantises them
 			continue
 		}
-		if trainBase(name) {
-			t.Train[name] = p
-		} else {
-			frozen, err := convert(p, compute)
-			if err != nil {
-				return nil, fmt.Errorf("parameter %q: %w", name, err)
-			}
-			t.Frozen[name] = frozen
+		p, err := convert(all[name], compute)
+		if err != nil {
+			return nil, fmt.Errorf("parameter %q: %w", name, err)
 		}
-	}
-	if t.Adapters != nil {
-		trainable := t.Adapters.Trainable()
-		for name, p := range t.Adapters.Params {
-			if slices.Contains(trainable, name) {
-				t.Train[name] = p
-			} else {
-				frozen, err := convert(p, compute)
-				if err != nil {
-					return nil, err
-				}
-				t.Frozen[name] = frozen
-			}
-		}
-	}
-	if len(t.Train) == 0 {
-		return nil, fmt.Errorf("nothing to train: no trainable parameter")
+		t.Frozen[name] = p
 	}
 	rng, err := graph.RNGStateFromSeed(int64(cfg.Seed))
 	if err != nil {

@@ -63,6 +63,10 @@ type Model struct {
 	Folded models.Params
 }
 
+// LlamaConfig returns the model's config; code that holds a model behind an interface (an evaluation over
+// runner.Model, say) finds out through it that the model is a LLaMA and which head it has.
+func (m *Model) LlamaConfig() Config { return m.Config }
+
 // head returns the name of the output projection: lm_head, score, or the embeddings when tied.
 func (c Config) head() string {
 	switch {
