@@ -331,7 +331,6 @@ func planFigures(g *graph.Graph, outputs []*graph.Node, spec stepSpec, model Mod
 	return v, nil
 }
 
-
 // PlanMemory plans cfg's training step on the model at dir (a folder or a preset name, see ShapeModel) in every
 // variant (Variants when nil) and returns them side by side, with ratios to the first.
 func PlanMemory(backend compute.Backend, dir string, cfg Config, labels int, in Shape, variants []Variant) (*MemoryReport, error) {

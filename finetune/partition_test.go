@@ -41,7 +41,7 @@ func TestPlannerTrainsWhatTheTrainerTrains(t *testing.T) {
 	for _, arch := range []string{"vit", "llama"} {
 		for _, c := range []struct {
 			name, method, modules string
-			ms, bf16                bool
+			ms, bf16              bool
 		}{
 			{"full", MethodFull, "", false, false},
 			{"lora", MethodLoRA, "", false, false},

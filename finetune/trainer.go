@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 
-
 	"time"
 
 	"github.com/gomlx/compute"
