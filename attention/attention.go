@@ -58,25 +58,34 @@ const (
 	// KindMemoryEfficient keeps q, k, v and one log-sum-exp per row, and recomputes the probabilities in the
 	// backward pass, as FlashAttention does.
 	KindMemoryEfficient
+	// KindFlash is the backend's fused scaled-dot-product attention with its fused backward (cuDNN flash
+	// attention on XLA's CUDA plugin, bfloat16), falling back to KindMemoryEfficient where the backend has no
+	// such op or cannot take the call (see Flash).
+	KindFlash
 )
 
-// String returns "standard" or "memory-efficient".
+// String returns "standard", "memory-efficient" or "flash".
 func (k Kind) String() string {
-	if k == KindMemoryEfficient {
+	switch k {
+	case KindMemoryEfficient:
 		return "memory-efficient"
+	case KindFlash:
+		return "flash"
 	}
 	return "standard"
 }
 
-// ParseKind parses "standard" or "memory-efficient" (also "mea", "flash").
+// ParseKind parses "standard", "memory-efficient" (also "mea") or "flash".
 func ParseKind(s string) (Kind, error) {
 	switch s {
 	case "", "standard", "eager":
 		return KindStandard, nil
-	case "memory-efficient", "mea", "flash":
+	case "memory-efficient", "mea":
 		return KindMemoryEfficient, nil
+	case "flash":
+		return KindFlash, nil
 	}
-	return 0, fmt.Errorf("unknown attention kind %q: use standard or memory-efficient", s)
+	return 0, fmt.Errorf("unknown attention kind %q: use standard, memory-efficient or flash", s)
 }
 
 // Mask says which keys each query may attend to. The zero value lets every query see every key.
@@ -147,8 +156,11 @@ func (m Mask) additive(g *graph.Graph, dtype dtypes.DType, n, keys int) *graph.N
 
 // Attention applies attention of the given kind; see Standard for the shapes.
 func Attention(kind Kind, q, k, v *graph.Node, heads, kvHeads int, mask Mask) *graph.Node {
-	if kind == KindMemoryEfficient {
+	switch kind {
+	case KindMemoryEfficient:
 		return MemoryEfficient(q, k, v, heads, kvHeads, mask)
+	case KindFlash:
+		return Flash(q, k, v, heads, kvHeads, mask)
 	}
 	return Standard(q, k, v, heads, kvHeads, mask)
 }

@@ -3,6 +3,7 @@ package attention_test
 import (
 	"github.com/gomlx/compute"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/gomlx/gomlx/core/graph"
@@ -52,7 +53,8 @@ func TestAttentionMatchesReference(t *testing.T) {
 		for _, kf := range []struct {
 			kind   attention.Kind
 			fusion string
-		}{{attention.KindStandard, "1"}, {attention.KindMemoryEfficient, "1"}, {attention.KindStandard, "0"}, {attention.KindMemoryEfficient, "0"}} {
+		}{{attention.KindStandard, "1"}, {attention.KindMemoryEfficient, "1"}, {attention.KindStandard, "0"}, {attention.KindMemoryEfficient, "0"},
+			{attention.KindFlash, "1"}} {
 			kind := kf.kind
 			// GOMLX_FUSION=0: the plain-ops softmax that backends without a fused one (XLA) get.
 			t.Run(tc.name+"/"+kind.String()+"/fusion="+kf.fusion, func(t *testing.T) {
@@ -163,5 +165,42 @@ func TestSoftmaxGradient(t *testing.T) {
 				t.Errorf("fusion=%s output %d: max |diff| %g", fusion, i, d)
 			}
 		}
+	}
+}
+
+// TestFlashOnTheGoBackend: "flash" parses to KindFlash and prints back; the pure-Go backend has no fused
+// attention, so FlashSupported says why and Flash builds the memory-efficient attention: the same saved tensors
+// (its results are checked against the reference in TestAttentionMatchesReference).
+func TestFlashOnTheGoBackend(t *testing.T) {
+	for _, s := range []string{"standard", "memory-efficient", "flash"} {
+		k, err := attention.ParseKind(s)
+		if err != nil || k.String() != s {
+			t.Errorf("ParseKind(%q) = %v, %v", s, k, err)
+		}
+	}
+	if _, err := attention.ParseKind("fast"); err == nil || !strings.Contains(err.Error(), "flash") {
+		t.Errorf("ParseKind(fast): %v", err)
+	}
+	const b, n, heads, dh = 2, 6, 4, 8
+	q := gtest.Tensor(gtest.Rand(1, b*n*heads*dh, 1), b, n, heads*dh)
+	saved := map[attention.Kind]int64{}
+	for _, kind := range []attention.Kind{attention.KindMemoryEfficient, attention.KindFlash} {
+		var outputs []*graph.Node
+		_, g := gtest.RunGraph(t, func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+			if ok, why := attention.FlashSupported(p[0], heads, heads, attention.Mask{}); ok || !strings.Contains(why, "no fused attention") {
+				t.Errorf("FlashSupported on the Go backend: %v, %q", ok, why)
+			}
+			out := attention.Attention(kind, p[0], p[1], p[2], heads, heads, attention.Mask{Causal: true})
+			outputs = engine.Gradient(graph.ReduceAllSum(graph.Mul(out, p[0])), p[0], p[1], p[2])
+			return outputs
+		}, q, q, q)
+		rep, err := memory.Saved(g, outputs...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		saved[kind] = rep.Total
+	}
+	if saved[attention.KindFlash] != saved[attention.KindMemoryEfficient] || saved[attention.KindFlash] == 0 {
+		t.Errorf("saved bytes: flash %d, memory-efficient %d", saved[attention.KindFlash], saved[attention.KindMemoryEfficient])
 	}
 }

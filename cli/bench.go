@@ -113,7 +113,7 @@ variants: plain, approx-act, ms-norm, approx-act+ms-norm, grad-ckpt, mesa. --jso
 	f.StringSliceVar(&llamaModels, "llama", []string{"llama-1b", "llama-7b"}, "LLaMA presets or folders")
 	f.IntVar(&rank, "lora-r", 8, "LoRA rank (alpha = 2 r)")
 	f.StringVar(&dtype, "compute-dtype", "bfloat16", "float32 or bfloat16")
-	f.StringVar(&attention, "attention", "memory-efficient", "standard or memory-efficient")
+	f.StringVar(&attention, "attention", "memory-efficient", "standard, memory-efficient or flash")
 	return cmd
 }
 
@@ -313,7 +313,7 @@ throughput. bench/pytorch/peft_compare.py prints the same fields for PyTorch + P
 	f.IntVar(&seq, "seq", 512, "sequence length (LLaMA)")
 	f.IntVar(&steps, "steps", 10, "timed steps after one warm-up step")
 	f.StringVar(&base.ComputeDType, "compute-dtype", "bfloat16", "float32 or bfloat16 (float32 master weights)")
-	f.StringVar(&base.Attention, "attention", "memory-efficient", "standard or memory-efficient")
+	f.StringVar(&base.Attention, "attention", "memory-efficient", "standard, memory-efficient or flash")
 	f.IntVar(&base.LoRARank, "lora-r", 8, "LoRA rank (alpha = 2 r)")
 	f.StringVar(&jsonOut, "json", "", "also write the result to this file")
 	f.StringVar(&workDir, "work-dir", "", "where a preset's random checkpoint is written, or reused when already there (default: a temporary folder, removed after)")

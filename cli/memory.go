@@ -53,6 +53,11 @@ variant's step programs (the device-resident step's, and the host-side step's fo
 				}
 			}
 			cmd.Flags().Visit(func(f *pflag.Flag) { applyFlag(&cfg, &flagCfg, f.Name) })
+			if gc, err := gpuDefaults(cmd, cfg, configFile, opts); err != nil {
+				return usageError{err}
+			} else {
+				cfg = gc
+			}
 			if cfg.Method == finetune.MethodFull && !cmd.Flags().Changed("lora-r") && !cmd.Flags().Changed("lora-targets") {
 				cfg.LoRARank, cfg.LoRATarget = 0, nil
 			}

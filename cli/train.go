@@ -17,6 +17,7 @@ import (
 	"golang.org/x/term"
 	"sigs.k8s.io/yaml"
 
+	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/memory"
 )
@@ -40,7 +41,7 @@ func trainFlags(f *pflag.FlagSet, c *finetune.Config) {
 	f.BoolVar(&c.MSNorm, "ms-norm", c.MSNorm, "MS-LN/MS-RMSNorm: fold norm affines into the next linear layers")
 	f.BoolVar(&c.GradCkpt, "grad-ckpt", c.GradCkpt, "gradient checkpointing per block (recompute in backward)")
 	f.StringSliceVar(&c.Mesa, "mesa", c.Mesa, "store these saved activations as int8 (Mesa): act, norm, softmax, attn, linear or all")
-	f.StringVar(&c.Attention, "attention", c.Attention, "standard or memory-efficient")
+	f.StringVar(&c.Attention, "attention", c.Attention, "standard, memory-efficient or flash (the backend's fused attention; memory-efficient where it has none) (default on --backend xla:cuda: flash)")
 	f.StringVar(&c.Optimizer, "optimizer", c.Optimizer, "adamw or sgd")
 	f.Float64Var(&c.LR, "lr", c.LR, "learning rate")
 	f.Float64Var(&c.WeightDecay, "weight-decay", c.WeightDecay, "weight decay (decoupled for adamw)")
@@ -51,7 +52,7 @@ func trainFlags(f *pflag.FlagSet, c *finetune.Config) {
 	f.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "examples per micro-batch")
 	f.IntVar(&c.AccumSteps, "accum", c.AccumSteps, "micro-batches per optimizer step (gradient accumulation)")
 	f.Uint64Var(&c.Seed, "seed", c.Seed, "random seed (adapter init, data order)")
-	f.StringVar(&c.ComputeDType, "compute-dtype", c.ComputeDType, "float32 or bfloat16 (float32 master weights)")
+	f.StringVar(&c.ComputeDType, "compute-dtype", c.ComputeDType, "float32 or bfloat16 (float32 master weights) (default on --backend xla:cuda: bfloat16)")
 	f.IntVar(&c.LogEvery, "log-every", c.LogEvery, "write a metrics line every N steps")
 	f.IntVar(&c.CheckpointEvery, "checkpoint-every", c.CheckpointEvery, "checkpoint every N steps (0: at the end)")
 }
@@ -76,7 +77,12 @@ Text formats use --tokenizer (default: the model folder). Settings come from the
 with the same keys as the flags, snake_case), then the flags given; the whole config is validated and printed
 before any compute. The output folder receives run.yaml, metrics.jsonl (one line per logging step), checkpoints
 (checkpoint-N, "latest") and, for LoRA runs, the PEFT adapter in adapter/. --resume continues the run in --out
-from its latest checkpoint exactly (weights, optimizer, schedule, step, RNG and data position).`,
+from its latest checkpoint exactly (weights, optimizer, schedule, step, RNG and data position).
+
+On --backend xla:cuda (a GPU) the defaults are what GPU fine-tuning runs: --compute-dtype bfloat16 (float32 master
+weights and optimizer state) and --attention flash (cuDNN's fused flash attention with its fused backward); a
+value given as a flag or in --config wins. Each optimizer step runs on the device without copying weights or
+gradients to the host; the loss is read back every --log-every steps.`,
 		Example: `  finetune init --arch vit --preset tiny --num-labels 10 --out /tmp/vit-tiny
   finetune train --model /tmp/vit-tiny --data ../shared/data/cifar10/cifar10-subset-jpg.tar --split train --augment \
     --out runs/vit --method lora --lora-targets q,v --train-modules classifier --approx-act --ms-norm --steps 200
@@ -119,6 +125,10 @@ from its latest checkpoint exactly (weights, optimizer, schedule, step, RNG and 
 					}
 				}
 				cmd.Flags().Visit(func(f *pflag.Flag) { applyFlag(&cfg, &flagCfg, f.Name) })
+				var err error
+				if cfg, err = gpuDefaults(cmd, cfg, configFile, opts); err != nil {
+					return usageError{err}
+				}
 				if cfg.Method == finetune.MethodFull && !cmd.Flags().Changed("lora-r") && !cmd.Flags().Changed("lora-targets") {
 					cfg.LoRARank, cfg.LoRATarget = 0, nil // the LoRA defaults do not apply to full fine-tuning
 				}
@@ -310,4 +320,24 @@ func describe(s finetune.StepStats) string {
 		parts = append(parts, fmt.Sprintf("compile %.2fs", s.CompileSeconds))
 	}
 	return strings.Join(parts, " ")
+}
+
+// gpuDefaults applies finetune.GPUDefaults for the command's backend: a setting given as a flag or as a key of
+// the --config file is the user's and stays.
+func gpuDefaults(cmd *cobra.Command, cfg finetune.Config, configFile string, opts *Options) (finetune.Config, error) {
+	inFile := map[string]any{}
+	if configFile != "" {
+		b, err := os.ReadFile(configFile)
+		if err != nil {
+			return cfg, err
+		}
+		if err := yaml.Unmarshal(b, &inFile); err != nil {
+			return cfg, fmt.Errorf("%s: %w", configFile, err)
+		}
+	}
+	explicit := func(key string) bool {
+		_, ok := inFile[key]
+		return ok || cmd.Flags().Changed(strings.ReplaceAll(key, "_", "-"))
+	}
+	return finetune.GPUDefaults(cfg, engine.ChooseSpec(opts.Backend), explicit), nil
 }

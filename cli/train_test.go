@@ -3,6 +3,7 @@ package cli_test
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -181,6 +182,35 @@ func TestTrainBadInput(t *testing.T) {
 		}
 		if _, err := os.Stat(filepath.Join(out, "checkpoint-1")); err == nil {
 			t.Errorf("%v: a checkpoint was written", tc.args)
+		}
+	}
+}
+
+// TestTrainGPUDefaults: with --backend xla:cuda the resolved config (printed before anything runs) has bfloat16
+// compute and flash attention, a flag or config key keeps the user's value, and the plain backend keeps
+// float32 and standard attention. (This build has no XLA or no GPU: the run then stops at the backend, with one
+// line.)
+func TestTrainGPUDefaults(t *testing.T) {
+	tmp := t.TempDir()
+	model := filepath.Join(tmp, "vit")
+	run(t, "init", "--arch", "vit", "--preset", "tiny", "--num-labels", "3", "--out", model)
+	data := filepath.Join(tmp, "train.safetensors")
+	writeImageData(t, data, 12)
+	cfgFile := filepath.Join(tmp, "f32.yaml")
+	os.WriteFile(cfgFile, []byte("compute_dtype: float32\n"), 0o644)
+	for i, tc := range []struct {
+		args        []string
+		dtype, attn string
+	}{
+		{[]string{"--backend", "xla:cuda"}, "bfloat16", "flash"},
+		{[]string{"--backend", "xla:cuda", "--attention", "standard"}, "bfloat16", "standard"},
+		{[]string{"--backend", "xla:cuda", "--config", cfgFile}, "float32", "flash"},
+		{nil, "float32", "standard"},
+	} {
+		args := append([]string{"train", "--model", model, "--data", data, "--out", filepath.Join(tmp, fmt.Sprint("run", i)), "--steps", "1"}, tc.args...)
+		_, stderr, _ := run(t, args...)
+		if !strings.Contains(stderr, "compute_dtype: "+tc.dtype) || !strings.Contains(stderr, "attention: "+tc.attn) {
+			t.Errorf("%v: want compute_dtype %s and attention %s in the resolved run:\n%s", tc.args, tc.dtype, tc.attn, stderr)
 		}
 	}
 }

@@ -425,3 +425,26 @@ func TestOptionsTrain(t *testing.T) {
 		}
 	}
 }
+
+// TestGPUDefaults: on XLA's CUDA plugin the defaults become bfloat16 compute and flash attention unless the user
+// set them; every other backend keeps the config as it is.
+func TestGPUDefaults(t *testing.T) {
+	none := func(string) bool { return false }
+	for _, c := range []struct {
+		spec, dtype, attention string
+		explicit               func(string) bool
+	}{
+		{"xla:cuda", "bfloat16", "flash", none},
+		{"xla:/opt/jax/pjrt_c_api_cuda_plugin.so", "bfloat16", "flash", none},
+		{"xla:cuda", "float32", "flash", func(k string) bool { return k == "compute_dtype" }},
+		{"xla:cuda", "bfloat16", "standard", func(k string) bool { return k == "attention" }},
+		{"go", "float32", "standard", none},
+		{"", "float32", "standard", none},
+		{"xla:cpu", "float32", "standard", none},
+	} {
+		got := finetune.GPUDefaults(finetune.Defaults(), c.spec, c.explicit)
+		if got.ComputeDType != c.dtype || got.Attention != c.attention {
+			t.Errorf("%q: compute %s, attention %s; want %s, %s", c.spec, got.ComputeDType, got.Attention, c.dtype, c.attention)
+		}
+	}
+}
