@@ -101,9 +101,22 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		msg = strings.SplitN(msg, "\n", 2)[0]
 	}
 	fmt.Fprintf(stderr, "finetune: %s\n", msg)
+	var ee exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
 	var ue usageError
 	if errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "unknown flag") {
 		return ExitUsage
 	}
 	return ExitFailure
 }
+
+// exitError is an error with its own exit code (an interrupted run: 130 for SIGINT, 143 for SIGTERM).
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e exitError) Error() string { return e.err.Error() }
+func (e exitError) Unwrap() error { return e.err }

@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/schollz/progressbar/v3"
@@ -256,13 +257,13 @@ func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out s
 	defer metrics.Close()
 	stderr := cmd.ErrOrStderr()
 	fmt.Fprintf(stderr, "training %d trainable parameters, step %d -> %d\n", tr.TrainableCount(), tr.Step, tr.Config.Steps)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx, sig := signalContext()
 	progress := newProgress(stderr, tr.Config.Steps, tr.Step)
 	err = tr.Fit(ctx, loader, out, metrics, finetune.Hooks{OnStep: progress})
 	if errors.Is(err, context.Canceled) {
-		fmt.Fprintf(stderr, "\ninterrupted: checkpoint written at step %d; continue with --resume\n", tr.Step)
-		return nil
+		s := sig()
+		fmt.Fprintln(stderr)
+		return exitError{code: signalExitCode(s), err: fmt.Errorf("interrupted by %s at step %d of %d: checkpoint written; continue with --resume", signalName(s), tr.Step, tr.Config.Steps)}
 	}
 	if err != nil {
 		return err
@@ -340,4 +341,44 @@ func gpuDefaults(cmd *cobra.Command, cfg finetune.Config, configFile string, opt
 		return ok || cmd.Flags().Changed(strings.ReplaceAll(key, "_", "-"))
 	}
 	return finetune.GPUDefaults(cfg, engine.ChooseSpec(opts.Backend), explicit), nil
+}
+
+// signalContext returns a context cancelled by the first SIGINT or SIGTERM, and a function that tells which
+// signal it was (nil before one arrived). A second signal is left to its default action (the process ends).
+func signalContext() (context.Context, func() os.Signal) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	var got atomic.Value
+	go func() {
+		s := <-ch
+		got.Store(s)
+		signal.Stop(ch) // a second Ctrl-C ends the process at once
+		cancel()
+	}()
+	return ctx, func() os.Signal {
+		s, _ := got.Load().(os.Signal)
+		return s
+	}
+}
+
+// signalExitCode is the shell's convention for a process ended by signal s: 128 + its number (SIGINT 130,
+// SIGTERM 143).
+func signalExitCode(s os.Signal) int {
+	if n, ok := s.(syscall.Signal); ok {
+		return 128 + int(n)
+	}
+	return ExitFailure
+}
+
+func signalName(s os.Signal) string {
+	switch s {
+	case os.Interrupt:
+		return "SIGINT (Ctrl-C)"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case nil:
+		return "cancellation"
+	}
+	return s.String()
 }
