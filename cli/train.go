@@ -56,12 +56,13 @@ func trainFlags(f *pflag.FlagSet, c *finetune.Config) {
 	f.StringVar(&c.ComputeDType, "compute-dtype", c.ComputeDType, "float32 or bfloat16 (float32 master weights) (default on --backend xla:cuda: bfloat16)")
 	f.IntVar(&c.LogEvery, "log-every", c.LogEvery, "write a metrics line every N steps")
 	f.IntVar(&c.CheckpointEvery, "checkpoint-every", c.CheckpointEvery, "checkpoint every N steps (0: at the end)")
+	f.IntVar(&c.KeepCheckpoints, "keep-checkpoints", c.KeepCheckpoints, "keep only the newest N checkpoints (0: all)")
 }
 
 func newTrainCommand(opts *Options) *cobra.Command {
 	var model, data, out, configFile string
 	var dataOpts finetune.DataOptions
-	var resume bool
+	var resume, overwrite bool
 	flagCfg := finetune.Defaults()
 	cmd := &cobra.Command{
 		Use:   "train --model DIR --data FILE --out DIR [flags]",
@@ -140,7 +141,7 @@ gradients to the host; the loss is read back every --log-every steps.`,
 			}
 			resolved, _ := yaml.Marshal(spec)
 			fmt.Fprintf(cmd.ErrOrStderr(), "# resolved run\n%s", resolved)
-			return runTraining(cmd, opts, spec, out, resume)
+			return runTraining(cmd, opts, spec, out, resume, overwrite)
 		},
 	}
 	f := cmd.Flags()
@@ -149,6 +150,7 @@ gradients to the host; the loss is read back every --log-every steps.`,
 	f.StringVar(&out, "out", "", "output folder")
 	f.StringVar(&configFile, "config", "", "YAML config file (keys as the flags, snake_case)")
 	f.BoolVar(&resume, "resume", false, "continue the run in --out from its latest checkpoint")
+	f.BoolVar(&overwrite, "overwrite", false, "start a new run in an --out that holds one, deleting its checkpoints, metrics and adapter")
 	f.StringVar(&dataOpts.Format, "data-format", "", "safetensors, images, image-tar, idx, alpaca, text or glue (default: from the path)")
 	f.StringVar(&dataOpts.Split, "split", "", "subfolder of an image tar (e.g. train), or GLUE split (train, dev)")
 	f.StringVar(&dataOpts.Task, "task", "", "GLUE task: cola, sst2, mrpc, stsb, rte (with --data-format glue)")
@@ -214,6 +216,8 @@ func applyFlag(cfg, flags *finetune.Config, name string) {
 		cfg.LogEvery = flags.LogEvery
 	case "checkpoint-every":
 		cfg.CheckpointEvery = flags.CheckpointEvery
+	case "keep-checkpoints":
+		cfg.KeepCheckpoints = flags.KeepCheckpoints
 	}
 }
 
@@ -224,7 +228,20 @@ func abs(p string) string {
 	return p
 }
 
-func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out string, resume bool) error {
+func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out string, resume, overwrite bool) error {
+	unlock, err := finetune.LockRun(out)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := finetune.CleanStale(out); err != nil {
+		return err
+	}
+	if !resume {
+		if err := finetune.CheckFreshRun(out, overwrite); err != nil {
+			return usageError{err}
+		}
+	}
 	model, loader, err := spec.Open()
 	if err != nil {
 		return err
@@ -250,7 +267,15 @@ func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out s
 	if err := finetune.WriteRunSpec(out, spec); err != nil {
 		return err
 	}
-	metrics, err := os.OpenFile(filepath.Join(out, "metrics.jsonl"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	metricsPath := filepath.Join(out, finetune.MetricsFile)
+	if resume {
+		if n, err := finetune.TrimMetrics(metricsPath, tr.Step); err != nil {
+			return err
+		} else if n > 0 {
+			fmt.Fprintf(cmd.ErrOrStderr(), "%s: dropped %d line(s) written after the checkpoint of step %d (or cut short)\n", metricsPath, n, tr.Step)
+		}
+	}
+	metrics, err := os.OpenFile(metricsPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}

@@ -214,3 +214,38 @@ func TestTrainGPUDefaults(t *testing.T) {
 		}
 	}
 }
+
+// TestTrainRefusesUsedFolder: a second train into an --out that holds a run is refused (exit 2, one line that
+// says how to continue or start over) and changes nothing; --overwrite starts over; the log after a resume has
+// each step once.
+func TestTrainRefusesUsedFolder(t *testing.T) {
+	tmp := t.TempDir()
+	model := filepath.Join(tmp, "vit")
+	run(t, "init", "--arch", "vit", "--preset", "tiny", "--num-labels", "3", "--out", model)
+	data := filepath.Join(tmp, "train.safetensors")
+	writeImageData(t, data, 12)
+	out := filepath.Join(tmp, "run")
+	args := []string{"train", "--model", model, "--data", data, "--out", out, "--steps", "2", "--log-every", "1", "--method", "full"}
+	if _, stderr, code := run(t, args...); code != 0 {
+		t.Fatalf("first run: exit %d\n%s", code, stderr)
+	}
+	before, _ := os.ReadFile(filepath.Join(out, "metrics.jsonl"))
+	_, stderr, code := run(t, append(args, "--lr", "0.5")...)
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	if last := lines[len(lines)-1]; code != 2 || !strings.Contains(last, "already holds a training run") || !strings.Contains(last, "--overwrite") {
+		t.Errorf("second run: exit %d, last line %q", code, last)
+	}
+	if after, _ := os.ReadFile(filepath.Join(out, "metrics.jsonl")); string(after) != string(before) {
+		t.Errorf("the refused run changed the metrics")
+	}
+	if _, stderr, code := run(t, append(args, "--overwrite")...); code != 0 {
+		t.Fatalf("--overwrite: exit %d\n%s", code, stderr)
+	}
+	if _, stderr, code := run(t, "train", "--out", out, "--resume", "--steps", "4"); code != 0 {
+		t.Fatalf("resume: exit %d\n%s", code, stderr)
+	}
+	b, _ := os.ReadFile(filepath.Join(out, "metrics.jsonl"))
+	if n := strings.Count(string(b), "\n"); n != 4 || strings.Count(string(b), `"step":2,`) != 1 {
+		t.Errorf("metrics after overwrite and resume (%d lines):\n%s", n, b)
+	}
+}

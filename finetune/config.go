@@ -62,6 +62,9 @@ type Config struct {
 	// steps (0: only at the end).
 	LogEvery        int `json:"log_every" yaml:"log_every"`
 	CheckpointEvery int `json:"checkpoint_every" yaml:"checkpoint_every"`
+	// KeepCheckpoints keeps only the newest this many checkpoints of a run's output folder (0: keep all); the
+	// one "latest" names is never removed.
+	KeepCheckpoints int `json:"keep_checkpoints" yaml:"keep_checkpoints"`
 
 	// Model options, applied when the model is loaded (they must match on resume).
 	ApproxAct bool   `json:"approx_act" yaml:"approx_act"`
@@ -80,7 +83,8 @@ type Config struct {
 func Defaults() Config {
 	return Config{Method: MethodLoRA, LoRARank: 8, LoRAAlpha: 16, LoRATarget: []string{"q", "v"},
 		Optimizer: "adamw", LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Schedule: "constant",
-		Steps: 100, AccumSteps: 1, ComputeDType: "float32", LogEvery: 10, Attention: "standard", BatchSize: 8}
+		Steps: 100, AccumSteps: 1, ComputeDType: "float32", LogEvery: 10, Attention: "standard", BatchSize: 8,
+		KeepCheckpoints: 3}
 }
 
 // Validate checks the whole config; every problem names its key.
@@ -149,8 +153,8 @@ func (c Config) Validate() error {
 	default:
 		bad("compute_dtype must be float32 or bfloat16, got %q", c.ComputeDType)
 	}
-	if c.LogEvery < 0 || c.CheckpointEvery < 0 {
-		bad("log_every and checkpoint_every must not be negative")
+	if c.LogEvery < 0 || c.CheckpointEvery < 0 || c.KeepCheckpoints < 0 {
+		bad("log_every, checkpoint_every and keep_checkpoints must not be negative")
 	}
 	if _, err := attention.ParseKind(c.Attention); err != nil {
 		bad("attention: %v", err)

@@ -74,6 +74,9 @@ func (t *Trainer) Fit(ctx context.Context, data Iterator, outDir string, metrics
 			if err := writeLatest(outDir, filepath.Base(dir)); err != nil {
 				return err
 			}
+			if err := pruneCheckpoints(outDir, t.Config.KeepCheckpoints); err != nil {
+				return err
+			}
 			if hooks.OnCheckpoint != nil {
 				hooks.OnCheckpoint(dir)
 			}

@@ -93,9 +93,24 @@ func (t *Trainer) Save(dir string, data Iterator) error {
 		return err
 	}
 	if _, err := os.Stat(dir); err == nil {
-		if err := os.RemoveAll(dir); err != nil {
+		// Replacing a checkpoint of the same step: move the old one aside, put the new one in place, then
+		// delete the old one, so no moment lacks a complete copy (CleanStale puts an aside copy back if a kill
+		// came between the two renames).
+		aside, err := os.MkdirTemp(parent, "."+filepath.Base(dir)+".old-")
+		if err != nil {
 			return err
 		}
+		if err := os.Remove(aside); err != nil {
+			return err
+		}
+		if err := os.Rename(dir, aside); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, dir); err != nil {
+			_ = os.Rename(aside, dir)
+			return err
+		}
+		return os.RemoveAll(aside)
 	}
 	return os.Rename(tmp, dir)
 }

@@ -1,0 +1,212 @@
+package finetune
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/memfit/memfit/safetensors"
+)
+
+// Guarding a run's output folder: one process at a time (LockRun), a new run never mixes with an old one
+// (CheckFreshRun), leftovers of a killed save are cleared (CleanStale), and old checkpoints are pruned
+// (pruneCheckpoints, after every save).
+
+// LockFile is the lock file of an output folder.
+const LockFile = ".lock"
+
+// ErrLocked is returned by LockRun when another process holds the folder.
+var ErrLocked = errors.New("the output folder is in use by another finetune process")
+
+// LockRun creates out if needed and takes its lock for this process (an advisory lock on out/.lock, released
+// when the process ends, even by a kill). It fails with ErrLocked, naming the holder's process id, when another
+// process holds it. Call the returned function to release it earlier.
+func LockRun(out string) (unlock func(), err error) {
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(out, LockFile)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := lockFile(f); err != nil {
+		b, _ := os.ReadFile(path)
+		f.Close()
+		holder := strings.TrimSpace(string(b))
+		if holder == "" {
+			holder = "unknown"
+		}
+		return nil, fmt.Errorf("%w: %s (process %s); wait for it or use another --out", ErrLocked, out, holder)
+	}
+	_ = f.Truncate(0)
+	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	return func() { unlockFile(f); f.Close() }, nil
+}
+
+// runFiles lists what a run leaves in its output folder: run.yaml, metrics.jsonl, latest, the checkpoints and
+// the exported adapter.
+func runFiles(out string) ([]string, error) {
+	entries, err := os.ReadDir(out)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var found []string
+	for _, e := range entries {
+		n := e.Name()
+		if n == RunFile || n == MetricsFile || n == LatestFile || n == "adapter" || isCheckpointName(n) {
+			found = append(found, n)
+		}
+	}
+	return found, nil
+}
+
+// MetricsFile is the metrics log of an output folder (JSONL, one line per logging step).
+const MetricsFile = "metrics.jsonl"
+
+// CheckFreshRun makes sure a new run can start in out: an empty or missing folder, or one that holds no run. A
+// folder with a run is refused, naming what is there, unless overwrite: then the old run's files (run.yaml,
+// metrics, checkpoints, latest, the exported adapter) are removed first. Other files are left alone.
+func CheckFreshRun(out string, overwrite bool) error {
+	found, err := runFiles(out)
+	if err != nil || len(found) == 0 {
+		return err
+	}
+	if !overwrite {
+		return fmt.Errorf("%s already holds a training run (%s): continue it with --resume, or pass --overwrite to delete it and start again",
+			out, strings.Join(found, ", "))
+	}
+	for _, n := range found {
+		if err := os.RemoveAll(filepath.Join(out, n)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CleanStale removes what a killed save leaves in out: temporary checkpoint folders and "latest" files. A
+// checkpoint moved aside while being replaced (see Save) is put back if its replacement never arrived, and
+// removed otherwise.
+func CleanStale(out string) error {
+	entries, err := os.ReadDir(out)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		n := e.Name()
+		switch {
+		case strings.HasPrefix(n, ".latest-"), strings.HasPrefix(n, ".checkpoint-") && strings.Contains(n, ".tmp-"):
+			if err := os.RemoveAll(filepath.Join(out, n)); err != nil {
+				return err
+			}
+		case strings.HasPrefix(n, ".checkpoint-") && strings.Contains(n, ".old-"):
+			orig := strings.TrimPrefix(n[:strings.Index(n, ".old-")], ".")
+			if _, err := os.Stat(filepath.Join(out, orig)); errors.Is(err, fs.ErrNotExist) {
+				if err := os.Rename(filepath.Join(out, n), filepath.Join(out, orig)); err != nil {
+					return err
+				}
+			} else if err := os.RemoveAll(filepath.Join(out, n)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// isCheckpointName reports whether n is "checkpoint-<step>".
+func isCheckpointName(n string) bool {
+	_, ok := checkpointStep(n)
+	return ok
+}
+
+func checkpointStep(n string) (int, bool) {
+	s, ok := strings.CutPrefix(n, "checkpoint-")
+	if !ok {
+		return 0, false
+	}
+	step, err := strconv.Atoi(s)
+	return step, err == nil && step >= 0
+}
+
+// pruneCheckpoints removes all but the newest keep checkpoints of out (keep 0: none is removed), never the one
+// "latest" names.
+func pruneCheckpoints(out string, keep int) error {
+	if keep <= 0 {
+		return nil
+	}
+	entries, err := os.ReadDir(out)
+	if err != nil {
+		return err
+	}
+	latest, _ := LatestCheckpoint(out)
+	var steps []int
+	for _, e := range entries {
+		if s, ok := checkpointStep(e.Name()); ok && e.IsDir() {
+			steps = append(steps, s)
+		}
+	}
+	sort.Sort(sort.Reverse(sort.IntSlice(steps)))
+	for _, s := range steps[min(keep, len(steps)):] {
+		dir := filepath.Join(out, fmt.Sprintf("checkpoint-%d", s))
+		if dir == latest {
+			continue
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TrimMetrics rewrites the metrics log at path (atomically) keeping only its whole, valid lines of steps up to
+// step: a resumed run continues from its checkpoint's step, so the lines a killed run wrote after that checkpoint
+// would otherwise repeat, and a line cut by a kill or a full disk would glue onto the next. It returns how many
+// lines it dropped; a missing file is no error.
+func TrimMetrics(path string, step int) (int, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	var kept []string
+	dropped := 0
+	for _, line := range strings.SplitAfter(string(data), "\n") {
+		if line == "" {
+			continue
+		}
+		var rec struct {
+			Step *int `json:"step"`
+		}
+		if !strings.HasSuffix(line, "\n") || json.Unmarshal([]byte(line), &rec) != nil || rec.Step == nil || *rec.Step > step {
+			dropped++
+			continue
+		}
+		kept = append(kept, line)
+	}
+	if dropped == 0 {
+		return 0, nil
+	}
+	return dropped, safetensors.WriteAtomic(path, func(w *bufio.Writer) error {
+		for _, l := range kept {
+			if _, err := w.WriteString(l); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}

@@ -1,0 +1,124 @@
+package finetune_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/internal/gtest"
+	"github.com/memfit/memfit/models/vit"
+)
+
+// TestRunFolderGuards: the lock admits one holder at a time; a folder with a run is refused without overwrite
+// and cleared (its run files only) with it; a killed save's leftovers are cleaned, an aside checkpoint restored.
+func TestRunFolderGuards(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "run")
+	unlock, err := finetune.LockRun(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runtime.GOOS != "windows" {
+		if _, err := finetune.LockRun(out); !errors.Is(err, finetune.ErrLocked) || !strings.Contains(err.Error(), "process") {
+			t.Errorf("second lock: %v, want ErrLocked naming the holder", err)
+		}
+	}
+	unlock()
+	unlock2, err := finetune.LockRun(out)
+	if err != nil {
+		t.Fatalf("lock after unlock: %v", err)
+	}
+	unlock2()
+
+	if err := finetune.CheckFreshRun(out, false); err != nil {
+		t.Errorf("empty folder: %v", err)
+	}
+	for _, f := range []string{finetune.RunFile, finetune.MetricsFile, finetune.LatestFile, "notes.txt"} {
+		os.WriteFile(filepath.Join(out, f), []byte("x\n"), 0o644)
+	}
+	os.MkdirAll(filepath.Join(out, "checkpoint-3"), 0o755)
+	err = finetune.CheckFreshRun(out, false)
+	if err == nil || !strings.Contains(err.Error(), "--overwrite") || !strings.Contains(err.Error(), "checkpoint-3") {
+		t.Errorf("used folder: %v", err)
+	}
+	if err := finetune.CheckFreshRun(out, true); err != nil {
+		t.Fatal(err)
+	}
+	names := list(t, out)
+	if strings.Join(names, ",") != ".lock,notes.txt" {
+		t.Errorf("after overwrite the folder holds %v, want .lock and notes.txt", names)
+	}
+
+	for _, d := range []string{".checkpoint-3.tmp-1", ".checkpoint-4.old-1", ".checkpoint-5.old-1", "checkpoint-5"} {
+		os.MkdirAll(filepath.Join(out, d), 0o755)
+	}
+	os.WriteFile(filepath.Join(out, ".latest-9"), nil, 0o644)
+	if err := finetune.CleanStale(out); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(list(t, out), ","); got != ".lock,checkpoint-4,checkpoint-5,notes.txt" {
+		t.Errorf("after CleanStale: %s", got)
+	}
+}
+
+func list(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	sort.Strings(names)
+	return names
+}
+
+// TestTrimMetrics: a resumed run's log keeps whole lines up to its checkpoint's step; lines after it and a line
+// cut short are dropped.
+func TestTrimMetrics(t *testing.T) {
+	path := filepath.Join(t.TempDir(), finetune.MetricsFile)
+	os.WriteFile(path, []byte(`{"step":1,"loss":2}
+{"step":2,"loss":1.9}
+{"step":3,"loss":1.8}
+{"step":4,"loss":1.7}
+{"step":5,"lo`), 0o644)
+	n, err := finetune.TrimMetrics(path, 3)
+	if err != nil || n != 2 {
+		t.Fatalf("dropped %d, %v; want 2", n, err)
+	}
+	b, _ := os.ReadFile(path)
+	if string(b) != "{\"step\":1,\"loss\":2}\n{\"step\":2,\"loss\":1.9}\n{\"step\":3,\"loss\":1.8}\n" {
+		t.Errorf("trimmed log:\n%s", b)
+	}
+	if n, err := finetune.TrimMetrics(filepath.Join(t.TempDir(), "none"), 3); n != 0 || err != nil {
+		t.Errorf("missing file: %d, %v", n, err)
+	}
+}
+
+// TestKeepCheckpoints: a run checkpointing every step keeps only the newest KeepCheckpoints, the latest among
+// them, and can resume from it.
+func TestKeepCheckpoints(t *testing.T) {
+	model, data := imageTask(t, vit.Options{})
+	cfg := config(finetune.MethodLoRA, 5)
+	cfg.CheckpointEvery, cfg.KeepCheckpoints = 1, 2
+	tr, _ := finetune.New(model, cfg, gtest.Backend(t))
+	loader, _ := finetune.NewLoader(data, 4, cfg.Seed, true)
+	out := t.TempDir()
+	if err := tr.Fit(context.Background(), loader, out, nil, finetune.Hooks{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(list(t, out), ","); got != "checkpoint-4,checkpoint-5,latest" {
+		t.Errorf("output folder: %s", got)
+	}
+	loader2, _ := finetune.NewLoader(data, 4, cfg.Seed, true)
+	if tr2, err := finetune.Resume(out, model, gtest.Backend(t), loader2); err != nil || tr2.Step != 5 {
+		t.Errorf("resume: %v", err)
+	}
+}
