@@ -67,6 +67,9 @@ func loadForEval(model, adapter, tok string) (finetune.Model, *lora.Set, *tokeni
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	if err := finetune.CheckTokenizer(t, m); err != nil {
+		return nil, nil, nil, fmt.Errorf("%s: %w", tok, err)
+	}
 	return m, set, t, nil
 }
 

@@ -164,6 +164,9 @@ func TextExamples(path string, opts DataOptions, model Model, modelDir string) (
 	if err != nil {
 		return nil, fmt.Errorf("text data needs a tokenizer (--tokenizer, or tokenizer files in the model folder): %w", err)
 	}
+	if err := CheckTokenizer(tok, model); err != nil {
+		return nil, fmt.Errorf("%s: %w", tokPath, err)
+	}
 	seqLen := opts.SeqLen
 	if seqLen == 0 {
 		seqLen = 256

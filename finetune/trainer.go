@@ -15,6 +15,7 @@ import (
 	"github.com/memfit/memfit/lora"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/models"
+	"github.com/memfit/memfit/runner"
 )
 
 // Trainer trains a model: it owns the trainable parameters (float32 master copies), the frozen ones, the
@@ -114,6 +115,13 @@ func (t *Trainer) TrainStep(batches []Batch) (StepStats, error) {
 func (t *Trainer) TrainStepAsync(batches []Batch) (StepStats, error) {
 	if len(batches) == 0 {
 		return StepStats{}, fmt.Errorf("no batches for the step")
+	}
+	if c, ok := t.Model.(runner.BatchChecker); ok {
+		for _, b := range batches {
+			if err := c.CheckBatch(b); err != nil {
+				return StepStats{}, fmt.Errorf("batch for step %d: %w", t.Step+1, err)
+			}
+		}
 	}
 	if t.hostStep {
 		return t.hostTrainStep(batches)

@@ -62,6 +62,19 @@ type Model interface {
 	Logits(b models.Bound, batch map[string]*graph.Node) *graph.Node
 }
 
+// BatchChecker is implemented by models that can check a batch against themselves (token ids within the
+// vocabulary, labels within the classes, ...); Output and LogitsRunner.Logits call it before computing.
+type BatchChecker interface {
+	CheckBatch(b Batch) error
+}
+
+func check(model Model, b Batch) error {
+	if c, ok := model.(BatchChecker); ok {
+		return c.CheckBatch(b)
+	}
+	return nil
+}
+
 // NF4Weights returns the Bound.Weights hook that dequantises the layers' NF4 weights (QLoRA's frozen base) in
 // dtype; a layer without NF4 tensors keeps its float weight.
 func NF4Weights(layers []models.LinearLayer, dtype dtypes.DType) models.WeightHook {
@@ -83,6 +96,9 @@ func NF4Weights(layers []models.LinearLayer, dtype dtypes.DType) models.WeightHo
 // set (none when nil), compiles it and runs it on batch, once.
 func Output(backend compute.Backend, model Model, params models.Params, set *lora.Set, batch Batch,
 	fn func(b models.Bound, nodes map[string]*graph.Node) *graph.Node) (*tensors.Tensor, error) {
+	if err := check(model, batch); err != nil {
+		return nil, err
+	}
 	if params == nil {
 		params = model.Params()
 	}
@@ -142,6 +158,9 @@ func NewLogitsRunner(backend compute.Backend, model Model, params models.Params,
 
 // Logits returns the logits of batch.
 func (r *LogitsRunner) Logits(batch Batch) (*tensors.Tensor, error) {
+	if err := check(r.Model, batch); err != nil {
+		return nil, err
+	}
 	sig := batch.Signature()
 	names := batch.Names()
 	var out *tensors.Tensor

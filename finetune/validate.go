@@ -1,0 +1,114 @@
+package finetune
+
+import (
+	"fmt"
+
+	"github.com/gomlx/gomlx/core/tensors"
+
+	"github.com/memfit/memfit/loss"
+	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/tokenizer"
+)
+
+// Checking inputs against the model before anything is computed: an out-of-range token id or label would
+// otherwise be a silent wrong result (a gather clamps it) or a crash deep in the backend.
+
+// CheckBatch checks a ViT batch: pixel_values [B, channels, H, W] with the model's channels, and labels [B]
+// class indices within the model's classes.
+func (m ViT) CheckBatch(b Batch) error {
+	if px, ok := b["pixel_values"]; ok {
+		if px.Rank() != 4 || px.Shape().Dim(1) != m.Config.NumChannels {
+			return fmt.Errorf("pixel_values has shape %v; the model takes [batch, %d, height, width]", px.Shape().Dimensions, m.Config.NumChannels)
+		}
+	}
+	if l, ok := b["labels"]; ok {
+		if len(m.Config.Labels) == 0 {
+			return fmt.Errorf("the batch has labels but the model has no classification head (ViTModel)")
+		}
+		return checkRange(l, "labels", 0, len(m.Config.Labels), false,
+			fmt.Sprintf("the model has %d classes (num_labels in its config.json)", len(m.Config.Labels)))
+	}
+	return nil
+}
+
+// CheckBatch checks a LLaMA batch: input_ids within the vocabulary and at most max_position_embeddings long,
+// attention_mask of 0 and 1, and labels within the vocabulary or -100 (causal LM) or within the classes
+// (sequence classification).
+func (m Llama) CheckBatch(b Batch) error {
+	c := m.Config
+	if ids, ok := b["input_ids"]; ok {
+		if ids.Rank() != 2 {
+			return fmt.Errorf("input_ids has shape %v; the model takes [batch, sequence]", ids.Shape().Dimensions)
+		}
+		if n := ids.Shape().Dim(1); n > c.MaxPositionEmbeddings {
+			return fmt.Errorf("sequences of %d tokens are longer than the model's %d positions (max_position_embeddings): lower the sequence length", n, c.MaxPositionEmbeddings)
+		}
+		if err := checkRange(ids, "input_ids", 0, c.VocabSize, false, fmt.Sprintf(
+			"the model's vocabulary has %d tokens (vocab_size): the tokenizer does not belong to this model", c.VocabSize)); err != nil {
+			return err
+		}
+	}
+	if mask, ok := b["attention_mask"]; ok {
+		if err := checkRange(mask, "attention_mask", 0, 2, false, "a mask holds 0 (padding) or 1"); err != nil {
+			return err
+		}
+	}
+	if l, ok := b["labels"]; ok {
+		if c.Architecture == llama.ArchClassification {
+			return checkRange(l, "labels", 0, len(c.Labels), false, fmt.Sprintf("the model has %d classes (num_labels)", len(c.Labels)))
+		}
+		return checkRange(l, "labels", 0, c.VocabSize, true, fmt.Sprintf(
+			"the model's vocabulary has %d tokens (vocab_size), and -100 leaves a position out", c.VocabSize))
+	}
+	return nil
+}
+
+// checkRange reports the first integer of t outside [lo, hi) (ignore: -100 allowed too), with its position.
+func checkRange(t *tensors.Tensor, name string, lo, hi int, ignore bool, why string) error {
+	var bad, at = 0, -1
+	t.MustConstFlatData(func(flat any) {
+		check := func(i int, v int64) bool {
+			if (v < int64(lo) || v >= int64(hi)) && !(ignore && v == loss.IgnoreIndex) {
+				bad, at = int(v), i
+				return true
+			}
+			return false
+		}
+		switch f := flat.(type) {
+		case []int32:
+			for i, v := range f {
+				if check(i, int64(v)) {
+					return
+				}
+			}
+		case []int64:
+			for i, v := range f {
+				if check(i, v) {
+					return
+				}
+			}
+		}
+	})
+	if at < 0 {
+		return nil
+	}
+	idx := make([]int, t.Rank())
+	for r, i := t.Rank()-1, at; r >= 0; r-- {
+		idx[r] = i % t.Shape().Dim(r)
+		i /= t.Shape().Dim(r)
+	}
+	return fmt.Errorf("%s holds %d at %v, outside [%d, %d): %s", name, bad, idx, lo, hi, why)
+}
+
+// CheckTokenizer refuses a tokenizer with more tokens than the model's vocabulary: its ids would index past the
+// embedding table.
+func CheckTokenizer(tok *tokenizer.Tokenizer, model Model) error {
+	m, ok := model.(Llama)
+	if !ok {
+		return nil
+	}
+	if n := tok.VocabSize(); n > m.Config.VocabSize {
+		return fmt.Errorf("the tokenizer has %d tokens but the model's vocabulary has %d (vocab_size): they do not belong together; use the model's own tokenizer", n, m.Config.VocabSize)
+	}
+	return nil
+}
