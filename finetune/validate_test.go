@@ -37,7 +37,7 @@ func TestBatchesCheckedAgainstTheModel(t *testing.T) {
 			[]string{"input_ids holds", "at [0 1]", "vocabulary has", "tokenizer does not belong"}},
 		{"negative id", llamaModel, finetune.Batch{"input_ids": ids(1, -1, 2), "attention_mask": ones, "labels": ids(1, 2, 3)},
 			[]string{"input_ids holds -1"}},
-		{"lm label", llamaModel, finetune.Batch{"input_ids": ids(1, 2, 3), "attention_mask": ones, "labels": ids(-100, 2, int32(vocab + 7))},
+		{"lm label", llamaModel, finetune.Batch{"input_ids": ids(1, 2, 3), "attention_mask": ones, "labels": ids(-100, 2, int32(vocab+7))},
 			[]string{"labels holds", "-100 leaves a position out"}},
 		{"mask", llamaModel, finetune.Batch{"input_ids": ids(1, 2, 3), "attention_mask": ids(1, 2, 1), "labels": ids(1, 2, 3)},
 			[]string{"attention_mask holds 2"}},
