@@ -57,6 +57,7 @@ func trainFlags(f *pflag.FlagSet, c *finetune.Config) {
 	f.IntVar(&c.LogEvery, "log-every", c.LogEvery, "write a metrics line every N steps")
 	f.IntVar(&c.CheckpointEvery, "checkpoint-every", c.CheckpointEvery, "checkpoint every N steps (0: at the end)")
 	f.IntVar(&c.KeepCheckpoints, "keep-checkpoints", c.KeepCheckpoints, "keep only the newest N checkpoints (0: all)")
+	f.Float64Var(&c.DivergenceFactor, "divergence-factor", c.DivergenceFactor, "stop when a logged loss exceeds this many times its lowest and 3 times its first (0: never)")
 }
 
 func newTrainCommand(opts *Options) *cobra.Command {
@@ -218,6 +219,8 @@ func applyFlag(cfg, flags *finetune.Config, name string) {
 		cfg.CheckpointEvery = flags.CheckpointEvery
 	case "keep-checkpoints":
 		cfg.KeepCheckpoints = flags.KeepCheckpoints
+	case "divergence-factor":
+		cfg.DivergenceFactor = flags.DivergenceFactor
 	}
 }
 

@@ -65,6 +65,9 @@ type Config struct {
 	// KeepCheckpoints keeps only the newest this many checkpoints of a run's output folder (0: keep all); the
 	// one "latest" names is never removed.
 	KeepCheckpoints int `json:"keep_checkpoints" yaml:"keep_checkpoints"`
+	// DivergenceFactor stops a run (Fit, ErrDiverged) whose loss, read at a logging step, exceeds this many
+	// times its lowest so far and 3 times its first (0: never).
+	DivergenceFactor float64 `json:"divergence_factor" yaml:"divergence_factor"`
 
 	// Model options, applied when the model is loaded (they must match on resume).
 	ApproxAct bool   `json:"approx_act" yaml:"approx_act"`
@@ -84,7 +87,7 @@ func Defaults() Config {
 	return Config{Method: MethodLoRA, LoRARank: 8, LoRAAlpha: 16, LoRATarget: []string{"q", "v"},
 		Optimizer: "adamw", LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Schedule: "constant",
 		Steps: 100, AccumSteps: 1, ComputeDType: "float32", LogEvery: 10, Attention: "standard", BatchSize: 8,
-		KeepCheckpoints: 3}
+		KeepCheckpoints: 3, DivergenceFactor: 100}
 }
 
 // Validate checks the whole config; every problem names its key.
@@ -152,6 +155,9 @@ func (c Config) Validate() error {
 	case "float32", "bfloat16":
 	default:
 		bad("compute_dtype must be float32 or bfloat16, got %q", c.ComputeDType)
+	}
+	if c.DivergenceFactor < 0 || math.IsNaN(c.DivergenceFactor) {
+		bad("divergence_factor must not be negative (0 turns the check off)")
 	}
 	if c.LogEvery < 0 || c.CheckpointEvery < 0 || c.KeepCheckpoints < 0 {
 		bad("log_every, checkpoint_every and keep_checkpoints must not be negative")

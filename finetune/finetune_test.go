@@ -273,6 +273,7 @@ func TestNonFiniteLossStops(t *testing.T) {
 		cfg.LR = 1e6
 		cfg.Optimizer = "sgd"
 		cfg.LogEvery = every
+		cfg.DivergenceFactor = 0 // this test is about the non-finite stop; TestDivergenceStops about the other
 		model, data := imageTask(t, vit.Options{})
 		tr, _ := finetune.New(model, cfg, gtest.Backend(t))
 		loader, _ := finetune.NewLoader(data, 6, 1, true)
@@ -445,6 +446,70 @@ func TestGPUDefaults(t *testing.T) {
 		got := finetune.GPUDefaults(finetune.Defaults(), c.spec, c.explicit)
 		if got.ComputeDType != c.dtype || got.Attention != c.attention {
 			t.Errorf("%q: compute %s, attention %s; want %s, %s", c.spec, got.ComputeDType, got.Attention, c.dtype, c.attention)
+		}
+	}
+}
+
+// TestDivergenceStops: a run whose loss explodes without reaching NaN stops with ErrDiverged, naming the loss,
+// its step and the last checkpoint.
+func TestDivergenceStops(t *testing.T) {
+	cfg := config(finetune.MethodFull, 50)
+	cfg.LR, cfg.Optimizer = 1e6, "sgd"
+	model, data := imageTask(t, vit.Options{})
+	tr, _ := finetune.New(model, cfg, gtest.Backend(t))
+	loader, _ := finetune.NewLoader(data, 6, 1, true)
+	err := tr.Fit(context.Background(), loader, "", nil, finetune.Hooks{})
+	if !errors.Is(err, finetune.ErrDiverged) || !strings.Contains(err.Error(), "lower the learning rate") || !strings.Contains(err.Error(), "at step 2") {
+		t.Errorf("error %v, want ErrDiverged at step 2", err)
+	}
+}
+
+// breakingIterator fails its Next call number failAt (1-based) once.
+type breakingIterator struct {
+	*finetune.Loader
+	calls, failAt int
+}
+
+func (b *breakingIterator) Next() (finetune.Batch, error) {
+	b.calls++
+	if b.calls == b.failAt {
+		return nil, errors.New("corrupt image cat/17.jpg")
+	}
+	return b.Loader.Next()
+}
+
+// TestDataErrorCheckpoints: a data error in the middle of a run (with gradient accumulation: half-way through a
+// step's micro-batches) writes a checkpoint of the steps done before it stops, with the data position from
+// before the failed step, so the resumed run trains exactly as the uninterrupted one.
+func TestDataErrorCheckpoints(t *testing.T) {
+	cfg := config(finetune.MethodLoRA, 5)
+	cfg.AccumSteps = 2
+	model, data := imageTask(t, vit.Options{})
+	whole, _ := fit(t, model, data, cfg, 3)
+
+	out := t.TempDir()
+	tr, _ := finetune.New(model, cfg, gtest.Backend(t))
+	loader, _ := finetune.NewLoader(data, 3, cfg.Seed, true)
+	var stats []finetune.StepStats
+	hooks := finetune.Hooks{OnStep: func(s finetune.StepStats) { stats = append(stats, s) }}
+	err := tr.Fit(context.Background(), &breakingIterator{Loader: loader, failAt: 6}, out, nil, hooks) // step 3's second batch
+	if err == nil || !strings.Contains(err.Error(), "corrupt image") || !strings.Contains(err.Error(), "checkpoint written at step 2") {
+		t.Fatalf("error %v", err)
+	}
+	loader2, _ := finetune.NewLoader(data, 3, cfg.Seed, true)
+	tr2, err := finetune.Resume(out, model, gtest.Backend(t), loader2)
+	if err != nil || tr2.Step != 2 {
+		t.Fatalf("resume: step %v, %v", tr2, err)
+	}
+	if err := tr2.Fit(context.Background(), loader2, out, nil, hooks); err != nil {
+		t.Fatal(err)
+	}
+	if len(stats) != len(whole) {
+		t.Fatalf("%d steps, want %d", len(stats), len(whole))
+	}
+	for i := range whole {
+		if stats[i].Loss != whole[i].Loss {
+			t.Errorf("step %d: loss %v, uninterrupted %v", i+1, stats[i].Loss, whole[i].Loss)
 		}
 	}
 }

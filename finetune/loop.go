@@ -3,6 +3,7 @@ package finetune
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -32,12 +33,21 @@ func (t *Trainer) Fit(ctx context.Context, data Iterator, outDir string, metrics
 	if metrics != nil {
 		enc = json.NewEncoder(metrics)
 	}
+	saved := t.Step // the step of the newest checkpoint this call wrote (or resumed from)
+	var minLoss, firstLoss float64
 	for t.Step < t.Config.Steps {
+		var pos json.RawMessage
+		if outDir != "" {
+			var err error
+			if pos, err = data.State(); err != nil {
+				return fmt.Errorf("reading the data position: %w", err)
+			}
+		}
 		batches := make([]Batch, t.Config.AccumSteps)
 		for i := range batches {
 			b, err := data.Next()
 			if err != nil {
-				return fmt.Errorf("reading batch: %w", err)
+				return t.stopOnDataError(fmt.Errorf("reading the data for step %d: %w", t.Step+1, err), outDir, data, pos, saved, hooks)
 			}
 			batches[i] = b
 		}
@@ -55,6 +65,14 @@ func (t *Trainer) Fit(ctx context.Context, data Iterator, outDir string, metrics
 			}
 			stats.Synced = true
 			stats.setSeconds(time.Since(start).Seconds() - stats.CompileSeconds)
+			if firstLoss == 0 {
+				firstLoss, minLoss = stats.Loss, stats.Loss
+			}
+			minLoss = min(minLoss, stats.Loss)
+			if f := t.Config.DivergenceFactor; f > 0 && stats.Loss > max(f*minLoss, 3*firstLoss) {
+				return fmt.Errorf("%w: the loss reached %.4g at step %d, more than %g times its lowest (%.4g) and 3 times its first (%.4g): lower the learning rate (the last checkpoint is from step %d)",
+					ErrDiverged, stats.Loss, stats.Step, f, minLoss, firstLoss, saved)
+			}
 		}
 		if hooks.OnStep != nil {
 			hooks.OnStep(stats)
@@ -71,6 +89,7 @@ func (t *Trainer) Fit(ctx context.Context, data Iterator, outDir string, metrics
 			if err := t.Save(dir, data); err != nil {
 				return err
 			}
+			saved = t.Step
 			if err := writeLatest(outDir, filepath.Base(dir)); err != nil {
 				return err
 			}
@@ -87,6 +106,37 @@ func (t *Trainer) Fit(ctx context.Context, data Iterator, outDir string, metrics
 	}
 	return nil
 }
+
+// ErrDiverged is returned by Fit when the loss grows far beyond its lowest value (Config.DivergenceFactor).
+var ErrDiverged = errors.New("the run diverged")
+
+// stopOnDataError ends Fit on a data error: with an output folder and steps done since the last checkpoint, it
+// first writes a checkpoint of them, with the data position from before the failed step's batches, so a resume
+// after the data is fixed retrains nothing and skips nothing.
+func (t *Trainer) stopOnDataError(err error, outDir string, data Iterator, pos json.RawMessage, saved int, hooks Hooks) error {
+	if outDir == "" || t.Step == saved {
+		return err
+	}
+	dir := filepath.Join(outDir, fmt.Sprintf("checkpoint-%d", t.Step))
+	if serr := t.Save(dir, positionAt{data, pos}); serr != nil {
+		return fmt.Errorf("%w (and the checkpoint failed: %v)", err, serr)
+	}
+	if serr := writeLatest(outDir, filepath.Base(dir)); serr != nil {
+		return fmt.Errorf("%w (and the checkpoint failed: %v)", err, serr)
+	}
+	if hooks.OnCheckpoint != nil {
+		hooks.OnCheckpoint(dir)
+	}
+	return fmt.Errorf("%w (checkpoint written at step %d: fix the data and continue with --resume)", err, t.Step)
+}
+
+// positionAt is an Iterator whose State is a saved position.
+type positionAt struct {
+	Iterator
+	pos json.RawMessage
+}
+
+func (p positionAt) State() (json.RawMessage, error) { return p.pos, nil }
 
 // syncEvery is the most steps Fit runs without reading a loss back: LogEvery, or 10 when it is 0 (a
 // diverged run must stop in time even without periodic logging).
