@@ -84,17 +84,8 @@ type stepProgram struct {
 // gradient's global norm before clipping.
 //
 // With K micro-batches each gradient g_k and loss l_k enters as g_k / K and l_k / K, so the step sees the mean
-// gradient and mean loss, as torch does when each micro-batch's loss is divided by K.
-//
-// Clipping: with c = ClipNorm > 0 and n = sqrt(sum of every squared gradient), gradients are scaled by
-// min(1, c / (n + 1e-6)) (as torch.nn.utils.clip_grad_norm_).
-//
-// AdamW (decoupled weight decay, as torch.optim.AdamW):
-//
-//	m = b1 m + (1 - b1) g,  v = b2 v + (1 - b2) g²,  p = p (1 - lr wd) - lr (m / bc1) / (sqrt(v / bc2) + eps)
-//
-// SGD (as torch.optim.SGD, weight decay added to the gradient): g = g + wd p, buf = momentum buf + g,
-// p = p - lr buf (buf = g when momentum is 0).
+// gradient and mean loss, as torch does when each micro-batch's loss is divided by K. Clipping and the update
+// are clipScale and optimizerStep.
 func buildStepProgram(backend compute.Backend, cfg Config, spec stepSpec, kind programKind, accum int) (*stepProgram, []shapes.Shape, error) {
 	if err := checkBatch(spec); err != nil {
 		return nil, nil, err
@@ -145,51 +136,15 @@ func buildStepProgram(backend compute.Backend, cfg Config, spec stepSpec, kind p
 		ok := graph.Parameter(g, "ok", shapes.Make(dtypes.Bool))
 		lr, bc1, bc2 := f32("lr"), f32("bias_correction1"), f32("bias_correction2")
 
-		var sq *graph.Node
-		for _, x := range total {
-			s := graph.ReduceAllSum(graph.Square(x))
-			if sq == nil {
-				sq = s
-			} else {
-				sq = graph.Add(sq, s)
-			}
-		}
-		norm := graph.Sqrt(sq)
-		scale := graph.ScalarOne(g, dtypes.Float32)
-		if cfg.ClipNorm > 0 {
-			scale = graph.Min(scale, graph.Div(graph.Scalar(g, dtypes.Float32, cfg.ClipNorm), graph.AddScalar(norm, 1e-6)))
-		}
+		norm, scale := clipScale(cfg, total)
 		okOut := graph.LogicalAnd(ok, graph.LogicalAnd(graph.IsFinite(loss), graph.IsFinite(norm)))
 		keep := func(updated, old *graph.Node) *graph.Node { return graph.Where(okOut, updated, old) }
 		var newP, newM, newV []*graph.Node
 		for i, x := range total {
-			param := p.train[i]
-			grad := graph.Mul(x, scale)
-			switch cfg.Optimizer {
-			case "adamw":
-				m := graph.Add(graph.MulScalar(ms[i], cfg.Beta1), graph.MulScalar(grad, 1-cfg.Beta1))
-				v := graph.Add(graph.MulScalar(vs[i], cfg.Beta2), graph.MulScalar(graph.Square(grad), 1-cfg.Beta2))
-				denom := graph.AddScalar(graph.Sqrt(graph.Div(v, bc2)), cfg.Eps)
-				dir := graph.Div(graph.Div(m, bc1), denom)
-				decayed := param
-				if cfg.WeightDecay > 0 {
-					decayed = graph.Mul(param, graph.OneMinus(graph.MulScalar(lr, cfg.WeightDecay)))
-				}
-				newP = append(newP, keep(graph.Sub(decayed, graph.Mul(lr, dir)), param))
-				newM = append(newM, keep(m, ms[i]))
-				newV = append(newV, keep(v, vs[i]))
-			case "sgd":
-				if cfg.WeightDecay > 0 {
-					grad = graph.Add(grad, graph.MulScalar(param, cfg.WeightDecay))
-				}
-				buf := grad
-				if cfg.Momentum > 0 {
-					buf = graph.Add(graph.MulScalar(ms[i], cfg.Momentum), grad)
-				}
-				newP = append(newP, keep(graph.Sub(param, graph.Mul(lr, buf)), param))
-				newM = append(newM, keep(buf, ms[i]))
-			default:
-				panic(fmt.Errorf("unknown optimizer %q", cfg.Optimizer))
+			np, nm, nv := optimizerStep(cfg, p.train[i], graph.Mul(x, scale), ms[i], vs[i], lr, bc1, bc2)
+			newP, newM = append(newP, keep(np, p.train[i])), append(newM, keep(nm, ms[i]))
+			if nv != nil {
+				newV = append(newV, keep(nv, vs[i]))
 			}
 		}
 		outs := append(append(append(newP, newM...), newV...), p.rng)
@@ -208,6 +163,61 @@ func buildStepProgram(backend compute.Backend, cfg Config, spec stepSpec, kind p
 	}
 	sp.saved = saved
 	return sp, mesaShapes, nil
+}
+
+// clipScale returns the global norm n = sqrt(sum of every squared gradient) of grads and the factor they are
+// scaled by: with c = ClipNorm > 0, min(1, c / (n + 1e-6)) (as torch.nn.utils.clip_grad_norm_), else 1.
+func clipScale(cfg Config, grads []*graph.Node) (norm, scale *graph.Node) {
+	var sq *graph.Node
+	for _, x := range grads {
+		s := graph.ReduceAllSum(graph.Square(x))
+		if sq == nil {
+			sq = s
+		} else {
+			sq = graph.Add(sq, s)
+		}
+	}
+	norm = graph.Sqrt(sq)
+	scale = graph.ScalarOne(norm.Graph(), dtypes.Float32)
+	if cfg.ClipNorm > 0 {
+		scale = graph.Min(scale, graph.Div(graph.Scalar(norm.Graph(), dtypes.Float32, cfg.ClipNorm), graph.AddScalar(norm, 1e-6)))
+	}
+	return norm, scale
+}
+
+// optimizerStep returns one tensor's new value p', first moment m' and second moment v' (nil for SGD) from its
+// value p, its (clipped) gradient g, its state m and v (v unused by SGD), the learning rate and AdamW's bias
+// corrections bc1 = 1 - b1^t and bc2 = 1 - b2^t.
+//
+// AdamW (decoupled weight decay, as torch.optim.AdamW):
+//
+//	m' = b1 m + (1 - b1) g,  v' = b2 v + (1 - b2) g²,  p' = p (1 - lr wd) - lr (m' / bc1) / (sqrt(v' / bc2) + eps)
+//
+// SGD (as torch.optim.SGD, weight decay added to the gradient): g = g + wd p, m' = momentum m + g (m' = g when
+// momentum is 0), p' = p - lr m'.
+func optimizerStep(cfg Config, p, g, m, v, lr, bc1, bc2 *graph.Node) (np, nm, nv *graph.Node) {
+	switch cfg.Optimizer {
+	case "adamw":
+		nm = graph.Add(graph.MulScalar(m, cfg.Beta1), graph.MulScalar(g, 1-cfg.Beta1))
+		nv = graph.Add(graph.MulScalar(v, cfg.Beta2), graph.MulScalar(graph.Square(g), 1-cfg.Beta2))
+		denom := graph.AddScalar(graph.Sqrt(graph.Div(nv, bc2)), cfg.Eps)
+		dir := graph.Div(graph.Div(nm, bc1), denom)
+		decayed := p
+		if cfg.WeightDecay > 0 {
+			decayed = graph.Mul(p, graph.OneMinus(graph.MulScalar(lr, cfg.WeightDecay)))
+		}
+		return graph.Sub(decayed, graph.Mul(lr, dir)), nm, nv
+	case "sgd":
+		if cfg.WeightDecay > 0 {
+			g = graph.Add(g, graph.MulScalar(p, cfg.WeightDecay))
+		}
+		nm = g
+		if cfg.Momentum > 0 {
+			nm = graph.Add(graph.MulScalar(m, cfg.Momentum), g)
+		}
+		return graph.Sub(p, graph.Mul(lr, nm)), nm, nil
+	}
+	panic(fmt.Errorf("unknown optimizer %q", cfg.Optimizer))
 }
 
 // programKey names a compiled program: batch signature, kind and micro-batches per step.

@@ -169,19 +169,10 @@ type updateStep struct {
 	names []string
 }
 
-// buildUpdate compiles the optimizer update for the trainable tensors. Inputs: lr, the two bias corrections
-// (AdamW: 1 - beta1^t, 1 - beta2^t), then per tensor (sorted by name) the parameter, its averaged gradient and
-// its state; outputs: the new parameters, the new state and the gradient's global norm.
-//
-// Clipping: with c = ClipNorm > 0 and n = sqrt(sum of every squared gradient), gradients are scaled by
-// min(1, c / (n + 1e-6)) (as torch.nn.utils.clip_grad_norm_).
-//
-// AdamW (decoupled weight decay, as torch.optim.AdamW):
-//
-//	m = b1 m + (1 - b1) g,  v = b2 v + (1 - b2) g²,  p = p (1 - lr wd) - lr (m / bc1) / (sqrt(v / bc2) + eps)
-//
-// SGD (as torch.optim.SGD, weight decay added to the gradient): g = g + wd p, buf = momentum buf + g,
-// p = p - lr buf (buf = g when momentum is 0).
+// buildUpdate compiles the optimizer update for the trainable tensors of the given shapes. Inputs: lr, the two
+// bias corrections (AdamW: 1 - beta1^t, 1 - beta2^t), then per tensor (sorted by name) the parameter, its
+// averaged gradient and its state; outputs: the new parameters, the new state and the gradient's global norm.
+// Clipping and the update are clipScale and optimizerStep, as in the device-resident step.
 func buildUpdate(backend compute.Backend, cfg Config, train map[string]shapes.Shape) (*updateStep, error) {
 	u := &updateStep{names: sortedKeys(train)}
 	err := engine.Try(func() {
@@ -199,46 +190,17 @@ func buildUpdate(backend compute.Backend, cfg Config, train map[string]shapes.Sh
 				slots[i].v = graph.Parameter(g, "v."+n, s)
 			}
 		}
-		var sq *graph.Node
-		for _, s := range slots {
-			x := graph.ReduceAllSum(graph.Square(s.g))
-			if sq == nil {
-				sq = x
-			} else {
-				sq = graph.Add(sq, x)
-			}
+		grads := make([]*graph.Node, len(slots))
+		for i, s := range slots {
+			grads[i] = s.g
 		}
-		norm := graph.Sqrt(sq)
-		scale := graph.ScalarOne(g, dtypes.Float32)
-		if cfg.ClipNorm > 0 {
-			scale = graph.Min(scale, graph.Div(graph.Scalar(g, dtypes.Float32, cfg.ClipNorm), graph.AddScalar(norm, 1e-6)))
-		}
+		norm, scale := clipScale(cfg, grads)
 		var newP, newM, newV []*graph.Node
 		for _, s := range slots {
-			grad := graph.Mul(s.g, scale)
-			switch cfg.Optimizer {
-			case "adamw":
-				m := graph.Add(graph.MulScalar(s.m, cfg.Beta1), graph.MulScalar(grad, 1-cfg.Beta1))
-				v := graph.Add(graph.MulScalar(s.v, cfg.Beta2), graph.MulScalar(graph.Square(grad), 1-cfg.Beta2))
-				denom := graph.AddScalar(graph.Sqrt(graph.Div(v, bc2)), cfg.Eps)
-				stepDir := graph.Div(graph.Div(m, bc1), denom)
-				p := s.p
-				if cfg.WeightDecay > 0 {
-					p = graph.Mul(p, graph.OneMinus(graph.MulScalar(lr, cfg.WeightDecay)))
-				}
-				newP = append(newP, graph.Sub(p, graph.Mul(lr, stepDir)))
-				newM = append(newM, m)
-				newV = append(newV, v)
-			case "sgd":
-				if cfg.WeightDecay > 0 {
-					grad = graph.Add(grad, graph.MulScalar(s.p, cfg.WeightDecay))
-				}
-				buf := grad
-				if cfg.Momentum > 0 {
-					buf = graph.Add(graph.MulScalar(s.m, cfg.Momentum), grad)
-				}
-				newP = append(newP, graph.Sub(s.p, graph.Mul(lr, buf)))
-				newM = append(newM, buf)
+			np, nm, nv := optimizerStep(cfg, s.p, graph.Mul(s.g, scale), s.m, s.v, lr, bc1, bc2)
+			newP, newM = append(newP, np), append(newM, nm)
+			if nv != nil {
+				newV = append(newV, nv)
 			}
 		}
 		outputs := append(append(append(newP, newM...), newV...), norm)
