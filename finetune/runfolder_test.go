@@ -122,3 +122,27 @@ func TestKeepCheckpoints(t *testing.T) {
 		t.Errorf("resume: %v", err)
 	}
 }
+
+// TestCorruptCheckpointRefused: a checkpoint whose tensor bytes changed after the save (one flipped bit) is
+// refused by Resume (and so by export), naming the file; the untouched one resumes.
+func TestCorruptCheckpointRefused(t *testing.T) {
+	model, data := imageTask(t, vit.Options{})
+	cfg := config(finetune.MethodLoRA, 2)
+	tr, _ := finetune.New(model, cfg, gtest.Backend(t))
+	loader, _ := finetune.NewLoader(data, 4, cfg.Seed, true)
+	out := t.TempDir()
+	if err := tr.Fit(context.Background(), loader, out, nil, finetune.Hooks{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := finetune.Resume(out, model, gtest.Backend(t), nil); err != nil {
+		t.Fatalf("intact checkpoint: %v", err)
+	}
+	path := filepath.Join(out, "checkpoint-2", finetune.TrainableFile)
+	b, _ := os.ReadFile(path)
+	b[len(b)-3] ^= 0x10
+	os.WriteFile(path, b, 0o644)
+	_, err := finetune.Resume(out, model, gtest.Backend(t), nil)
+	if !errors.Is(err, finetune.ErrCorruptCheckpoint) || !strings.Contains(err.Error(), finetune.TrainableFile) {
+		t.Errorf("flipped bit: %v", err)
+	}
+}

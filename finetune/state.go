@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -37,7 +38,27 @@ type savedState struct {
 	// ModelFingerprint hashes the base parameters' names, shapes and bytes, so a resume on another base model is
 	// refused.
 	ModelFingerprint string `json:"model_fingerprint"`
+	// Checksums are the SHA-256 of the checkpoint's tensor files by name, checked by Resume (and so by export)
+	// before they are read. Checkpoints written before they existed have none and are read unchecked.
+	Checksums map[string]string `json:"checksums,omitempty"`
 }
+
+// fileSHA256 returns the hex SHA-256 of a file's bytes.
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// ErrCorruptCheckpoint is returned by Resume when a checkpoint's tensor file does not match its checksum.
+var ErrCorruptCheckpoint = errors.New("corrupt checkpoint")
 
 // Save writes a checkpoint of the run to dir: the trainable tensors, the optimizer state, the step, the config
 // and the data position. It is written to a temporary folder renamed into place, so a crash during the save
@@ -69,13 +90,6 @@ func (t *Trainer) Save(dir string, data Iterator) error {
 	if err := tensors.ConstFlatData[uint64](t.RNG, func(f []uint64) { rng = append(rng, f...) }); err != nil {
 		return err
 	}
-	state, err := json.MarshalIndent(savedState{Version: 1, Step: t.Step, Config: t.Config, Data: pos, RNG: rng, ModelFingerprint: fp}, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(tmp, StateFile), append(state, '\n'), 0o644); err != nil {
-		return err
-	}
 	if err := safetensors.WriteTensors(filepath.Join(tmp, TrainableFile), t.Train, "", nil); err != nil {
 		return err
 	}
@@ -90,6 +104,20 @@ func (t *Trainer) Save(dir string, data Iterator) error {
 		opt[fmt.Sprintf("mesa.%d", i)] = m
 	}
 	if err := safetensors.WriteTensors(filepath.Join(tmp, OptimizerFile), opt, "", nil); err != nil {
+		return err
+	}
+	sums := map[string]string{}
+	for _, f := range []string{TrainableFile, OptimizerFile} {
+		if sums[f], err = fileSHA256(filepath.Join(tmp, f)); err != nil {
+			return err
+		}
+	}
+	state, err := json.MarshalIndent(savedState{Version: 1, Step: t.Step, Config: t.Config, Data: pos, RNG: rng,
+		ModelFingerprint: fp, Checksums: sums}, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(tmp, StateFile), append(state, '\n'), 0o644); err != nil {
 		return err
 	}
 	if _, err := os.Stat(dir); err == nil {
@@ -169,6 +197,15 @@ func Resume(dir string, model Model, backend compute.Backend, data Iterator) (*T
 	}
 	if s.Version != 1 {
 		return nil, fmt.Errorf("%s: unknown checkpoint version %d", dir, s.Version)
+	}
+	for _, f := range sortedKeys(s.Checksums) {
+		got, err := fileSHA256(filepath.Join(dir, f))
+		if err != nil {
+			return nil, err
+		}
+		if got != s.Checksums[f] {
+			return nil, fmt.Errorf("%w: %s does not match the checksum written with it (its bytes changed since the save): resume from an earlier checkpoint", ErrCorruptCheckpoint, filepath.Join(dir, f))
+		}
 	}
 	t, err := New(model, s.Config, backend)
 	if err != nil {
