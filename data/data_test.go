@@ -230,3 +230,26 @@ func TestRealImageData(t *testing.T) {
 		t.Errorf("subset: %d images", sub.Len())
 	}
 }
+
+// TestIDXSizeBombs: IDX headers that declare huge or zero dimensions are refused from the header, before any
+// allocation sized by them, and images too large a side are refused before decoding.
+func TestIDXSizeBombs(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		raw  []byte
+		want string
+	}{
+		{"huge", []byte{0, 0, 8, 3, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 1, 2}, "more than the file's 2 data bytes"},
+		{"overflowing", []byte{0, 0, 8, 4, 0x80, 0, 0, 0, 0x80, 0, 0, 0, 0x80, 0, 0, 0, 0x80, 0, 0, 0}, "more than the file's 0 data bytes"},
+		{"zero", []byte{0, 0, 8, 3, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0}, "zero dimension"},
+	} {
+		if _, err := DecodeIDX(c.raw); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+	}
+	images := &IDX{Dims: []int{1, 1 << 15, 1}, Data: make([]byte, 1<<15)}
+	labels := &IDX{Dims: []int{1}, Data: []byte{0}}
+	if _, err := IDXImages(images, labels, nil); err == nil || !strings.Contains(err.Error(), "a side") {
+		t.Errorf("tall images: %v", err)
+	}
+}

@@ -48,12 +48,19 @@ func DecodeIDX(raw []byte) (*IDX, error) {
 	}
 	x := &IDX{}
 	size := 1
+	have := len(raw) - 4 - 4*nd
 	for i := 0; i < nd; i++ {
 		d := int(binary.BigEndian.Uint32(raw[4+4*i:]))
 		x.Dims = append(x.Dims, d)
+		if d == 0 {
+			return nil, fmt.Errorf("IDX header declares a zero dimension (%v so far): no data", x.Dims)
+		}
+		if size > have/d { // checked before multiplying: a header of huge dimensions cannot overflow the count
+			return nil, fmt.Errorf("IDX header declares dimensions %v..., more than the file's %d data bytes: truncated or corrupt", x.Dims, have)
+		}
 		size *= d
 	}
-	if len(raw)-4-4*nd != size {
+	if have != size {
 		return nil, fmt.Errorf("IDX data has %d bytes, its header says %v (%d): truncated or corrupt", len(raw)-4-4*nd, x.Dims, size)
 	}
 	x.Data = raw[4+4*nd:]

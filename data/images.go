@@ -214,11 +214,18 @@ type idxSource struct {
 	classes        []string
 }
 
+// maxImageSide bounds the width and height of an image memfit decodes (a corrupt header cannot ask for
+// gigabytes).
+const maxImageSide = 1 << 14
+
 // IDXImages makes a source of IDX images and labels (MNIST, Fashion-MNIST); classes names the labels (nil: "0",
 // "1", ... up to the largest label).
 func IDXImages(images, labels *IDX, classes []string) (ImageSource, error) {
 	if len(images.Dims) != 3 || len(labels.Dims) != 1 || images.Dims[0] != labels.Dims[0] {
 		return nil, fmt.Errorf("IDX images %v and labels %v do not pair up (want [N, H, W] and [N])", images.Dims, labels.Dims)
+	}
+	if images.Dims[1] > maxImageSide || images.Dims[2] > maxImageSide {
+		return nil, fmt.Errorf("IDX images of %dx%d pixels: more than the %d a side memfit reads", images.Dims[1], images.Dims[2], maxImageSide)
 	}
 	if classes == nil {
 		top := 0
