@@ -71,6 +71,8 @@ func TestTrainDataErrors(t *testing.T) {
 	writeImageFolder(t, two, []string{"a", "b"}, 2)
 	bad := filepath.Join(tmp, "bad.jsonl")
 	os.WriteFile(bad, []byte("{\"instruction\": \"a\", \"output\": \"b\"}\n{oops\n"), 0o644)
+	text := filepath.Join(tmp, "story.txt")
+	os.WriteFile(text, []byte(strings.Repeat("Once upon a time there was a small model. ", 50)), 0o644)
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -83,6 +85,8 @@ func TestTrainDataErrors(t *testing.T) {
 		{[]string{"--model", model, "--data", two, "--data-format", "csv"}, 1, "unknown data format"},
 		{[]string{"--model", filepath.Join("..", "pretrained", "llama-tiny"), "--data", bad}, 1, "bad.jsonl:2: not a JSON object"},
 		{[]string{"--model", model, "--data", two, "--mesa", "gelu"}, 2, "unknown Mesa kind"},
+		{[]string{"--model", filepath.Join("..", "pretrained", "llama-tiny"), "--data", text, "--seq-len", "-5"}, 1, "--seq-len -5: a sequence needs 2 to"},
+		{[]string{"--model", filepath.Join("..", "pretrained", "llama-tiny"), "--data", text, "--seq-len", "100000000"}, 1, "max_position_embeddings"},
 	} {
 		out := filepath.Join(tmp, "out")
 		args := append([]string{"train", "--out", out, "--steps", "1", "--batch-size", "2"}, tc.args...)

@@ -169,7 +169,10 @@ func TextExamples(path string, opts DataOptions, model Model, modelDir string) (
 	}
 	seqLen := opts.SeqLen
 	if seqLen == 0 {
-		seqLen = 256
+		seqLen = min(256, m.Config.MaxPositionEmbeddings)
+	}
+	if seqLen < 2 || seqLen > m.Config.MaxPositionEmbeddings {
+		return nil, fmt.Errorf("--seq-len %d: a sequence needs 2 to %d tokens (the model's max_position_embeddings)", seqLen, m.Config.MaxPositionEmbeddings)
 	}
 	pad, ok := tok.Pad()
 	if !ok {

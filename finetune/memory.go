@@ -182,6 +182,10 @@ func ShapeModel(dir string, cfg Config, labels int) (Model, map[string][]int, er
 	return model, shp, nil
 }
 
+// MaxPlanSeq is the longest sequence PlanStep plans for: building a step allocates host constants sized by the
+// sequence (RoPE tables), so a typo such as --seq 100000000 must stop here rather than exhaust the machine.
+const MaxPlanSeq = 1 << 20
+
 // PlanStep builds (without running it) the gradient step of cfg on model, whose parameters have the given
 // shapes, for a batch of the given shape, and returns its memory: saved activations read off the graph, the
 // step's peak (simulated for the pure-Go backend, compiled-program sizes for XLA), weights, gradients and
@@ -217,8 +221,8 @@ func planGraph(backend compute.Backend, model Model, paramShapes map[string][]in
 		spec.batch["pixel_values"] = shapes.Make(dtypes.Float32, in.Batch, c.NumChannels, c.ImageSize, c.ImageSize)
 		spec.batch["labels"] = shapes.Make(dtypes.Int32, in.Batch)
 	case Llama:
-		if in.Seq <= 0 {
-			return fail(fmt.Errorf("a LLaMA step needs a sequence length (got %d)", in.Seq))
+		if in.Seq <= 0 || in.Seq > MaxPlanSeq {
+			return fail(fmt.Errorf("a LLaMA step plan needs a sequence length from 1 to %d tokens (got %d)", MaxPlanSeq, in.Seq))
 		}
 		spec.batch["input_ids"] = shapes.Make(dtypes.Int32, in.Batch, in.Seq)
 		spec.batch["attention_mask"] = shapes.Make(dtypes.Int32, in.Batch, in.Seq)
@@ -392,6 +396,9 @@ func MaxFit(backend compute.Backend, dir string, cfg Config, labels int, in Shap
 	}
 	if budget <= 0 || limit <= 0 {
 		return nil, fmt.Errorf("budget and limit must be positive")
+	}
+	if axis == "seq" && limit > MaxPlanSeq {
+		return nil, fmt.Errorf("--max-seq %d: memfit plans sequences up to %d tokens", limit, MaxPlanSeq)
 	}
 	if len(variants) == 0 {
 		variants = Variants

@@ -170,3 +170,26 @@ func TestMaxFit(t *testing.T) {
 		t.Errorf("approx-act+ms-norm fits a shorter sequence (%d) than plain (%d)", fits[1].Max, fits[0].Max)
 	}
 }
+
+// TestPlanRefusesHugeSequences: a sequence length past MaxPlanSeq (a typo such as 100000000) is refused before
+// the step is built, naming the bound.
+func TestPlanRefusesHugeSequences(t *testing.T) {
+	backend, err := engine.NewBackend(engine.ChooseSpec("go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer backend.Finalize()
+	cfg := Defaults()
+	model, shp, err := ShapeModel("llama:tiny", cfg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, seq := range []int{-5, 0, 100000000} {
+		if _, err := PlanStep(backend, model, shp, cfg, Shape{Batch: 1, Seq: seq}); err == nil || !strings.Contains(err.Error(), "1048576") {
+			t.Errorf("seq %d: %v", seq, err)
+		}
+	}
+	if _, err := MaxFit(backend, "llama:tiny", cfg, 0, Shape{Batch: 1, Seq: 8}, "seq", 1<<30, 100000000, Variants[:1]); err == nil {
+		t.Error("MaxFit up to 1e8 tokens accepted")
+	}
+}
