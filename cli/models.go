@@ -2,6 +2,8 @@ package cli
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/gomlx/core/tensors"
@@ -15,6 +17,7 @@ func newInitCommand(_ *Options) *cobra.Command {
 	var arch, preset, out, from, dtype string
 	var seed uint64
 	var numLabels int
+	var overwrite bool
 	var shardMB int64
 	cmd := &cobra.Command{
 		Use:   "init --arch vit|llama --preset NAME --out DIR",
@@ -32,6 +35,12 @@ when a checkpoint is loaded with a new num_labels; tokenizer files come along.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if out == "" {
 				return usagef("--out is required")
+			}
+			if numLabels < 0 || numLabels > maxLabels {
+				return usagef("--num-labels %d: give 0 (no classification head) to %d classes", numLabels, maxLabels)
+			}
+			if err := freshModelFolder(out, overwrite); err != nil {
+				return usageError{err}
 			}
 			if from != "" {
 				if arch != "" || cmd.Flags().Changed("preset") {
@@ -62,7 +71,38 @@ when a checkpoint is loaded with a new num_labels; tokenizer files come along.`,
 	f.Int64Var(&shardMB, "max-shard-mb", 0, "shard the weights above this many MiB (0: one file)")
 	f.StringVar(&from, "from", "", "make a classifier from this model folder: its weights and a new --num-labels head")
 	f.StringVar(&dtype, "dtype", "float32", "stored dtype: float32 or bfloat16")
+	f.BoolVar(&overwrite, "overwrite", false, "replace the model in an --out that holds one (its weights, config and tokenizer files)")
 	return cmd
+}
+
+// maxLabels bounds --num-labels: a head of a million classes is already gigabytes at LLaMA-7B's width.
+const maxLabels = 1_000_000
+
+// modelFiles matches the files of a Hugging Face model folder that init writes or that belong to the model it
+// would replace (a tokenizer left from another model would pair the wrong vocabulary with the new weights).
+var modelFiles = []string{"config.json", "*.safetensors", "model.safetensors.index.json", "tokenizer.json",
+	"tokenizer_config.json", "tokenizer.model", "special_tokens_map.json", "preprocessor_config.json", "generation_config.json"}
+
+// freshModelFolder refuses an output folder that already holds a model (a config.json or weights) unless
+// overwrite, and with overwrite removes that model's files (and only those).
+func freshModelFolder(out string, overwrite bool) error {
+	var found []string
+	for _, pat := range modelFiles {
+		m, _ := filepath.Glob(filepath.Join(out, pat))
+		found = append(found, m...)
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	if !overwrite {
+		return fmt.Errorf("%s already holds a model (%s): choose another --out, or pass --overwrite to replace it", out, filepath.Base(found[0]))
+	}
+	for _, f := range found {
+		if err := os.Remove(f); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func newLogitsCommand(opts *Options) *cobra.Command {

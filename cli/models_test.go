@@ -155,3 +155,32 @@ func TestLogitsBadInput(t *testing.T) {
 		}
 	}
 }
+
+// TestInitGuards: init into a folder holding a model is refused (exit 2) unless --overwrite, which replaces the
+// model's files (a tokenizer of the old model included) and leaves other files; an absurd --num-labels is
+// refused before anything is allocated.
+func TestInitGuards(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "m")
+	if _, stderr, code := run(t, "init", "--arch", "vit", "--preset", "tiny", "--out", out); code != 0 {
+		t.Fatalf("first init: %d %s", code, stderr)
+	}
+	os.WriteFile(filepath.Join(out, "tokenizer.json"), []byte("{}"), 0o644)
+	os.WriteFile(filepath.Join(out, "notes.txt"), []byte("mine"), 0o644)
+	_, stderr, code := run(t, "init", "--arch", "vit", "--preset", "tiny", "--num-labels", "3", "--out", out)
+	if code != 2 || !strings.Contains(stderr, "already holds a model") || !strings.Contains(stderr, "--overwrite") {
+		t.Errorf("second init: exit %d, %q", code, stderr)
+	}
+	if _, stderr, code := run(t, "init", "--arch", "vit", "--preset", "tiny", "--num-labels", "3", "--out", out, "--overwrite"); code != 0 {
+		t.Fatalf("--overwrite: %d %s", code, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(out, "tokenizer.json")); err == nil {
+		t.Error("the old model's tokenizer survived --overwrite")
+	}
+	if b, _ := os.ReadFile(filepath.Join(out, "notes.txt")); string(b) != "mine" {
+		t.Error("--overwrite removed a file that is not the model's")
+	}
+	_, stderr, code = run(t, "init", "--arch", "vit", "--preset", "tiny", "--num-labels", "100000000", "--out", filepath.Join(t.TempDir(), "x"))
+	if code != 2 || !strings.Contains(stderr, "--num-labels 100000000") {
+		t.Errorf("huge --num-labels: exit %d, %q", code, stderr)
+	}
+}
