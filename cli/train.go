@@ -258,6 +258,10 @@ func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out s
 		if tr, err = finetune.Resume(out, model, backend, loader); err != nil {
 			return err
 		}
+		if diff := finetune.ConfigDiff(spec.Config, tr.Config); len(diff) > 0 {
+			return fmt.Errorf("%s does not match the checkpoint it resumes (here = run.yaml, there = the checkpoint): %s",
+				filepath.Join(out, finetune.RunFile), strings.Join(diff, "; "))
+		}
 		tr.Config.Steps = spec.Config.Steps
 		if err := tr.Config.Validate(); err != nil {
 			return usageError{err}

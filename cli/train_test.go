@@ -249,3 +249,30 @@ func TestTrainRefusesUsedFolder(t *testing.T) {
 		t.Errorf("metrics after overwrite and resume (%d lines):\n%s", n, b)
 	}
 }
+
+// TestResumeRefusesEditedRun: a run.yaml edited after the checkpoint (here its log_every) no longer matches the
+// checkpoint: --resume names each difference and trains nothing.
+func TestResumeRefusesEditedRun(t *testing.T) {
+	tmp := t.TempDir()
+	model := filepath.Join(tmp, "vit")
+	run(t, "init", "--arch", "vit", "--preset", "tiny", "--num-labels", "3", "--out", model)
+	data := filepath.Join(tmp, "train.safetensors")
+	writeImageData(t, data, 12)
+	out := filepath.Join(tmp, "run")
+	if _, stderr, code := run(t, "train", "--model", model, "--data", data, "--out", out, "--steps", "2", "--log-every", "1"); code != 0 {
+		t.Fatalf("train: %d %s", code, stderr)
+	}
+	spec := filepath.Join(out, "run.yaml")
+	b, _ := os.ReadFile(spec)
+	if !strings.Contains(string(b), "log_every: 1\n") {
+		t.Fatalf("run.yaml:\n%s", b)
+	}
+	os.WriteFile(spec, []byte(strings.Replace(string(b), "log_every: 1\n", "log_every: 3\n", 1)), 0o644)
+	_, stderr, code := run(t, "train", "--out", out, "--resume", "--steps", "4")
+	if code != 1 || !strings.Contains(stderr, "does not match the checkpoint") || !strings.Contains(stderr, "log_every: 3 here, 1 there") {
+		t.Errorf("exit %d, %q", code, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(out, "checkpoint-4")); err == nil {
+		t.Error("the mismatched resume trained")
+	}
+}

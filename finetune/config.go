@@ -1,8 +1,10 @@
 package finetune
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
+	"sort"
 	"strings"
 
 	"github.com/memfit/memfit/attention"
@@ -215,4 +217,30 @@ func GPUDefaults(cfg Config, backendSpec string, explicit func(key string) bool)
 		cfg.Attention = "flash"
 	}
 	return cfg
+}
+
+// ConfigDiff lists, one entry per setting ("lr: 0.001 here, 0.0001 there"), where a and b differ, by their
+// YAML keys in sorted order; Steps is left out (a resume may change it).
+func ConfigDiff(a, b Config) []string {
+	a.Steps, b.Steps = 0, 0
+	am, bm := configMap(a), configMap(b)
+	var keys []string
+	for k := range am {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var out []string
+	for _, k := range keys {
+		if fmt.Sprint(am[k]) != fmt.Sprint(bm[k]) {
+			out = append(out, fmt.Sprintf("%s: %v here, %v there", k, am[k], bm[k]))
+		}
+	}
+	return out
+}
+
+func configMap(c Config) map[string]any {
+	b, _ := json.Marshal(c)
+	m := map[string]any{}
+	_ = json.Unmarshal(b, &m)
+	return m
 }

@@ -513,3 +513,17 @@ func TestDataErrorCheckpoints(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigDiff: every differing setting is named with both values; steps is not a difference.
+func TestConfigDiff(t *testing.T) {
+	a := finetune.Defaults()
+	b := a
+	b.Steps, b.LR, b.Method = 999, a.LR*10, finetune.MethodFull
+	d := finetune.ConfigDiff(a, b)
+	if len(d) != 2 || !strings.HasPrefix(d[0], "lr: ") || !strings.HasPrefix(d[1], "method: lora here, full there") {
+		t.Errorf("diff %q", d)
+	}
+	if d := finetune.ConfigDiff(a, a); len(d) != 0 {
+		t.Errorf("a config differs from itself: %q", d)
+	}
+}
