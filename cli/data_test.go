@@ -71,6 +71,8 @@ func TestTrainDataErrors(t *testing.T) {
 	writeImageFolder(t, two, []string{"a", "b"}, 2)
 	bad := filepath.Join(tmp, "bad.jsonl")
 	os.WriteFile(bad, []byte("{\"instruction\": \"a\", \"output\": \"b\"}\n{oops\n"), 0o644)
+	weird := filepath.Join(tmp, "train.dat")
+	os.WriteFile(weird, []byte("1,2,3\n"), 0o644)
 	text := filepath.Join(tmp, "story.txt")
 	os.WriteFile(text, []byte(strings.Repeat("Once upon a time there was a small model. ", 50)), 0o644)
 	for _, tc := range []struct {
@@ -85,6 +87,8 @@ func TestTrainDataErrors(t *testing.T) {
 		{[]string{"--model", model, "--data", two, "--data-format", "csv"}, 1, "unknown data format"},
 		{[]string{"--model", filepath.Join("..", "pretrained", "llama-tiny"), "--data", bad}, 1, "bad.jsonl:2: not a JSON object"},
 		{[]string{"--model", model, "--data", two, "--mesa", "gelu"}, 2, "unknown Mesa kind"},
+		{[]string{"--model", model, "--data", filepath.Join(tmp, "train.csv")}, 1, "train.csv: no such file or folder"},
+		{[]string{"--model", model, "--data", weird}, 1, "cannot tell its format from the name"},
 		{[]string{"--model", filepath.Join("..", "pretrained", "llama-tiny"), "--data", text, "--seq-len", "-5"}, 1, "--seq-len -5: a sequence needs 2 to"},
 		{[]string{"--model", filepath.Join("..", "pretrained", "llama-tiny"), "--data", text, "--seq-len", "100000000"}, 1, "max_position_embeddings"},
 	} {
@@ -98,6 +102,30 @@ func TestTrainDataErrors(t *testing.T) {
 		}
 		if _, err := os.Stat(filepath.Join(out, "checkpoint-1")); err == nil {
 			t.Errorf("%v: a checkpoint was written", tc.args)
+		}
+	}
+}
+
+// TestAlpacaTruncationReported: Alpaca examples longer than --seq-len are counted as cut, those whose response
+// is cut off entirely are left out and counted, and the run says so before training.
+func TestAlpacaTruncationReported(t *testing.T) {
+	tmp := t.TempDir()
+	path := filepath.Join(tmp, "instr.jsonl")
+	long := strings.Repeat("word ", 400)
+	rows := []string{
+		`{"instruction": "Say hi.", "input": "", "output": "Hi."}`,
+		`{"instruction": "Say hi.", "input": "", "output": "` + long + `"}`,
+		`{"instruction": "` + long + `", "input": "", "output": "Hi."}`,
+	}
+	os.WriteFile(path, []byte(strings.Join(rows, "\n")+"\n"), 0o644)
+	_, stderr, code := run(t, "train", "--model", filepath.Join("..", "pretrained", "llama-tiny"), "--data", path,
+		"--out", filepath.Join(tmp, "run"), "--steps", "1", "--batch-size", "2", "--seq-len", "128")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr)
+	}
+	for _, want := range []string{"2 of 3 examples are longer than --seq-len 128", "1 examples have no response token within --seq-len 128"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
 		}
 	}
 }

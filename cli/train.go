@@ -249,6 +249,11 @@ func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out s
 	if err != nil {
 		return err
 	}
+	if l, ok := loader.(*finetune.Loader); ok {
+		for _, n := range l.Notes {
+			fmt.Fprintf(cmd.ErrOrStderr(), "note: %s\n", n)
+		}
+	}
 	backend, err := opts.NewBackend()
 	if err != nil {
 		return err

@@ -41,6 +41,8 @@ type Loader struct {
 	Seed      uint64
 	// Shuffle orders each epoch randomly; without it the order is 0..N-1.
 	Shuffle bool
+	// Notes are what reading the data found worth telling the user (examples cut or left out).
+	Notes []string
 
 	epoch, pos int
 	order      []int

@@ -10,6 +10,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/data"
+	"github.com/memfit/memfit/loss"
 	"github.com/memfit/memfit/models/llama"
 	"github.com/memfit/memfit/tokenizer"
 )
@@ -63,10 +64,44 @@ func DataFormat(path string, opts DataOptions) string {
 	return FormatImages
 }
 
+// hasTarget reports whether a label sequence has a token the loss learns from: one not ignored, after the first
+// position (a causal LM predicts token t from the tokens before it).
+func hasTarget(labels []int) bool {
+	for i, l := range labels {
+		if i > 0 && l != loss.IgnoreIndex {
+			return true
+		}
+	}
+	return false
+}
+
+// checkDataPath names what is wrong with the data path before any format-specific reading: a missing file or
+// folder (each file of an IDX pair), or a file whose name does not say its format (an image folder is the
+// default only for folders).
+func checkDataPath(path, format string, opts DataOptions) error {
+	paths := []string{path}
+	if format == FormatIDX {
+		paths = strings.Split(path, ",")
+	}
+	for _, p := range paths {
+		info, err := os.Stat(p)
+		if err != nil {
+			return fmt.Errorf("data %s: no such file or folder", p)
+		}
+		if format == FormatImages && opts.Format == "" && !info.IsDir() {
+			return fmt.Errorf("data %s: cannot tell its format from the name (.safetensors, .jsonl, .txt, .tar, .tar.gz, a folder, or an IDX pair \"images,labels\"): pass --data-format", p)
+		}
+	}
+	return nil
+}
+
 // OpenData opens the run's training data for model as a resumable iterator of batches of batchSize with the
 // given seed.
 func OpenData(path string, opts DataOptions, model Model, modelDir string, batchSize int, seed uint64) (Iterator, error) {
 	format := DataFormat(path, opts)
+	if err := checkDataPath(path, format, opts); err != nil {
+		return nil, err
+	}
 	switch format {
 	case FormatSafetensors:
 		ex, err := LoadExamples(path, model)
@@ -97,11 +132,16 @@ func OpenData(path string, opts DataOptions, model Model, modelDir string, batch
 		}
 		return wrapImages(data.NewImageLoader(src, pre, aug, batchSize, seed, true))
 	case FormatAlpaca, FormatText, FormatGLUE:
-		ex, err := TextExamples(path, opts, model, modelDir)
+		ex, notes, err := textExamples(path, opts, model, modelDir)
 		if err != nil {
 			return nil, err
 		}
-		return NewLoader(ex, batchSize, seed, true)
+		l, err := NewLoader(ex, batchSize, seed, true)
+		if err != nil {
+			return nil, err
+		}
+		l.Notes = notes
+		return l, nil
 	}
 	return nil, fmt.Errorf("unknown data format %q (%s, %s, %s, %s, %s, %s, %s)", format, FormatSafetensors, FormatImages,
 		FormatImageTar, FormatIDX, FormatAlpaca, FormatText, FormatGLUE)
@@ -151,7 +191,22 @@ func (it imageIterator) Restore(s json.RawMessage) error { return it.l.Restore(s
 // TextExamples reads text data for a LLaMA model: Alpaca instructions (prompt masked), plain text packed into
 // SeqLen blocks, or a GLUE task's split as sequence classification (pairs joined by the tokenizer's pair
 // template, or by a newline when it has none).
+//
+// Alpaca examples longer than the sequence length are cut on the right; one whose response is cut off entirely
+// (no target token left) would only add steps with no gradient, so it is left out. OpenData's loader reports
+// both counts in its Notes.
 func TextExamples(path string, opts DataOptions, model Model, modelDir string) (Examples, error) {
+	ex, _, err := textExamples(path, opts, model, modelDir)
+	return ex, err
+}
+
+func textExamples(path string, opts DataOptions, model Model, modelDir string) (Examples, []string, error) {
+	var notes []string
+	ex, err := textExamplesNoted(path, opts, model, modelDir, func(format string, args ...any) { notes = append(notes, fmt.Sprintf(format, args...)) })
+	return ex, notes, err
+}
+
+func textExamplesNoted(path string, opts DataOptions, model Model, modelDir string, note func(string, ...any)) (Examples, error) {
 	m, ok := model.(Llama)
 	if !ok {
 		return nil, fmt.Errorf("text data needs a LLaMA model")
@@ -191,10 +246,28 @@ func TextExamples(path string, opts DataOptions, model Model, modelDir string) (
 		if err != nil {
 			return nil, err
 		}
-		ids, labels := make([][]int, len(rows)), make([][]int, len(rows))
-		for i, r := range rows {
-			ids[i], labels[i] = tok.FormatInstruction(r.Instruction, r.Input, r.Output)
-			ids[i], labels[i] = tokenizer.Truncate(ids[i], seqLen, tokenizer.Right), tokenizer.Truncate(labels[i], seqLen, tokenizer.Right)
+		var ids, labels [][]int
+		cut, empty := 0, 0
+		for _, r := range rows {
+			id, label := tok.FormatInstruction(r.Instruction, r.Input, r.Output)
+			if len(id) > seqLen {
+				cut++
+				id, label = tokenizer.Truncate(id, seqLen, tokenizer.Right), tokenizer.Truncate(label, seqLen, tokenizer.Right)
+			}
+			if !hasTarget(label) {
+				empty++
+				continue
+			}
+			ids, labels = append(ids, id), append(labels, label)
+		}
+		if cut > 0 {
+			note("%s: %d of %d examples are longer than --seq-len %d and were cut on the right", path, cut, len(rows), seqLen)
+		}
+		if empty > 0 {
+			note("%s: %d examples have no response token within --seq-len %d and were left out (they would train nothing)", path, empty, seqLen)
+		}
+		if len(ids) == 0 {
+			return nil, fmt.Errorf("%s: no example keeps a response token within --seq-len %d: raise it", path, seqLen)
 		}
 		ex, err = data.TokenExamples(ids, labels, seqLen, pad)
 		if err != nil {
