@@ -71,6 +71,14 @@ func (t *tree) Image(i int) (image.Image, error) {
 			return nil, err
 		}
 	}
+	// The header first: a corrupt or hostile file can declare any size, and decoding would allocate it.
+	cfg, _, err := image.DecodeConfig(bytes.NewReader(b))
+	if err != nil {
+		return nil, fmt.Errorf("%s: not a decodable image: %v", e.name, err)
+	}
+	if cfg.Width <= 0 || cfg.Height <= 0 || cfg.Width > maxImageSide || cfg.Height > maxImageSide {
+		return nil, fmt.Errorf("%s: a %dx%d image: memfit reads images of 1 to %d pixels a side", e.name, cfg.Width, cfg.Height, maxImageSide)
+	}
 	img, _, err := image.Decode(bytes.NewReader(b))
 	if err != nil {
 		return nil, fmt.Errorf("%s: not a decodable image: %v", e.name, err)
@@ -188,9 +196,15 @@ func ImageTar(tarPath, prefix string) (ImageSource, error) {
 		if !strings.Contains(name, "/") {
 			continue
 		}
-		b, err := io.ReadAll(tr)
+		if h.Size > maxImageBytes {
+			return nil, fmt.Errorf("%s: %s is %d bytes: more than the %d an encoded image may have", tarPath, h.Name, h.Size, maxImageBytes)
+		}
+		b, err := io.ReadAll(io.LimitReader(tr, maxImageBytes+1)) // a sparse entry can read as more than h.Size
 		if err != nil {
 			return nil, fmt.Errorf("%s: %s: %v", tarPath, h.Name, err)
+		}
+		if len(b) > maxImageBytes {
+			return nil, fmt.Errorf("%s: %s reads as more than the %d bytes an encoded image may have", tarPath, h.Name, maxImageBytes)
 		}
 		items = append(items, entry{name: name, data: b})
 	}
@@ -217,6 +231,9 @@ type idxSource struct {
 // maxImageSide bounds the width and height of an image memfit decodes (a corrupt header cannot ask for
 // gigabytes).
 const maxImageSide = 1 << 14
+
+// maxImageBytes bounds an encoded image read from a tar.
+const maxImageBytes = 64 << 20
 
 // IDXImages makes a source of IDX images and labels (MNIST, Fashion-MNIST); classes names the labels (nil: "0",
 // "1", ... up to the largest label).

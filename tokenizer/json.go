@@ -40,6 +40,10 @@ func typeOf(raw json.RawMessage) (string, error) {
 	return c.Type, nil
 }
 
+// maxTokenID bounds the token ids a tokenizer file may use (the largest real vocabularies have a few hundred
+// thousand): the id table is sized by the largest id, so a file declaring id 4e9 must not allocate for it.
+const maxTokenID = 1 << 24
+
 func parseTokenizerJSON(data []byte) (*Tokenizer, error) {
 	var f jsonFile
 	if err := json.Unmarshal(data, &f); err != nil {
@@ -55,10 +59,16 @@ func parseTokenizerJSON(data []byte) (*Tokenizer, error) {
 	}
 	vocab := t.model.vocab()
 	size := 0
-	for _, id := range vocab {
+	for tok, id := range vocab {
+		if id < 0 || id >= maxTokenID {
+			return nil, fmt.Errorf("model: token %q has id %d, outside [0, %d)", tok, id, maxTokenID)
+		}
 		size = max(size, id+1)
 	}
 	for _, a := range f.Added {
+		if a.ID < 0 || a.ID >= maxTokenID {
+			return nil, fmt.Errorf("added token %q has id %d, outside [0, %d)", a.Content, a.ID, maxTokenID)
+		}
 		size = max(size, a.ID+1)
 	}
 	t.idToToken = make([]string, size)
