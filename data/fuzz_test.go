@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 )
 
@@ -26,9 +27,7 @@ func FuzzInstructions(f *testing.F) {
 	f.Add([]byte("{\"instruction\": \"a\", \"input\": \"\", \"output\": \"b\"}\n{\"instruction\": \"c\", \"output\": \"d\", \"status\": \"ok\"}\n"))
 	f.Add([]byte("{oops\n"))
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		path := filepath.Join(t.TempDir(), "x.jsonl")
-		os.WriteFile(path, raw, 0o644)
-		_, _ = ReadInstructions(path)
+		_, _ = ReadInstructions(fuzzFile("x.jsonl", raw))
 	})
 }
 
@@ -48,9 +47,7 @@ func FuzzPreprocessor(f *testing.F) {
 	f.Add([]byte(`{"image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5], "size": {"height": 32, "width": 32}, "do_resize": true, "do_rescale": true, "do_normalize": true}`))
 	f.Add([]byte(`{"size": 99999999999}`))
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		dir := t.TempDir()
-		os.WriteFile(filepath.Join(dir, "preprocessor_config.json"), raw, 0o644)
-		_, _ = ReadPreprocessor(dir, 3, 32)
+		_, _ = ReadPreprocessor(filepath.Dir(fuzzFile("pre/preprocessor_config.json", raw)), 3, 32)
 	})
 }
 
@@ -63,12 +60,10 @@ func FuzzGLUE(f *testing.F) {
 		if err != nil {
 			return
 		}
-		root := t.TempDir()
-		os.MkdirAll(filepath.Join(root, info.Dir), 0o755)
 		for _, n := range []string{"train.tsv", "val.tsv", "msr_paraphrase_train.txt"} {
-			os.WriteFile(filepath.Join(root, info.Dir, n), []byte(text), 0o644)
+			fuzzFile(filepath.Join("glue", info.Dir, n), []byte(text))
 		}
-		_, _ = ReadGLUE(root, task, "train")
+		_, _ = ReadGLUE(filepath.Join(fuzzDir(), "glue"), task, "train")
 	})
 }
 
@@ -82,12 +77,28 @@ func FuzzImageTar(f *testing.F) {
 	tw.Close()
 	f.Add(buf.Bytes())
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		path := filepath.Join(t.TempDir(), "x.tar")
-		os.WriteFile(path, raw, 0o644)
-		src, err := ImageTar(path, "train")
+		src, err := ImageTar(fuzzFile("x.tar", raw), "train")
 		if err != nil || src.Len() == 0 {
 			return
 		}
 		_, _ = src.Image(0)
 	})
+}
+
+// fuzzDir is one folder per fuzzing process that the targets overwrite their input files in (a fresh
+// t.TempDir per input made the runs stall on the build VM's disk).
+var fuzzDir = sync.OnceValue(func() string {
+	d, err := os.MkdirTemp("", "memfit-fuzz-")
+	if err != nil {
+		panic(err)
+	}
+	return d
+})
+
+// fuzzFile writes raw to name under fuzzDir (sub-folders created) and returns its path.
+func fuzzFile(name string, raw []byte) string {
+	p := filepath.Join(fuzzDir(), name)
+	os.MkdirAll(filepath.Dir(p), 0o755)
+	os.WriteFile(p, raw, 0o644)
+	return p
 }
