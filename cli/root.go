@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"strings"
 
 	"github.com/gomlx/compute"
@@ -84,10 +85,24 @@ const (
 	ExitOK      = 0 // success
 	ExitFailure = 1 // the work failed (bad files, a diverging run, ...)
 	ExitUsage   = 2 // the command was called wrongly (unknown flag, contradictory or invalid settings)
+	// ExitInternal is an internal error (a panic caught by Main: a bug).
+	ExitInternal = 70
 )
 
 // Main runs the finetune command with args and returns the process exit code. Errors are printed as one line.
-func Main(args []string, stdout, stderr io.Writer) int {
+func Main(args []string, stdout, stderr io.Writer) (code int) {
+	// The last line of defence: a panic anywhere below is an internal error, reported as one line (the stack with
+	// MEMFIT_DEBUG=1), never a crash dump.
+	defer func() {
+		if r := recover(); r != nil {
+			if os.Getenv("MEMFIT_DEBUG") != "" {
+				fmt.Fprintf(stderr, "%s\n", debug.Stack())
+			}
+			msg := strings.SplitN(fmt.Sprint(r), "\n", 2)[0]
+			fmt.Fprintf(stderr, "finetune: internal error: %s (a bug: please report it with the command; MEMFIT_DEBUG=1 prints the stack)\n", msg)
+			code = ExitInternal
+		}
+	}()
 	root := NewRoot()
 	root.SetArgs(args)
 	root.SetOut(stdout)

@@ -6,6 +6,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/loss"
+	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/models/llama"
 	"github.com/memfit/memfit/tokenizer"
 )
@@ -63,41 +64,12 @@ func (m Llama) CheckBatch(b Batch) error {
 	return nil
 }
 
-// checkRange reports the first integer of t outside [lo, hi) (ignore: -100 allowed too), with its position.
+// checkRange is models.CheckRange, with -100 (ignore) allowed when ignore is set.
 func checkRange(t *tensors.Tensor, name string, lo, hi int, ignore bool, why string) error {
-	var bad, at = 0, -1
-	t.MustConstFlatData(func(flat any) {
-		check := func(i int, v int64) bool {
-			if (v < int64(lo) || v >= int64(hi)) && !(ignore && v == loss.IgnoreIndex) {
-				bad, at = int(v), i
-				return true
-			}
-			return false
-		}
-		switch f := flat.(type) {
-		case []int32:
-			for i, v := range f {
-				if check(i, int64(v)) {
-					return
-				}
-			}
-		case []int64:
-			for i, v := range f {
-				if check(i, v) {
-					return
-				}
-			}
-		}
-	})
-	if at < 0 {
-		return nil
+	if ignore {
+		return models.CheckRange(t, name, lo, hi, why, loss.IgnoreIndex)
 	}
-	idx := make([]int, t.Rank())
-	for r, i := t.Rank()-1, at; r >= 0; r-- {
-		idx[r] = i % t.Shape().Dim(r)
-		i /= t.Shape().Dim(r)
-	}
-	return fmt.Errorf("%s holds %d at %v, outside [%d, %d): %s", name, bad, idx, lo, hi, why)
+	return models.CheckRange(t, name, lo, hi, why)
 }
 
 // CheckTokenizer refuses a tokenizer with more tokens than the model's vocabulary: its ids would index past the

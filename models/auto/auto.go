@@ -261,6 +261,10 @@ func Logits(backend compute.Backend, dir string, in Inputs) (*tensors.Tensor, er
 		if max := in.InputIDs.Shape().Dim(1); max > m.Config.MaxPositionEmbeddings {
 			return nil, fmt.Errorf("%d tokens exceed the model's max_position_embeddings (%d)", max, m.Config.MaxPositionEmbeddings)
 		}
+		if err := models.CheckRange(in.InputIDs, "input_ids", 0, m.Config.VocabSize,
+			fmt.Sprintf("the model's vocabulary has %d tokens (vocab_size)", m.Config.VocabSize)); err != nil {
+			return nil, err
+		}
 		build = func(g *graph.Graph) (*graph.Node, []*tensors.Tensor) {
 			ids := graph.Parameter(g, "input_ids", in.InputIDs.Shape())
 			inputs := []*tensors.Tensor{in.InputIDs}

@@ -1,0 +1,90 @@
+package cli_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestBadInputSweep runs bad commands of every kind through the CLI, as a tough user would: each must end with a
+// non-zero exit and one line "finetune: ..." naming the cause (ideally the given fragment), with no panic, stack
+// or Go runtime error text anywhere in the output. The count is reported in docs/reliability.md.
+func TestBadInputSweep(t *testing.T) {
+	tmp := t.TempDir()
+	vit := filepath.Join(tmp, "vit")
+	run(t, "init", "--arch", "vit", "--preset", "tiny", "--num-labels", "3", "--out", vit)
+	data := filepath.Join(tmp, "train.safetensors")
+	writeImageData(t, data, 12)
+	llama := filepath.Join("..", "pretrained", "llama-tiny")
+	text := filepath.Join(tmp, "story.txt")
+	os.WriteFile(text, []byte(strings.Repeat("Once upon a time there was a model. ", 80)), 0o644)
+	garbage := filepath.Join(tmp, "garbage.safetensors")
+	os.WriteFile(garbage, []byte("\x10\x00\x00\x00\x00\x00\x00\x00{not json at all"), 0o644)
+	empty := filepath.Join(tmp, "empty")
+	os.MkdirAll(empty, 0o755)
+	badJSON := filepath.Join(tmp, "inputs.json")
+	os.WriteFile(badJSON, []byte("{\"input_ids\": [[1, 2, 99999999]]}"), 0o644)
+	badPred := filepath.Join(tmp, "pred.txt")
+	os.WriteFile(badPred, []byte("1\nx\n"), 0o644)
+	out := func(name string) string { return filepath.Join(tmp, "runs", name) }
+
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"train"}, "--out is required"},
+		{[]string{"train", "--out", out("a")}, "--model and --data are required"},
+		{[]string{"train", "--model", vit, "--data", data, "--out", out("b"), "--steps", "-1"}, "steps"},
+		{[]string{"train", "--model", vit, "--data", data, "--out", out("c"), "--lr", "-1"}, "lr"},
+		{[]string{"train", "--model", vit, "--data", data, "--out", out("d"), "--batch-size", "0"}, "batch"},
+		{[]string{"train", "--model", vit, "--data", data, "--out", out("e"), "--accum", "0"}, "accum"},
+		{[]string{"train", "--model", vit, "--data", data, "--out", out("f"), "--optimizer", "lion"}, "optimizer"},
+		{[]string{"train", "--model", vit, "--data", data, "--out", out("g"), "--schedule", "step"}, "schedule"},
+		{[]string{"train", "--model", vit, "--data", data, "--out", out("h"), "--compute-dtype", "float16"}, "compute_dtype"},
+		{[]string{"train", "--model", vit, "--data", data, "--out", out("i"), "--attention", "fast"}, "attention"},
+		{[]string{"train", "--model", vit, "--data", data, "--out", out("j"), "--method", "dora"}, "method"},
+		{[]string{"train", "--model", vit, "--data", data, "--out", out("k"), "--keep-checkpoints", "-2"}, "keep_checkpoints"},
+		{[]string{"train", "--model", vit, "--data", data, "--out", out("l"), "--divergence-factor", "-1"}, "divergence_factor"},
+		{[]string{"train", "--model", vit, "--data", garbage, "--out", out("m")}, "garbage.safetensors"},
+		{[]string{"train", "--model", empty, "--data", data, "--out", out("n")}, "config.json"},
+		{[]string{"train", "--model", vit, "--data", filepath.Join(tmp, "none.txt"), "--out", out("o")}, "no such file"},
+		{[]string{"train", "--model", vit, "--data", text, "--out", out("p")}, "LLaMA"},
+		{[]string{"train", "--model", llama, "--data", text, "--out", out("q"), "--seq-len", "-5"}, "--seq-len -5"},
+		{[]string{"train", "--model", llama, "--data", data, "--out", out("r")}, "train.safetensors"},
+		{[]string{"train", "--out", out("never"), "--resume"}, "not a training output folder"},
+		{[]string{"train", "--model", vit, "--data", data, "--out", out("s"), "--backend", "tpu"}, "unknown backend"},
+		{[]string{"memory"}, "--model is required"},
+		{[]string{"memory", "--model", "llama-9000b"}, "llama-9000b"},
+		{[]string{"memory", "--model", "llama:tiny", "--seq", "100000000"}, "1048576"},
+		{[]string{"memory", "--model", "llama:tiny", "--max-seq", "100", "--budget", "lots"}, "lots"},
+		{[]string{"memory", "--model", "vit:tiny", "--variants", "plain,magic"}, "magic"},
+		{[]string{"init", "--arch", "gpt", "--out", out("t")}, "gpt"},
+		{[]string{"init", "--arch", "vit", "--preset", "huge", "--out", out("u")}, "huge"},
+		{[]string{"init", "--arch", "vit", "--num-labels", "-3", "--out", out("v")}, "--num-labels -3"},
+		{[]string{"init", "--arch", "vit", "--out", vit}, "already holds a model"},
+		{[]string{"export", "--run", out("never"), "--format", "peft", "--out", out("w")}, "never"},
+		{[]string{"eval", "mmlu", "--model", vit}, ""},
+		{[]string{"eval", "glue", "--task", "sst2", "--predictions", badPred, "--data", filepath.Join("..", "..", "shared", "data", "glue")}, "pred.txt:2"},
+		{[]string{"logits", "--model", llama, "--inputs", badJSON}, "input_ids holds 99999999"},
+		{[]string{"logits", "--model", vit}, "--model and --inputs are required"},
+		{[]string{"tokenize", "--tokenizer", filepath.Join(tmp, "nope"), "hello"}, "nope"},
+		{[]string{"bench", "blocks", "--layers", "0"}, "Layers:0"},
+		{[]string{"frobnicate"}, "unknown command"},
+		{[]string{"train", "--no-such-flag"}, "unknown flag"},
+	}
+	for _, c := range cases {
+		_, stderr, code := run(t, c.args...)
+		lines := strings.Split(strings.TrimSpace(stderr), "\n")
+		last := lines[len(lines)-1]
+		if code == 0 || !strings.HasPrefix(last, "finetune: ") || !strings.Contains(last, c.want) {
+			t.Errorf("%v: exit %d, last line %q; want a non-zero exit and a line naming %q", c.args, code, last, c.want)
+		}
+		for _, bad := range []string{"panic", "goroutine ", "runtime error", ".go:"} {
+			if strings.Contains(stderr, bad) {
+				t.Errorf("%v: %q in the output:\n%s", c.args, bad, stderr)
+			}
+		}
+	}
+	t.Logf("%d bad commands, each refused with one line", len(cases))
+}

@@ -1,0 +1,48 @@
+package models
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/gomlx/gomlx/core/tensors"
+)
+
+// CheckRange returns an error naming the first integer of t (int32 or int64) outside [lo, hi) and not among
+// allowed, with its position, the range and why (what the range is: "the model's vocabulary has 4096 tokens",
+// ...), or nil. Inputs are checked with it before a graph would gather with them (a gather clamps an
+// out-of-range index: a silent wrong result).
+func CheckRange(t *tensors.Tensor, name string, lo, hi int, why string, allowed ...int) error {
+	bad, at := 0, -1
+	check := func(i int, v int64) bool {
+		if (v < int64(lo) || v >= int64(hi)) && !slices.Contains(allowed, int(v)) {
+			bad, at = int(v), i
+			return true
+		}
+		return false
+	}
+	t.MustConstFlatData(func(flat any) {
+		switch f := flat.(type) {
+		case []int32:
+			for i, v := range f {
+				if check(i, int64(v)) {
+					return
+				}
+			}
+		case []int64:
+			for i, v := range f {
+				if check(i, v) {
+					return
+				}
+			}
+		}
+	})
+	if at < 0 {
+		return nil
+	}
+	idx := make([]int, t.Rank())
+	for r, i := t.Rank()-1, at; r >= 0; r-- {
+		idx[r] = i % t.Shape().Dim(r)
+		i /= t.Shape().Dim(r)
+	}
+	return fmt.Errorf("%s holds %d at %v, outside [%d, %d): %s", name, bad, idx, lo, hi, why)
+}
