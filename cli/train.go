@@ -287,7 +287,7 @@ func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out s
 			fmt.Fprintf(cmd.ErrOrStderr(), "%s: dropped %d line(s) written after the checkpoint of step %d (or cut short)\n", metricsPath, n, tr.Step)
 		}
 	}
-	metrics, err := os.OpenFile(metricsPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	metrics, err := finetune.OpenMetrics(metricsPath)
 	if err != nil {
 		return err
 	}

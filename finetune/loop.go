@@ -79,7 +79,10 @@ func (t *Trainer) Fit(ctx context.Context, data Iterator, outDir string, metrics
 		}
 		if enc != nil && logStep {
 			if err := enc.Encode(stats); err != nil {
-				return fmt.Errorf("writing metrics: %w", err)
+				// The step is done and its data consumed: a checkpoint here (when the disk still takes one)
+				// loses nothing.
+				return t.stopWithCheckpoint(fmt.Errorf("writing metrics: %w", err), outDir, data, saved, hooks,
+					"free space and continue with --resume")
 			}
 		}
 		stop := ctx.Err() != nil // Save syncs when the hook cancelled after an unsynced step
@@ -114,11 +117,17 @@ var ErrDiverged = errors.New("the run diverged")
 // first writes a checkpoint of them, with the data position from before the failed step's batches, so a resume
 // after the data is fixed retrains nothing and skips nothing.
 func (t *Trainer) stopOnDataError(err error, outDir string, data Iterator, pos json.RawMessage, saved int, hooks Hooks) error {
+	return t.stopWithCheckpoint(err, outDir, positionAt{data, pos}, saved, hooks, "fix the data and continue with --resume")
+}
+
+// stopWithCheckpoint ends Fit with err: with an output folder and steps done since the last checkpoint (saved),
+// it first writes a checkpoint of them at data's position; fix tells the user what to do before resuming.
+func (t *Trainer) stopWithCheckpoint(err error, outDir string, data Iterator, saved int, hooks Hooks, fix string) error {
 	if outDir == "" || t.Step == saved {
 		return err
 	}
 	dir := filepath.Join(outDir, fmt.Sprintf("checkpoint-%d", t.Step))
-	if serr := t.Save(dir, positionAt{data, pos}); serr != nil {
+	if serr := t.Save(dir, data); serr != nil {
 		return fmt.Errorf("%w (and the checkpoint failed: %v)", err, serr)
 	}
 	if serr := writeLatest(outDir, filepath.Base(dir)); serr != nil {
@@ -127,7 +136,7 @@ func (t *Trainer) stopOnDataError(err error, outDir string, data Iterator, pos j
 	if hooks.OnCheckpoint != nil {
 		hooks.OnCheckpoint(dir)
 	}
-	return fmt.Errorf("%w (checkpoint written at step %d: fix the data and continue with --resume)", err, t.Step)
+	return fmt.Errorf("%w (checkpoint written at step %d: %s)", err, t.Step, fix)
 }
 
 // positionAt is an Iterator whose State is a saved position.

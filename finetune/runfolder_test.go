@@ -2,12 +2,15 @@ package finetune_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/memfit/memfit/finetune"
@@ -144,5 +147,114 @@ func TestCorruptCheckpointRefused(t *testing.T) {
 	_, err := finetune.Resume(out, model, gtest.Backend(t), nil)
 	if !errors.Is(err, finetune.ErrCorruptCheckpoint) || !strings.Contains(err.Error(), finetune.TrainableFile) {
 		t.Errorf("flipped bit: %v", err)
+	}
+}
+
+// fullDisk is a metrics file on a disk with room for only `room` more bytes: a write past it stores what fits
+// and fails with ENOSPC, as write(2) does.
+type fullDisk struct {
+	*os.File
+	room int
+}
+
+func (d *fullDisk) Write(p []byte) (int, error) {
+	if len(p) <= d.room {
+		d.room -= len(p)
+		return d.File.Write(p)
+	}
+	n, _ := d.File.Write(p[:d.room])
+	d.room = 0
+	return n, syscall.ENOSPC
+}
+
+// TestMetricsAfterFullDiskAndKill: a metrics write that fills the disk leaves no torn line (the partial line is
+// cut back), the run stops with a checkpoint of the step done and an error naming the cause; after a kill, the
+// resumed run drops the lines past its checkpoint; the log ends with every step once, each line whole, and the
+// resumed losses equal the uninterrupted run's.
+func TestMetricsAfterFullDiskAndKill(t *testing.T) {
+	cfg := config(finetune.MethodLoRA, 6)
+	cfg.CheckpointEvery = 2
+	model, data := imageTask(t, vit.Options{})
+	whole, _ := fit(t, model, data, cfg, 3)
+
+	out := t.TempDir()
+	path := filepath.Join(out, finetune.MetricsFile)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := func(s finetune.StepStats) int { b, _ := json.Marshal(s); return len(b) + 1 }
+	disk := &fullDisk{File: f, room: line(whole[0]) + line(whole[1]) + 40} // step 3's line does not fit
+	log, err := finetune.NewMetricsLog(disk, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, _ := finetune.New(model, cfg, gtest.Backend(t))
+	loader, _ := finetune.NewLoader(data, 3, cfg.Seed, true)
+	err = tr.Fit(context.Background(), loader, out, log, finetune.Hooks{})
+	log.Close()
+	if err == nil || !strings.Contains(err.Error(), "no space left on device") || !strings.Contains(err.Error(), "checkpoint written at step 3") {
+		t.Fatalf("error %v", err)
+	}
+	steps := func() []int {
+		b, _ := os.ReadFile(path)
+		var got []int
+		for _, l := range strings.SplitAfter(string(b), "\n") {
+			if l == "" {
+				continue
+			}
+			var rec finetune.StepStats
+			if !strings.HasSuffix(l, "\n") || json.Unmarshal([]byte(l), &rec) != nil {
+				t.Fatalf("torn line %q", l)
+			}
+			got = append(got, rec.Step)
+		}
+		return got
+	}
+	if got := steps(); fmt.Sprint(got) != "[1 2]" {
+		t.Fatalf("after the full disk the log holds steps %v, want [1 2]", got)
+	}
+
+	// Space freed: resume from step 3 and run to step 5; then a kill after step 5's line but before its
+	// checkpoint (simulated: the line appended by hand, and a cut line after it).
+	loader2, _ := finetune.NewLoader(data, 3, cfg.Seed, true)
+	tr2, err := finetune.Resume(out, model, gtest.Backend(t), loader2)
+	if err != nil || tr2.Step != 3 {
+		t.Fatalf("resume: %v, %v", tr2, err)
+	}
+	var stats []finetune.StepStats
+	hooks := finetune.Hooks{OnStep: func(s finetune.StepStats) { stats = append(stats, s) }}
+	tr2.Config.Steps = 4
+	log2, _ := finetune.OpenMetrics(path)
+	if err := tr2.Fit(context.Background(), loader2, out, log2, hooks); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(finetune.StepStats{Step: 5, Loss: 1})
+	log2.Write(append(b, '\n'))
+	log2.Write([]byte(`{"step":6,"lo`)) // a kill mid-line
+	log2.Close()
+
+	if n, err := finetune.TrimMetrics(path, 4); err != nil || n != 2 {
+		t.Fatalf("trim: dropped %d, %v; want 2", n, err)
+	}
+	loader3, _ := finetune.NewLoader(data, 3, cfg.Seed, true)
+	tr3, err := finetune.Resume(out, model, gtest.Backend(t), loader3)
+	if err != nil || tr3.Step != 4 {
+		t.Fatalf("resume: %v, %v", tr3, err)
+	}
+	tr3.Config.Steps = 6
+	log3, _ := finetune.OpenMetrics(path)
+	if err := tr3.Fit(context.Background(), loader3, out, log3, hooks); err != nil {
+		t.Fatal(err)
+	}
+	log3.Close()
+	// Step 3's line was the one the full disk refused: the step itself is in the checkpoint.
+	if got := steps(); fmt.Sprint(got) != "[1 2 4 5 6]" {
+		t.Errorf("final log holds steps %v, want [1 2 4 5 6]", got)
+	}
+	for i, s := range stats {
+		if w := whole[3+i]; s.Step != w.Step || s.Loss != w.Loss {
+			t.Errorf("resumed step %d loss %v, uninterrupted step %d %v", s.Step, s.Loss, w.Step, w.Loss)
+		}
 	}
 }
