@@ -296,7 +296,17 @@ func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out s
 	fmt.Fprintf(stderr, "training %d trainable parameters, step %d -> %d\n", tr.TrainableCount(), tr.Step, tr.Config.Steps)
 	ctx, sig := signalContext()
 	progress := newProgress(stderr, tr.Config.Steps, tr.Step)
-	err = tr.Fit(ctx, loader, out, metrics, finetune.Hooks{OnStep: progress})
+	skipped := 0
+	onSkip := func(step, n int) {
+		if skipped = n; n <= 3 {
+			fmt.Fprintf(stderr, "\nwarning: a batch drawn for step %d has no target token (every label is -100): skipped%s\n",
+				step, map[bool]string{true: " (later ones are counted, not shown)", false: ""}[n == 3])
+		}
+	}
+	err = tr.Fit(ctx, loader, out, metrics, finetune.Hooks{OnStep: progress, OnSkip: onSkip})
+	if skipped > 0 {
+		fmt.Fprintf(stderr, "\nwarning: %d batch(es) without a target token were skipped (see skipped_batches in %s)\n", skipped, metricsPath)
+	}
 	if errors.Is(err, context.Canceled) {
 		s := sig()
 		fmt.Fprintln(stderr)

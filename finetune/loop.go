@@ -17,7 +17,14 @@ type Hooks struct {
 	OnStep func(StepStats)
 	// OnCheckpoint is called after a checkpoint is written.
 	OnCheckpoint func(dir string)
+	// OnSkip is called when a batch without a target token (every label -100) is skipped, with the step it was
+	// drawn for and the number skipped so far in this Fit.
+	OnSkip func(step, skipped int)
 }
+
+// maxSkipsInARow bounds how many batches without a target token Fit skips in a row before it stops: data that
+// has none would otherwise be drawn forever.
+const maxSkipsInARow = 1000
 
 // Fit trains until Config.Steps optimizer steps are done (continuing from t.Step after a resume), drawing
 // Config.AccumSteps batches from data per step. Every LogEvery steps (and at the last step) a line is appended
@@ -35,6 +42,8 @@ func (t *Trainer) Fit(ctx context.Context, data Iterator, outDir string, metrics
 	}
 	saved := t.Step // the step of the newest checkpoint this call wrote (or resumed from)
 	var minLoss, firstLoss float64
+	skipped := 0
+	targets, _ := t.Model.(targetChecker)
 	for t.Step < t.Config.Steps {
 		var pos json.RawMessage
 		if outDir != "" {
@@ -44,18 +53,30 @@ func (t *Trainer) Fit(ctx context.Context, data Iterator, outDir string, metrics
 			}
 		}
 		batches := make([]Batch, t.Config.AccumSteps)
-		for i := range batches {
+		for i, inARow := 0, 0; i < len(batches); {
 			b, err := data.Next()
 			if err != nil {
 				return t.stopOnDataError(fmt.Errorf("reading the data for step %d: %w", t.Step+1, err), outDir, data, pos, saved, hooks)
 			}
-			batches[i] = b
+			if targets != nil && !targets.HasTargets(b) {
+				skipped++
+				if inARow++; inARow >= maxSkipsInARow {
+					return t.stopOnDataError(fmt.Errorf("reading the data for step %d: %d batches in a row have no target token (every label is -100): the data has nothing to learn from", t.Step+1, inARow), outDir, data, pos, saved, hooks)
+				}
+				if hooks.OnSkip != nil {
+					hooks.OnSkip(t.Step+1, skipped)
+				}
+				continue
+			}
+			batches[i], inARow = b, 0
+			i++
 		}
 		start := time.Now()
 		stats, err := t.TrainStepAsync(batches)
 		if err != nil {
 			return err
 		}
+		stats.SkippedBatches = skipped
 		last := t.Step == t.Config.Steps
 		logStep := last || (t.Config.LogEvery > 0 && t.Step%t.Config.LogEvery == 0)
 		checkpoint := outDir != "" && (last || (t.Config.CheckpointEvery > 0 && t.Step%t.Config.CheckpointEvery == 0))

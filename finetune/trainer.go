@@ -85,6 +85,8 @@ type StepStats struct {
 	// PeakBytes is the peak memory of the gradient step and PeakMethod how it was obtained.
 	PeakBytes  int64  `json:"peak_bytes"`
 	PeakMethod string `json:"peak_method"`
+	// SkippedBatches counts the batches without a target token that Fit has skipped so far (Hooks.OnSkip).
+	SkippedBatches int `json:"skipped_batches,omitempty"`
 	// Synced says whether Loss and GradNorm were read back for this step (TrainStep, and Fit at its logging,
 	// checkpoint and last steps); otherwise they are zero and still on the backend.
 	Synced bool `json:"-"`

@@ -84,3 +84,42 @@ func CheckTokenizer(tok *tokenizer.Tokenizer, model Model) error {
 	}
 	return nil
 }
+
+// HasTargets reports whether a causal-LM batch has a token to learn: a label other than -100 at positions 1 and
+// on (position 0 predicts nothing). A batch without one gives loss 0 and a zero gradient, yet an optimizer step on
+// it would still move the weights (AdamW's moments, weight decay): Fit skips it and counts it. Classification
+// batches always have targets.
+func (m Llama) HasTargets(b Batch) bool {
+	l, ok := b["labels"]
+	if !ok || m.Config.Architecture == llama.ArchClassification || l.Rank() != 2 {
+		return true
+	}
+	n, found := l.Shape().Dim(1), false
+	l.MustConstFlatData(func(flat any) {
+		at := func(i int, v int64) bool { return i%n > 0 && v != loss.IgnoreIndex }
+		switch f := flat.(type) {
+		case []int32:
+			for i, v := range f {
+				if at(i, int64(v)) {
+					found = true
+					return
+				}
+			}
+		case []int64:
+			for i, v := range f {
+				if at(i, v) {
+					found = true
+					return
+				}
+			}
+		default:
+			found = true
+		}
+	})
+	return found
+}
+
+// targetChecker is a model that can tell a batch with nothing to learn (Llama.HasTargets).
+type targetChecker interface {
+	HasTargets(b Batch) bool
+}

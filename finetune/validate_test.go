@@ -1,6 +1,8 @@
 package finetune_test
 
 import (
+	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -89,5 +91,62 @@ func TestTokenizerMustFitTheModel(t *testing.T) {
 		if fits := vocab >= tok.VocabSize(); fits != (err == nil) || (err != nil && !strings.Contains(err.Error(), "do not belong together")) {
 			t.Errorf("model vocabulary %d, tokenizer %d: %v", vocab, tok.VocabSize(), err)
 		}
+	}
+}
+
+// TestBatchesWithoutTargetsSkipped: causal-LM batches whose labels are all -100 past position 0 are skipped and
+// counted (Hooks.OnSkip, StepStats.SkippedBatches): the run equals one on the other examples alone. Data with no
+// target anywhere stops with an error instead of drawing forever.
+func TestBatchesWithoutTargetsSkipped(t *testing.T) {
+	model, data := textTask(t, llama.Options{})
+	labels := data["labels"].Value().([][]int32)
+	for i := 0; i < 8; i++ { // examples 0-7: nothing to learn (position 0's label predicts nothing)
+		for j := 1; j < len(labels[i]); j++ {
+			labels[i][j] = -100
+		}
+	}
+	data["labels"] = tensors.FromValue(labels)
+	rest := finetune.Examples{}
+	for k, v := range data {
+		rest[k] = tensors.FromValue(v.Value().([][]int32)[8:])
+	}
+	cfg := config(finetune.MethodLoRA, 3)
+	run := func(d finetune.Examples) ([]finetune.StepStats, []int, error) {
+		tr, err := finetune.New(model, cfg, gtest.Backend(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		loader, _ := finetune.NewLoader(d, 2, cfg.Seed, false)
+		var stats []finetune.StepStats
+		var skips []int
+		err = tr.Fit(context.Background(), loader, "", nil, finetune.Hooks{
+			OnStep: func(s finetune.StepStats) { stats = append(stats, s) },
+			OnSkip: func(step, n int) { skips = append(skips, step, n) },
+		})
+		return stats, skips, err
+	}
+	got, skips, err := run(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _, err := run(rest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(skips) != "[1 1 1 2 1 3 1 4]" || got[0].SkippedBatches != 4 || got[2].SkippedBatches != 4 {
+		t.Errorf("skips %v, skipped_batches %d", skips, got[0].SkippedBatches)
+	}
+	for i := range want {
+		if got[i].Loss != want[i].Loss || got[i].Loss == 0 {
+			t.Errorf("step %d: loss %v, run without the empty examples %v", i+1, got[i].Loss, want[i].Loss)
+		}
+	}
+
+	none := finetune.Examples{}
+	for k, v := range data {
+		none[k] = tensors.FromValue(v.Value().([][]int32)[:8])
+	}
+	if _, _, err := run(none); err == nil || !strings.Contains(err.Error(), "1000 batches in a row have no target token") {
+		t.Errorf("data without targets: %v", err)
 	}
 }
