@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -213,24 +212,11 @@ func writeMemoryTable(out io.Writer, rep *finetune.MemoryReport) error {
 	return nil
 }
 
-// parseBytes reads a size such as 24GiB, 80GB, 512MiB or a plain number of bytes.
+// parseBytes reads a size such as 24GiB, 80GB, 512MiB or a plain number of bytes (memory.ParseBytes).
 func parseBytes(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	units := []struct {
-		suffix string
-		scale  float64
-	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10},
-		{"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"B", 1}}
-	scale := 1.0
-	for _, u := range units {
-		if strings.HasSuffix(strings.ToUpper(t), strings.ToUpper(u.suffix)) {
-			t, scale = strings.TrimSpace(t[:len(t)-len(u.suffix)]), u.scale
-			break
-		}
-	}
-	v, err := strconv.ParseFloat(t, 64)
-	if err != nil || !(v > 0) {
+	b, err := memory.ParseBytes(s)
+	if err != nil {
 		return 0, fmt.Errorf("--budget %q is not a size (examples: 24GiB, 80GB, 1.5e9)", s)
 	}
-	return int64(v * scale), nil
+	return b, nil
 }

@@ -258,6 +258,9 @@ func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out s
 	if err != nil {
 		return err
 	}
+	if err := finetune.CheckFitsMachine(backend, spec, loader); err != nil {
+		return err
+	}
 	var tr *finetune.Trainer
 	if resume {
 		if tr, err = finetune.Resume(out, model, backend, loader); err != nil {

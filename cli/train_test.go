@@ -276,3 +276,34 @@ func TestResumeRefusesEditedRun(t *testing.T) {
 		t.Error("the mismatched resume trained")
 	}
 }
+
+// TestTrainRefusesStepLargerThanMachine: a step whose planned total (peak with weights, plus optimizer state) is
+// larger than the machine's memory ($MEMFIT_MEMORY_LIMIT stands in for a small machine) is refused before any
+// training, naming both figures; the folder is left usable (the same command then runs).
+func TestTrainRefusesStepLargerThanMachine(t *testing.T) {
+	tmp := t.TempDir()
+	model := filepath.Join(tmp, "vit")
+	run(t, "init", "--arch", "vit", "--preset", "tiny", "--num-labels", "3", "--out", model)
+	data := filepath.Join(tmp, "train.safetensors")
+	writeImageData(t, data, 12)
+	out := filepath.Join(tmp, "run")
+	args := []string{"train", "--model", model, "--data", data, "--out", out, "--steps", "1", "--method", "full", "--batch-size", "4"}
+	t.Setenv("MEMFIT_MEMORY_LIMIT", "1MiB")
+	_, stderr, code := run(t, args...)
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	last := lines[len(lines)-1]
+	if code != 1 || !strings.Contains(last, "the training step needs") || !strings.Contains(last, "but this machine has 1.000 MiB") || !strings.Contains(last, "batch 4") {
+		t.Fatalf("exit %d, last line %q", code, last)
+	}
+	if _, err := os.Stat(filepath.Join(out, "metrics.jsonl")); err == nil {
+		t.Errorf("the refused run wrote metrics")
+	}
+	t.Setenv("MEMFIT_MEMORY_LIMIT", "8GiB")
+	if _, stderr, code := run(t, args...); code != 0 {
+		t.Fatalf("with room: exit %d\n%s", code, stderr)
+	}
+	t.Setenv("MEMFIT_MEMORY_LIMIT", "lots")
+	if _, stderr, _ := run(t, append(args, "--overwrite")...); !strings.Contains(stderr, `$MEMFIT_MEMORY_LIMIT="lots"`) {
+		t.Errorf("a bad limit: %s", stderr)
+	}
+}

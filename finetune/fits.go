@@ -1,0 +1,52 @@
+package finetune
+
+import (
+	"fmt"
+
+	"github.com/gomlx/compute"
+
+	"github.com/memfit/memfit/memory"
+)
+
+// CheckFitsMachine plans the training step of spec (the way `finetune memory` does, without weights) and refuses
+// it, naming both figures, when its planned total -- the step's peak with the weights, gradients and the
+// optimizer state -- is larger than the memory of this machine (memory.MachineBytes: physical memory or the
+// cgroup limit, or $MEMFIT_MEMORY_LIMIT). It checks the pure-Go backend only, whose step runs in this process's
+// memory and whose plan is exact (a simulation of its buffer pool); on XLA the device's memory is the limit and
+// the plugin reports running out itself. data gives the batch's sequence length when it is a Loader of text.
+func CheckFitsMachine(backend compute.Backend, spec RunSpec, data Iterator) error {
+	if backend.Name() == "xla" {
+		return nil
+	}
+	limit, ok, err := memory.MachineBytes()
+	if err != nil || !ok {
+		return err
+	}
+	in := Shape{Batch: spec.Config.BatchSize}
+	if l, isLoader := data.(*Loader); isLoader {
+		if ids, found := l.Data["input_ids"]; found && ids.Rank() == 2 {
+			in.Seq = ids.Shape().Dim(1)
+		}
+	}
+	model, shapes, err := ShapeModel(spec.Model, spec.Config, 0)
+	if err != nil {
+		return err
+	}
+	if _, isViT := model.(ViT); !isViT && in.Seq == 0 {
+		return nil // a LLaMA run whose sequence length is not known before its data is read
+	}
+	plan, err := PlanStep(backend, model, shapes, spec.Config, in)
+	if err != nil {
+		return fmt.Errorf("planning the training step's memory: %w", err)
+	}
+	if plan.TotalBytes <= limit {
+		return nil
+	}
+	what := fmt.Sprintf("batch %d", in.Batch)
+	if in.Seq > 0 {
+		what += fmt.Sprintf(" x %d tokens", in.Seq)
+	}
+	return fmt.Errorf("the training step needs %s (planned: the step's peak %s with the weights, plus %s of optimizer state; %s, method %s, %s) but this machine has %s: lower --batch-size or the sequence length, or use a lighter method or the memory-saving options (finetune memory compares them); $%s sets the limit",
+		memory.FormatBytes(plan.TotalBytes), memory.FormatBytes(plan.PeakBytes), memory.FormatBytes(plan.OptimizerBytes),
+		what, spec.Config.Method, spec.Config.ComputeDType, memory.FormatBytes(limit), memory.LimitEnv)
+}
