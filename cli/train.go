@@ -264,6 +264,9 @@ func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out s
 	var tr *finetune.Trainer
 	if resume {
 		if tr, err = finetune.Resume(out, model, backend, loader); err != nil {
+			if errors.Is(err, finetune.ErrDataChanged) {
+				return fmt.Errorf("--data %s: %w", spec.Data, err)
+			}
 			return err
 		}
 		if diff := finetune.ConfigDiff(spec.Config, tr.Config); len(diff) > 0 {

@@ -307,3 +307,38 @@ func TestTrainRefusesStepLargerThanMachine(t *testing.T) {
 		t.Errorf("a bad limit: %s", stderr)
 	}
 }
+
+// TestResumeRefusesChangedData: --resume checks the data against the checkpoint's (example count and a
+// fingerprint of the contents): fewer examples, or as many with other contents, are refused naming the data and
+// the difference, with nothing trained; the original data resumes.
+func TestResumeRefusesChangedData(t *testing.T) {
+	tmp := t.TempDir()
+	model := filepath.Join(tmp, "vit")
+	run(t, "init", "--arch", "vit", "--preset", "tiny", "--num-labels", "3", "--out", model)
+	data := filepath.Join(tmp, "train.safetensors")
+	writeImageData(t, data, 12)
+	orig, _ := os.ReadFile(data)
+	out := filepath.Join(tmp, "run")
+	if _, stderr, code := run(t, "train", "--model", model, "--data", data, "--out", out, "--steps", "2", "--batch-size", "4"); code != 0 {
+		t.Fatalf("first run: exit %d\n%s", code, stderr)
+	}
+	writeImageData(t, data, 10)
+	_, stderr, code := run(t, "train", "--out", out, "--resume", "--steps", "4")
+	if code != 1 || !strings.Contains(stderr, "--data "+data) || !strings.Contains(stderr, "it had 12 examples, the data now has 10") {
+		t.Errorf("fewer examples: exit %d\n%s", code, stderr)
+	}
+	changed := append([]byte(nil), orig...)
+	changed[len(changed)-100] ^= 1 // one pixel's bit
+	os.WriteFile(data, changed, 0o644)
+	_, stderr, code = run(t, "train", "--out", out, "--resume", "--steps", "4")
+	if code != 1 || !strings.Contains(stderr, "the same number of examples (12) but other contents") {
+		t.Errorf("changed contents: exit %d\n%s", code, stderr)
+	}
+	if n := len(readMetrics(t, filepath.Join(out, "metrics.jsonl"))); n != 1 {
+		t.Errorf("the refused resumes changed the metrics: %d lines", n)
+	}
+	os.WriteFile(data, orig, 0o644)
+	if _, stderr, code := run(t, "train", "--out", out, "--resume", "--steps", "4"); code != 0 {
+		t.Fatalf("resume with the original data: exit %d\n%s", code, stderr)
+	}
+}

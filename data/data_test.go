@@ -3,6 +3,7 @@ package data
 import (
 	"archive/tar"
 	"bytes"
+	"errors"
 	"image"
 	"image/color"
 	"image/png"
@@ -122,6 +123,20 @@ func TestImageFolderTarAndLoader(t *testing.T) {
 	other, _ := NewImageLoader(tsrc, pre, aug, 2, 8, true)
 	if err := other.Restore(state); err == nil {
 		t.Error("a position of another seed was accepted")
+	}
+	// The data changed since the position was taken: an image renamed (same count), one removed.
+	names, _ := filepath.Glob(filepath.Join(root, "tree", "*", "*"))
+	os.Rename(names[0], names[0]+".png")
+	renamed, _ := ImageFolder(filepath.Join(root, "tree"))
+	l3, _ := NewImageLoader(renamed, pre, aug, 4, 7, true)
+	if err := l3.Restore(state); !errors.Is(err, ErrDataChanged) || !strings.Contains(err.Error(), "the same number of images (6)") {
+		t.Errorf("renamed image: %v", err)
+	}
+	os.Remove(names[0] + ".png")
+	fewer, _ := ImageFolder(filepath.Join(root, "tree"))
+	l4, _ := NewImageLoader(fewer, pre, aug, 4, 7, true)
+	if err := l4.Restore(state); !errors.Is(err, ErrDataChanged) || !strings.Contains(err.Error(), "it had 6 images, the data now has 5") {
+		t.Errorf("removed image: %v", err)
 	}
 }
 

@@ -1,7 +1,10 @@
 package data
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 
@@ -20,8 +23,9 @@ type ImageLoader struct {
 	Seed      uint64
 	Shuffle   bool
 
-	epoch, pos int
-	order      []int
+	epoch, pos  int
+	order       []int
+	fingerprint string
 }
 
 // NewImageLoader returns a loader positioned at the start of epoch 0.
@@ -96,12 +100,32 @@ type loaderState struct {
 	Epoch, Pos int
 	Seed       uint64
 	N          int
+	// Data is the source's Fingerprint (absent in checkpoints before 2026-11-24).
+	Data string `json:",omitempty"`
 }
 
-// State returns the position (epoch, offset) with the seed and dataset size it belongs to.
-func (l *ImageLoader) State() (json.RawMessage, error) {
-	return json.Marshal(loaderState{Epoch: l.epoch, Pos: l.pos, Seed: l.Seed, N: l.Source.Len()})
+// Fingerprint hashes the source's class names and each image's name and label (SHA-256), so that a resume can
+// tell images added, removed, renamed or relabelled since its checkpoint (not pixels edited in place: that would
+// mean decoding every image). It is computed once.
+func (l *ImageLoader) Fingerprint() string {
+	if l.fingerprint == "" {
+		h := sha256.New()
+		fmt.Fprintf(h, "%q\n", l.Source.Classes())
+		for i := range l.Source.Len() {
+			fmt.Fprintf(h, "%s\x00%d\n", l.Source.Name(i), l.Source.Label(i))
+		}
+		l.fingerprint = hex.EncodeToString(h.Sum(nil))[:16]
+	}
+	return l.fingerprint
 }
+
+// State returns the position (epoch, offset) with the seed and dataset it belongs to.
+func (l *ImageLoader) State() (json.RawMessage, error) {
+	return json.Marshal(loaderState{Epoch: l.epoch, Pos: l.pos, Seed: l.Seed, N: l.Source.Len(), Data: l.Fingerprint()})
+}
+
+// ErrDataChanged is returned by Restore when the data is not the data the position was taken on.
+var ErrDataChanged = errors.New("the data differs from the checkpoint's")
 
 // Restore moves to a position returned by State.
 func (l *ImageLoader) Restore(state json.RawMessage) error {
@@ -109,7 +133,13 @@ func (l *ImageLoader) Restore(state json.RawMessage) error {
 	if err := json.Unmarshal(state, &s); err != nil {
 		return fmt.Errorf("data position: %w", err)
 	}
-	if s.Seed != l.Seed || s.N != l.Source.Len() || s.Pos < 0 || s.Pos > s.N {
+	if s.N != l.Source.Len() {
+		return fmt.Errorf("%w: it had %d images, the data now has %d: resume with the data the run started with, or start a new run", ErrDataChanged, s.N, l.Source.Len())
+	}
+	if s.Data != "" && s.Data != l.Fingerprint() {
+		return fmt.Errorf("%w: the same number of images (%d) but other names, labels or classes (fingerprint %s, now %s): resume with the data the run started with, or start a new run", ErrDataChanged, s.N, s.Data, l.Fingerprint())
+	}
+	if s.Seed != l.Seed || s.Pos < 0 || s.Pos > s.N {
 		return fmt.Errorf("data position %+v does not fit this dataset (seed %d, %d images)", s, l.Seed, l.Source.Len())
 	}
 	l.startEpoch(s.Epoch)

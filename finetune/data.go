@@ -1,13 +1,18 @@
 package finetune
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/gomlx/compute/shapes"
 	"github.com/gomlx/gomlx/core/tensors"
 
+	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/runner"
 )
 
@@ -44,8 +49,9 @@ type Loader struct {
 	// Notes are what reading the data found worth telling the user (examples cut or left out).
 	Notes []string
 
-	epoch, pos int
-	order      []int
+	epoch, pos  int
+	order       []int
+	fingerprint string // of Data, computed once (Fingerprint)
 }
 
 // NewLoader returns a loader over data.
@@ -98,17 +104,39 @@ func (l *Loader) Next() (Batch, error) {
 	return b, nil
 }
 
+// ErrDataChanged is returned by a resume whose data is not the data of its checkpoint (data.ErrDataChanged for
+// image loaders).
+var ErrDataChanged = data.ErrDataChanged
+
 // Epoch returns the current epoch (0-based).
 func (l *Loader) Epoch() int { return l.epoch }
 
 type loaderState struct {
 	Epoch, Pos int
 	Seed       uint64
+	// N and Data describe the dataset the position belongs to (absent in checkpoints before 2026-11-24).
+	N    int    `json:",omitempty"`
+	Data string `json:",omitempty"`
+}
+
+// Fingerprint hashes the dataset (SHA-256 of its tensors' names, dtypes, shapes and bytes), so a resume can tell
+// that the data changed since its checkpoint. It is computed once.
+func (l *Loader) Fingerprint() string {
+	if l.fingerprint == "" {
+		h := sha256.New()
+		for _, name := range slices.Sorted(maps.Keys(l.Data)) {
+			t := l.Data[name]
+			fmt.Fprintf(h, "%s %s %v\n", name, t.DType(), t.Shape().Dimensions)
+			_ = t.ConstBytes(func(b []byte) { h.Write(b) })
+		}
+		l.fingerprint = hex.EncodeToString(h.Sum(nil))[:16]
+	}
+	return l.fingerprint
 }
 
 // State returns the position (epoch and offset).
 func (l *Loader) State() (json.RawMessage, error) {
-	return json.Marshal(loaderState{Epoch: l.epoch, Pos: l.pos, Seed: l.Seed})
+	return json.Marshal(loaderState{Epoch: l.epoch, Pos: l.pos, Seed: l.Seed, N: l.Data.Len(), Data: l.Fingerprint()})
 }
 
 // Restore moves to a saved position.
@@ -116,6 +144,12 @@ func (l *Loader) Restore(state json.RawMessage) error {
 	var s loaderState
 	if err := json.Unmarshal(state, &s); err != nil {
 		return fmt.Errorf("data position: %w", err)
+	}
+	if s.N > 0 && s.N != l.Data.Len() {
+		return fmt.Errorf("%w: it had %d examples, the data now has %d: resume with the data the run started with, or start a new run", ErrDataChanged, s.N, l.Data.Len())
+	}
+	if s.Data != "" && s.Data != l.Fingerprint() {
+		return fmt.Errorf("%w: the same number of examples (%d) but other contents (fingerprint %s, now %s): resume with the data the run started with, or start a new run", ErrDataChanged, s.N, s.Data, l.Fingerprint())
 	}
 	if s.Seed != l.Seed || s.Pos < 0 || s.Pos > l.Data.Len() {
 		return fmt.Errorf("data position %+v does not fit this dataset (seed %d, %d examples)", s, l.Seed, l.Data.Len())

@@ -262,7 +262,7 @@ func Resume(dir string, model Model, backend compute.Backend, data Iterator) (*T
 	t.RNG = tensors.FromFlatDataAndDimensions(append([]uint64(nil), s.RNG...), t.RNG.Shape().Dimensions...)
 	if data != nil && len(s.Data) > 0 {
 		if err := data.Restore(s.Data); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s: %w", dir, err)
 		}
 	}
 	return t, nil
