@@ -92,12 +92,15 @@ func writeResult(path string, v any) error {
 	return writeFileAtomic(path, append(b, '\n'))
 }
 
+// maxEvalBatch bounds the evaluation batch flags (a typo such as 10000000 would size the batch's tensors).
+const maxEvalBatch = 4096
+
 func newEvalMMLUCommand(opts *Options) *cobra.Command {
 	var model, adapter, tok, dataDir, out string
 	var subjects []string
 	var o evals.MMLUOptions
 	var asJSON bool
-	var limit int
+	var limit, shots int
 	cmd := &cobra.Command{
 		Use:   "mmlu --model DIR --data DIR [--adapter DIR] [--subjects a,b] [--shots 5]",
 		Short: "MMLU k-shot accuracy (log-likelihood of \" A\"..\" D\" and letter argmax), micro and macro",
@@ -115,6 +118,20 @@ adapter (or the model) as eval-mmlu.json, with the prompt format, shots, averagi
 			if model == "" || dataDir == "" {
 				return usagef("--model and --data are required")
 			}
+			switch {
+			case shots < 0:
+				return usagef("--shots %d: give 0 (zero-shot) or more dev questions per subject", shots)
+			case o.MaxLen < 0 || o.MaxLen == 1:
+				return usagef("--max-len %d: give 0 (the model's positions) or at least 2 tokens", o.MaxLen)
+			case o.BatchSize < 1 || o.BatchSize > maxEvalBatch:
+				return usagef("--batch-size %d: give 1 to %d prompts per forward pass", o.BatchSize, maxEvalBatch)
+			case limit < 0:
+				return usagef("--limit %d: give 0 (every question) or a positive number", limit)
+			}
+			o.Shots = shots
+			if shots == 0 {
+				o.Shots = -1 // evals: 0 means the default (5), a negative number zero-shot
+			}
 			for _, s := range subjects {
 				if _, ok := evals.Categories[s]; !ok {
 					return usagef("unknown MMLU subject %q", s)
@@ -123,6 +140,13 @@ adapter (or the model) as eval-mmlu.json, with the prompt format, shots, averagi
 			m, set, t, err := loadForEval(model, adapter, tok)
 			if err != nil {
 				return err
+			}
+			if l, ok := m.(finetune.Llama); ok {
+				if positions := l.Config.MaxPositionEmbeddings; o.MaxLen == 0 {
+					o.MaxLen = positions
+				} else if o.MaxLen > positions {
+					return usagef("--max-len %d is more than the model's %d positions (max_position_embeddings)", o.MaxLen, positions)
+				}
 			}
 			dev, test, hash, err := evals.ReadMMLU(dataDir, subjects)
 			if err != nil {
@@ -172,22 +196,12 @@ adapter (or the model) as eval-mmlu.json, with the prompt format, shots, averagi
 	f.StringVar(&tok, "tokenizer", "", "tokenizer (default: the model folder)")
 	f.StringVar(&dataDir, "data", "", "MMLU folder with dev/ and test/")
 	f.StringSliceVar(&subjects, "subjects", nil, "subjects to evaluate (default: all 57)")
-	f.IntVar(&o.Shots, "shots", 5, "dev questions used as examples")
+	f.IntVar(&shots, "shots", 5, "dev questions used as examples (0: zero-shot)")
 	f.IntVar(&o.MaxLen, "max-len", 0, "cut prompts longer than this many tokens from the left (default: the model's positions)")
 	f.IntVar(&o.BatchSize, "batch-size", 8, "prompts per forward pass")
 	f.IntVar(&limit, "limit", 0, "score only the first N test questions of each subject (0: all; the results say so)")
 	f.StringVar(&out, "out", "", "results file (default: eval-mmlu.json next to the adapter or model)")
 	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
-	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
-		if o.MaxLen == 0 && model != "" {
-			if m, err := finetune.LoadModel(model, finetune.Defaults()); err == nil {
-				if l, ok := m.(finetune.Llama); ok {
-					o.MaxLen = l.Config.MaxPositionEmbeddings
-				}
-			}
-		}
-		return nil
-	}
 	return cmd
 }
 
@@ -255,6 +269,9 @@ next to the adapter or model, or --out).`,
 			if (preds == "") == (model == "") {
 				return usagef("give either --predictions or --model")
 			}
+			if model != "" && (batch < 1 || batch > maxEvalBatch) {
+				return usagef("--batch-size %d: give 1 to %d examples per forward pass", batch, maxEvalBatch)
+			}
 			dev, err := data.ReadGLUE(dataDir, task, "dev")
 			if err != nil {
 				return err
@@ -274,6 +291,9 @@ next to the adapter or model, or --out).`,
 				m, set, t, err := loadForEval(model, adapter, tok)
 				if err != nil {
 					return err
+				}
+				if l, ok := m.(finetune.Llama); ok && (seqLen < 2 || seqLen > l.Config.MaxPositionEmbeddings) {
+					return usagef("--seq-len %d: give 2 to %d tokens (the model's max_position_embeddings)", seqLen, l.Config.MaxPositionEmbeddings)
 				}
 				backend, err := opts.NewBackend()
 				if err != nil {

@@ -19,6 +19,8 @@ type ModelLM struct {
 	Runner *runner.LogitsRunner
 	Pad    int
 	PadTo  int
+	// MaxLen is the model's positions (max_position_embeddings): padding stops there.
+	MaxLen int
 }
 
 // NewModelLM wraps a loaded causal-LM model (a LLaMA: finetune.Llama, say; adapters from
@@ -30,7 +32,8 @@ func NewModelLM(backend compute.Backend, model runner.Model, set *lora.Set) (*Mo
 	}
 	pad := max(m.LlamaConfig().PadTokenID, 0)
 	var params = model.Params()
-	return &ModelLM{Runner: runner.NewLogitsRunner(backend, model, params, set), Pad: pad, PadTo: 64}, nil
+	return &ModelLM{Runner: runner.NewLogitsRunner(backend, model, params, set), Pad: pad, PadTo: 64,
+		MaxLen: m.LlamaConfig().MaxPositionEmbeddings}, nil
 }
 
 // NextLogProbs implements LM.
@@ -43,7 +46,11 @@ func (m *ModelLM) NextLogProbs(contexts [][]int, candidates [][]int) ([][]float6
 		longest = max(longest, len(c))
 	}
 	if m.PadTo > 1 {
-		longest = (longest + m.PadTo - 1) / m.PadTo * m.PadTo
+		padded := (longest + m.PadTo - 1) / m.PadTo * m.PadTo
+		if m.MaxLen > 0 && longest <= m.MaxLen {
+			padded = min(padded, m.MaxLen)
+		}
+		longest = padded
 	}
 	b := len(contexts)
 	ids := make([]int32, b*longest)

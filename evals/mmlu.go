@@ -154,7 +154,8 @@ type LM interface {
 
 // MMLUOptions configure EvalMMLU.
 type MMLUOptions struct {
-	// Shots is the number of dev questions used as examples (5 by default; the first ones of the subject).
+	// Shots is the number of dev questions used as examples (the first ones of the subject): 0 means 5, the
+	// default; a negative number means zero-shot.
 	Shots int
 	// MaxLen truncates longer prompts from the left (keeping a leading BOS), as the harness does; 0: no limit.
 	MaxLen int
