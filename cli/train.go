@@ -63,7 +63,7 @@ func trainFlags(f *pflag.FlagSet, c *finetune.Config) {
 func newTrainCommand(opts *Options) *cobra.Command {
 	var model, data, out, configFile string
 	var dataOpts finetune.DataOptions
-	var resume, overwrite bool
+	var resume, overwrite, dryRun bool
 	flagCfg := finetune.Defaults()
 	cmd := &cobra.Command{
 		Use:   "train --model DIR --data FILE --out DIR [flags]",
@@ -140,8 +140,11 @@ gradients to the host; the loss is read back every --log-every steps.`,
 			if err := spec.Config.Validate(); err != nil {
 				return usageError{err}
 			}
-			resolved, _ := yaml.Marshal(spec)
-			fmt.Fprintf(cmd.ErrOrStderr(), "# resolved run\n%s", resolved)
+			if dryRun {
+				resolved, _ := yaml.Marshal(spec)
+				_, err := cmd.OutOrStdout().Write(resolved)
+				return err
+			}
 			return runTraining(cmd, opts, spec, out, resume, overwrite)
 		},
 	}
@@ -151,6 +154,7 @@ gradients to the host; the loss is read back every --log-every steps.`,
 	f.StringVar(&out, "out", "", "output folder")
 	f.StringVar(&configFile, "config", "", "YAML config file (keys as the flags, snake_case)")
 	f.BoolVar(&resume, "resume", false, "continue the run in --out from its latest checkpoint")
+	f.BoolVar(&dryRun, "dry-run", false, "print the resolved run (run.yaml: flags over --config over defaults) and exit without loading anything")
 	f.BoolVar(&overwrite, "overwrite", false, "start a new run in an --out that holds one, deleting its checkpoints, metrics and adapter")
 	f.StringVar(&dataOpts.Format, "data-format", "", "safetensors, images, image-tar, idx, alpaca, text or glue (default: from the path)")
 	f.StringVar(&dataOpts.Split, "split", "", "subfolder of an image tar (e.g. train), or GLUE split (train, dev)")
@@ -282,6 +286,9 @@ func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out s
 			return usageError{err}
 		}
 	}
+	// Printed once the model, data and config are known to be good: a bad input is one line, not this block.
+	resolved, _ := yaml.Marshal(spec)
+	fmt.Fprintf(cmd.ErrOrStderr(), "# resolved run\n%s", resolved)
 	if err := finetune.WriteRunSpec(out, spec); err != nil {
 		return err
 	}

@@ -207,10 +207,10 @@ func TestTrainGPUDefaults(t *testing.T) {
 		{[]string{"--backend", "xla:cuda", "--config", cfgFile}, "float32", "flash"},
 		{nil, "float32", "standard"},
 	} {
-		args := append([]string{"train", "--model", model, "--data", data, "--out", filepath.Join(tmp, fmt.Sprint("run", i)), "--steps", "1"}, tc.args...)
-		_, stderr, _ := run(t, args...)
-		if !strings.Contains(stderr, "compute_dtype: "+tc.dtype) || !strings.Contains(stderr, "attention: "+tc.attn) {
-			t.Errorf("%v: want compute_dtype %s and attention %s in the resolved run:\n%s", tc.args, tc.dtype, tc.attn, stderr)
+		args := append([]string{"train", "--model", model, "--data", data, "--out", filepath.Join(tmp, fmt.Sprint("run", i)), "--steps", "1", "--dry-run"}, tc.args...)
+		stdout, stderr, _ := run(t, args...)
+		if !strings.Contains(stdout, "compute_dtype: "+tc.dtype) || !strings.Contains(stdout, "attention: "+tc.attn) {
+			t.Errorf("%v: want compute_dtype %s and attention %s in the resolved run:\n%s%s", tc.args, tc.dtype, tc.attn, stdout, stderr)
 		}
 	}
 }
