@@ -157,7 +157,7 @@ gradients to the host; the loss is read back every --log-every steps.`,
 	f.BoolVar(&dryRun, "dry-run", false, "print the resolved run (run.yaml: flags over --config over defaults) and exit without loading anything")
 	f.BoolVar(&overwrite, "overwrite", false, "start a new run in an --out that holds one, deleting its checkpoints, metrics and adapter")
 	f.StringVar(&dataOpts.Format, "data-format", "", "safetensors, images, image-tar, idx, alpaca, text or glue (default: from the path)")
-	f.StringVar(&dataOpts.Split, "split", "", "subfolder of an image tar (e.g. train), or GLUE split (train, dev)")
+	f.StringVar(&dataOpts.Split, "split", "", "subfolder of an image folder or tar (e.g. train), or GLUE split (train, dev)")
 	f.StringVar(&dataOpts.Task, "task", "", "GLUE task: cola, sst2, mrpc, stsb, rte (with --data-format glue)")
 	f.StringVar(&dataOpts.Tokenizer, "tokenizer", "", "tokenizer of text data (default: the model folder)")
 	f.IntVar(&dataOpts.SeqLen, "seq-len", 0, "tokens per text example (default 256)")

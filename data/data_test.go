@@ -268,3 +268,33 @@ func TestIDXSizeBombs(t *testing.T) {
 		t.Errorf("tall images: %v", err)
 	}
 }
+
+// TestSplitFoldersAreNotClasses: a folder or tar whose top level is train/ and test/, each holding class folders,
+// is refused with the --split to pass (read as classes it trained a 2-class "train vs test" classifier); with
+// the split chosen it reads the classes.
+func TestSplitFoldersAreNotClasses(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "splits")
+	files := writeTree(t, filepath.Join(root, "train"))
+	writeTree(t, filepath.Join(root, "test"))
+	if _, err := ImageFolder(root); err == nil || !strings.Contains(err.Error(), "holds split folders [test train]") || !strings.Contains(err.Error(), "--split train") {
+		t.Errorf("folder: %v", err)
+	}
+	if src, err := ImageFolder(filepath.Join(root, "train")); err != nil || !reflect.DeepEqual(src.Classes(), []string{"ant", "cat"}) {
+		t.Errorf("the train split: %v", err)
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for rel, b := range files {
+		tw.WriteHeader(&tar.Header{Name: "train/" + filepath.ToSlash(rel), Mode: 0o644, Size: int64(len(b)), Typeflag: tar.TypeReg})
+		tw.Write(b)
+	}
+	tw.Close()
+	tarPath := filepath.Join(t.TempDir(), "data.tar")
+	os.WriteFile(tarPath, buf.Bytes(), 0o644)
+	if _, err := ImageTar(tarPath, ""); err == nil || !strings.Contains(err.Error(), "--split train") {
+		t.Errorf("tar: %v", err)
+	}
+	if src, err := ImageTar(tarPath, "train"); err != nil || src.Len() != 6 {
+		t.Errorf("the tar's train split: %v", err)
+	}
+}

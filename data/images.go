@@ -145,10 +145,47 @@ func ImageFolder(root string) (ImageSource, error) {
 			return nil, err
 		}
 	}
+	rels := make([]string, len(items))
+	for i, it := range items {
+		rel, _ := filepath.Rel(root, it.name)
+		rels[i] = filepath.ToSlash(rel)
+	}
+	if err := splitsNotClasses(root, rels); err != nil {
+		return nil, err
+	}
 	return build(root, items, func(p string) string {
 		rel, _ := filepath.Rel(root, p)
 		return strings.SplitN(filepath.ToSlash(rel), "/", 2)[0]
 	})
+}
+
+// splitNames are top-level folder names that mean a dataset split, not a class.
+var splitNames = map[string]bool{"train": true, "test": true, "val": true, "valid": true, "validation": true, "dev": true}
+
+// splitsNotClasses refuses a tree whose top-level folders are all split names (train/, test/, ...) each holding
+// class folders: read as classes, it would train a classifier of splits.
+func splitsNotClasses(where string, rels []string) error {
+	tops := map[string]bool{}
+	for _, r := range rels {
+		parts := strings.Split(r, "/")
+		if len(parts) < 3 || !splitNames[parts[0]] {
+			return nil
+		}
+		tops[parts[0]] = true
+	}
+	if len(tops) == 0 {
+		return nil
+	}
+	names := make([]string, 0, len(tops))
+	for t := range tops {
+		names = append(names, t)
+	}
+	sort.Strings(names)
+	pick := names[0]
+	if tops["train"] {
+		pick = "train"
+	}
+	return fmt.Errorf("%s holds split folders %v with the class folders inside them: choose one with --split (e.g. --split %s)", where, names, pick)
 }
 
 // ImageTar lists the images of a tar (plain or gzip-compressed) holding a tree [prefix/]<class>/<image>; prefix
@@ -211,6 +248,14 @@ func ImageTar(tarPath, prefix string) (ImageSource, error) {
 	where := tarPath
 	if prefix != "" {
 		where += ":" + prefix
+	} else {
+		rels := make([]string, len(items))
+		for i, it := range items {
+			rels[i] = it.name
+		}
+		if err := splitsNotClasses(tarPath, rels); err != nil {
+			return nil, err
+		}
 	}
 	t, err := build(where, items, func(p string) string { return strings.SplitN(p, "/", 2)[0] })
 	if err != nil {

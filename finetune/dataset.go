@@ -31,7 +31,7 @@ type DataOptions struct {
 	// Format is one of the Format constants; empty picks it from the path: .safetensors, .jsonl (alpaca), .txt
 	// (text), .tar/.tar.gz/.tgz (image-tar), a comma-separated pair (idx), a folder (images).
 	Format string `json:"format,omitempty"`
-	// Split is the tar subfolder (e.g. "train") or the GLUE split (train, dev; default train).
+	// Split is the subfolder of an image folder or tar (e.g. "train") or the GLUE split (train, dev; default train).
 	Split string `json:"split,omitempty"`
 	// Task is the GLUE task (cola, sst2, mrpc, stsb, rte).
 	Task string `json:"task,omitempty"`
@@ -151,7 +151,7 @@ func OpenData(path string, opts DataOptions, model Model, modelDir string, batch
 func OpenImages(path, format, split string) (data.ImageSource, error) {
 	switch format {
 	case FormatImages:
-		return data.ImageFolder(path)
+		return data.ImageFolder(filepath.Join(path, split))
 	case FormatImageTar:
 		return data.ImageTar(path, split)
 	case FormatIDX:
