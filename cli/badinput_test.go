@@ -28,6 +28,24 @@ func TestBadInputSweep(t *testing.T) {
 	badPred := filepath.Join(tmp, "pred.txt")
 	os.WriteFile(badPred, []byte("1\nx\n"), 0o644)
 	out := func(name string) string { return filepath.Join(tmp, "runs", name) }
+	// A LLaMA with 16 positions (MMLU prompts are longer) and a sequence classifier for GLUE.
+	short := filepath.Join(tmp, "short")
+	os.MkdirAll(short, 0o755)
+	for _, name := range []string{"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} {
+		b, err := os.ReadFile(filepath.Join(llama, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == "config.json" {
+			b = []byte(strings.Replace(string(b), `"max_position_embeddings": 512`, `"max_position_embeddings": 16`, 1))
+		}
+		os.WriteFile(filepath.Join(short, name), b, 0o644)
+	}
+	mmlu := filepath.Join("..", "..", "shared", "data", "mmlu")
+	glue := filepath.Join("..", "..", "shared", "data", "glue")
+	cifar := filepath.Join("..", "..", "shared", "data", "cifar10", "cifar10-subset-jpg.tar")
+	sst2 := filepath.Join(tmp, "sst2")
+	run(t, "init", "--from", llama, "--num-labels", "2", "--out", sst2)
 
 	cases := []struct {
 		args []string
@@ -70,6 +88,13 @@ func TestBadInputSweep(t *testing.T) {
 		{[]string{"logits", "--model", vit}, "--model and --inputs are required"},
 		{[]string{"tokenize", "--tokenizer", filepath.Join(tmp, "nope"), "hello"}, "nope"},
 		{[]string{"bench", "blocks", "--layers", "0"}, "Layers:0"},
+		{[]string{"eval", "mmlu", "--model", short, "--data", mmlu, "--subjects", "anatomy", "--max-len", "100"}, "more than the model's 16 positions"},
+		{[]string{"eval", "mmlu", "--model", short, "--data", mmlu, "--max-len", "-4"}, "--max-len -4"},
+		{[]string{"eval", "mmlu", "--model", short, "--data", mmlu, "--shots", "-1"}, "--shots -1"},
+		{[]string{"eval", "mmlu", "--model", short, "--data", mmlu, "--batch-size", "0"}, "--batch-size 0"},
+		{[]string{"eval", "mmlu", "--model", short, "--data", mmlu, "--limit", "-5"}, "--limit -5"},
+		{[]string{"eval", "glue", "--task", "sst2", "--model", sst2, "--data", glue, "--seq-len", "100000"}, "--seq-len 100000"},
+		{[]string{"train", "--model", vit, "--data", cifar, "--out", out("x")}, "--split train"},
 		{[]string{"frobnicate"}, "unknown command"},
 		{[]string{"train", "--no-such-flag"}, "unknown flag"},
 	}
@@ -87,4 +112,8 @@ func TestBadInputSweep(t *testing.T) {
 		}
 	}
 	t.Logf("%d bad commands, each refused with one line", len(cases))
+	// The model with 16 positions is evaluated on MMLU (prompts cut from the left), not refused.
+	if _, stderr, code := run(t, "eval", "mmlu", "--model", short, "--data", mmlu, "--subjects", "anatomy", "--limit", "2", "--out", filepath.Join(tmp, "mmlu.json")); code != 0 {
+		t.Errorf("MMLU on a model with 16 positions: exit %d\n%s", code, stderr)
+	}
 }
