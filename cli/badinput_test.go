@@ -95,6 +95,8 @@ func TestBadInputSweep(t *testing.T) {
 		{[]string{"eval", "mmlu", "--model", short, "--data", mmlu, "--limit", "-5"}, "--limit -5"},
 		{[]string{"eval", "glue", "--task", "sst2", "--model", sst2, "--data", glue, "--seq-len", "100000"}, "--seq-len 100000"},
 		{[]string{"train", "--model", vit, "--data", cifar, "--out", out("x")}, "--split train"},
+		{[]string{"memory", "--model", "vit:tiny"}, "--labels N"},
+		{[]string{"init", "--arch", "vit", "--max-shard-mb", "-1", "--out", out("y")}, "--max-shard-mb -1"},
 		{[]string{"frobnicate"}, "unknown command"},
 		{[]string{"train", "--no-such-flag"}, "unknown flag"},
 	}

@@ -39,6 +39,9 @@ when a checkpoint is loaded with a new num_labels; tokenizer files come along.`,
 			if numLabels < 0 || numLabels > maxLabels {
 				return usagef("--num-labels %d: give 0 (no classification head) to %d classes", numLabels, maxLabels)
 			}
+			if shardMB < 0 {
+				return usagef("--max-shard-mb %d: give 0 (one file) or a positive size", shardMB)
+			}
 			if err := freshModelFolder(out, overwrite); err != nil {
 				return usageError{err}
 			}

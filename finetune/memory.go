@@ -209,6 +209,9 @@ func planGraph(backend compute.Backend, model Model, paramShapes map[string][]in
 	if in.Batch <= 0 {
 		return fail(fmt.Errorf("batch size must be positive, got %d", in.Batch))
 	}
+	if err := checkTrainable(model); err != nil {
+		return fail(err)
+	}
 	compute := dtypes.Float32
 	if cfg.ComputeDType == "bfloat16" {
 		compute = dtypes.BFloat16

@@ -188,6 +188,9 @@ func New(model Model, cfg Config, backend compute.Backend, opts ...Option) (*Tra
 	for _, opt := range opts {
 		opt(&o)
 	}
+	if err := checkTrainable(model); err != nil {
+		return nil, err
+	}
 	if (cfg.Method == MethodCustom) != (o.adapters != nil) {
 		return nil, fmt.Errorf("method custom and WithAdapters go together (method %q)", cfg.Method)
 	}

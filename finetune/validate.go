@@ -1,6 +1,7 @@
 package finetune
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/gomlx/gomlx/core/tensors"
@@ -122,4 +123,15 @@ func (m Llama) HasTargets(b Batch) bool {
 // targetChecker is a model that can tell a batch with nothing to learn (Llama.HasTargets).
 type targetChecker interface {
 	HasTargets(b Batch) bool
+}
+
+// ErrNoHead is returned when a bare ViTModel (no classification head) is to be trained: it has no loss.
+var ErrNoHead = errors.New("the model is a bare ViTModel with no classification head, so it has no loss to train")
+
+// checkTrainable refuses models that cannot be fine-tuned as they are.
+func checkTrainable(model Model) error {
+	if v, ok := model.(ViT); ok && len(v.Config.Labels) == 0 {
+		return fmt.Errorf("%w: give it one (finetune init --from MODEL --num-labels N; finetune memory --labels N)", ErrNoHead)
+	}
+	return nil
 }
