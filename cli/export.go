@@ -2,6 +2,8 @@ package cli
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -10,6 +12,7 @@ import (
 
 func newExportCommand(opts *Options) *cobra.Command {
 	var run, format, out, checkpoint string
+	var overwrite bool
 	cmd := &cobra.Command{
 		Use:   "export --run DIR --format peft|merged --out DIR",
 		Short: "Export a training run as a PEFT adapter or a merged Hugging Face checkpoint",
@@ -29,6 +32,9 @@ load unchanged: adapters merged, norm affines restored.`,
 			spec, err := finetune.ReadRunSpec(run)
 			if err != nil {
 				return err
+			}
+			if err := exportTarget(out, spec.Model, format, overwrite); err != nil {
+				return usageError{err}
 			}
 			model, err := finetune.LoadModel(spec.Model, spec.Config)
 			if err != nil {
@@ -62,5 +68,48 @@ load unchanged: adapters merged, norm affines restored.`,
 	cmd.Flags().StringVar(&checkpoint, "checkpoint", "", "a specific checkpoint folder (default: the run's latest)")
 	cmd.Flags().StringVar(&format, "format", "peft", "peft or merged")
 	cmd.Flags().StringVar(&out, "out", "", "output folder")
+	cmd.Flags().BoolVar(&overwrite, "overwrite", false, "replace an earlier export in --out")
 	return cmd
+}
+
+// exportTarget refuses an --out that would lose something: the run's base model (its weights would be replaced
+// by the merged ones), a training output folder or a checkpoint (whose files would mix with the export), or an
+// earlier export unless overwrite (whose files it then removes).
+func exportTarget(out, baseModel, format string, overwrite bool) error {
+	if same(out, baseModel) {
+		return fmt.Errorf("--out %s is the run's base model: exporting there would replace the weights the run trains on; choose another folder", out)
+	}
+	for _, f := range []struct{ file, what string }{{finetune.RunFile, "a training output folder"}, {"trainer_state.json", "a checkpoint"}} {
+		if _, err := os.Stat(filepath.Join(out, f.file)); err == nil {
+			return fmt.Errorf("--out %s is %s (it holds %s): export to a folder of its own, e.g. %s", out, f.what, f.file, filepath.Join(out, format))
+		}
+	}
+	files := modelFiles
+	if format == "peft" {
+		files = []string{"adapter_config.json", "adapter_model.safetensors"}
+	}
+	var found []string
+	for _, pat := range files {
+		m, _ := filepath.Glob(filepath.Join(out, pat))
+		found = append(found, m...)
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	if !overwrite {
+		return fmt.Errorf("%s already holds an export (%s): choose another --out, or pass --overwrite to replace it", out, filepath.Base(found[0]))
+	}
+	for _, f := range found {
+		if err := os.Remove(f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// same reports whether two paths name the same folder (after resolving links).
+func same(a, b string) bool {
+	sa, errA := os.Stat(a)
+	sb, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(sa, sb)
 }

@@ -342,3 +342,44 @@ func TestResumeRefusesChangedData(t *testing.T) {
 		t.Fatalf("resume with the original data: exit %d\n%s", code, stderr)
 	}
 }
+
+// TestExportGuards: export never writes into the run's base model, a run folder or a checkpoint (each refused
+// with one line, the folder unchanged), and replaces an earlier export only with --overwrite.
+func TestExportGuards(t *testing.T) {
+	tmp := t.TempDir()
+	model := filepath.Join(tmp, "vit")
+	run(t, "init", "--arch", "vit", "--preset", "tiny", "--num-labels", "3", "--out", model)
+	data := filepath.Join(tmp, "train.safetensors")
+	writeImageData(t, data, 12)
+	out := filepath.Join(tmp, "run")
+	if _, stderr, code := run(t, "train", "--model", model, "--data", data, "--out", out, "--steps", "1"); code != 0 {
+		t.Fatalf("train: exit %d\n%s", code, stderr)
+	}
+	weights, _ := os.ReadFile(filepath.Join(model, "model.safetensors"))
+	for _, c := range []struct{ format, out, want string }{
+		{"merged", model, "is the run's base model"},
+		{"merged", out, "is a training output folder"},
+		{"peft", filepath.Join(out, "checkpoint-1"), "is a checkpoint"},
+	} {
+		_, stderr, code := run(t, "export", "--run", out, "--format", c.format, "--out", c.out)
+		if code != 2 || !strings.Contains(stderr, c.want) || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+			t.Errorf("export --out %s: exit %d\n%s", c.out, code, stderr)
+		}
+	}
+	if after, _ := os.ReadFile(filepath.Join(model, "model.safetensors")); string(after) != string(weights) {
+		t.Error("the base model's weights changed")
+	}
+	if _, err := os.Stat(filepath.Join(out, "config.json")); err == nil {
+		t.Error("a merged model was written into the run folder")
+	}
+	merged := filepath.Join(tmp, "merged")
+	if _, stderr, code := run(t, "export", "--run", out, "--format", "merged", "--out", merged); code != 0 {
+		t.Fatalf("export: exit %d\n%s", code, stderr)
+	}
+	if _, stderr, code := run(t, "export", "--run", out, "--format", "merged", "--out", merged); code != 2 || !strings.Contains(stderr, "already holds an export") {
+		t.Errorf("second export: exit %d\n%s", code, stderr)
+	}
+	if _, stderr, code := run(t, "export", "--run", out, "--format", "merged", "--out", merged, "--overwrite"); code != 0 {
+		t.Errorf("--overwrite: exit %d\n%s", code, stderr)
+	}
+}

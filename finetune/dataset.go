@@ -119,8 +119,8 @@ func OpenData(path string, opts DataOptions, model Model, modelDir string, batch
 			return nil, err
 		}
 		if v.Config.Architecture == "" || len(v.Config.Labels) != len(src.Classes()) {
-			return nil, fmt.Errorf("%s has %d classes %v but the model classifies %d: make the model with as many labels",
-				path, len(src.Classes()), src.Classes(), len(v.Config.Labels))
+			return nil, fmt.Errorf("%s has %d classes %v but the model classifies %d: give the model a head of %d (finetune init --from %s --num-labels %d --out NEW)",
+				path, len(src.Classes()), src.Classes(), len(v.Config.Labels), len(src.Classes()), modelDir, len(src.Classes()))
 		}
 		pre, err := data.ReadPreprocessor(modelDir, v.Config.NumChannels, v.Config.ImageSize)
 		if err != nil {
