@@ -183,4 +183,15 @@ func TestInitGuards(t *testing.T) {
 	if code != 2 || !strings.Contains(stderr, "--num-labels 100000000") {
 		t.Errorf("huge --num-labels: exit %d, %q", code, stderr)
 	}
+	// A model whose random weights cannot fit the machine is refused with both figures before anything is
+	// allocated (a 1 GiB limit stands in for a small machine).
+	t.Setenv("MEMFIT_MEMORY_LIMIT", "1GiB")
+	big := filepath.Join(t.TempDir(), "big")
+	_, stderr, code = run(t, "init", "--arch", "llama", "--preset", "llama-1b", "--out", big)
+	if code != 1 || !strings.Contains(stderr, "making its random weights takes 4.098 GiB of memory (float32) but this machine has 1.000 GiB") {
+		t.Errorf("llama-1b on 1 GiB: exit %d, %q", code, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(big, "model.safetensors")); err == nil {
+		t.Error("the refused init wrote weights")
+	}
 }

@@ -24,3 +24,10 @@ func TestParseBytesAndMachine(t *testing.T) {
 		t.Errorf("with $%s: %d, %v, %v", LimitEnv, b, ok, err)
 	}
 }
+
+// TestFreeDiskBytes: the free space of the temp folder's filesystem is read (Unix).
+func TestFreeDiskBytes(t *testing.T) {
+	if free, ok := FreeDiskBytes(t.TempDir()); ok && free <= 0 {
+		t.Errorf("free disk bytes %d", free)
+	}
+}

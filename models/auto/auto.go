@@ -17,6 +17,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/engine"
+	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/models/hfconfig"
 	"github.com/memfit/memfit/models/llama"
@@ -78,7 +79,8 @@ func InitAs(arch, preset string, numLabels int, seed uint64, dir string, maxShar
 		return fmt.Errorf("--num-labels must not be negative, got %d", numLabels)
 	}
 	var config []byte
-	var params models.Params
+	var random func() models.Params
+	var shapes map[string][]int
 	switch arch {
 	case "vit":
 		cfg, err := vit.Preset(preset, numLabels)
@@ -88,7 +90,7 @@ func InitAs(arch, preset string, numLabels int, seed uint64, dir string, maxShar
 		if config, err = cfg.JSON(); err != nil {
 			return err
 		}
-		params = vit.RandomParams(cfg, seed)
+		shapes, random = vit.Shapes(cfg), func() models.Params { return vit.RandomParams(cfg, seed) }
 	case "llama":
 		cfg, err := llama.Preset(preset, numLabels)
 		if err != nil {
@@ -97,10 +99,14 @@ func InitAs(arch, preset string, numLabels int, seed uint64, dir string, maxShar
 		if config, err = cfg.JSON(); err != nil {
 			return err
 		}
-		params = llama.RandomParams(cfg, seed)
+		shapes, random = llama.Shapes(cfg), func() models.Params { return llama.RandomParams(cfg, seed) }
 	default:
 		return fmt.Errorf("unknown architecture %q: use one of %v", arch, Architectures)
 	}
+	if err := initFits(arch, preset, dir, shapes, dtype); err != nil {
+		return err
+	}
+	params := random()
 	if dtype == "bfloat16" {
 		var err error
 		if params, err = params.ToBFloat16(); err != nil {
@@ -108,6 +114,41 @@ func InitAs(arch, preset string, numLabels int, seed uint64, dir string, maxShar
 		}
 	}
 	return models.SaveCheckpoint(dir, config, params, maxShardBytes)
+}
+
+// initFits refuses an init whose weights cannot fit: the random weights are made in float32 in memory (plus a
+// bfloat16 copy when asked), then written to dir's disk.
+func initFits(arch, preset, dir string, shapes map[string][]int, dtype string) error {
+	var n int64
+	for _, s := range shapes {
+		k := int64(1)
+		for _, d := range s {
+			k *= int64(d)
+		}
+		n += k
+	}
+	need, file := 4*n, 4*n
+	if dtype == "bfloat16" {
+		need, file = 6*n, 2*n
+	}
+	if limit, ok, err := memory.MachineBytes(); err != nil {
+		return err
+	} else if ok && need > limit {
+		return fmt.Errorf("%s %s has %.3g parameters: making its random weights takes %s of memory (%s) but this machine has %s: choose a smaller --preset",
+			arch, preset, float64(n), memory.FormatBytes(need), dtype, memory.FormatBytes(limit))
+	}
+	where := dir
+	for {
+		if _, err := os.Stat(where); err == nil || filepath.Dir(where) == where {
+			break
+		}
+		where = filepath.Dir(where)
+	}
+	if free, ok := memory.FreeDiskBytes(where); ok && file > free {
+		return fmt.Errorf("%s %s takes %s on disk (%s) but %s has %s free: free space or choose another --out",
+			arch, preset, memory.FormatBytes(file), dtype, where, memory.FormatBytes(free))
+	}
+	return nil
 }
 
 // Inputs are a model's inputs read from JSON: input_ids (and optionally attention_mask) for LLaMA,
