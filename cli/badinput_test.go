@@ -5,6 +5,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gomlx/gomlx/core/tensors"
+
+	"github.com/memfit/memfit/safetensors"
 )
 
 // TestBadInputSweep runs bad commands of every kind through the CLI, as a tough user would: each must end with a
@@ -28,6 +32,16 @@ func TestBadInputSweep(t *testing.T) {
 	badPred := filepath.Join(tmp, "pred.txt")
 	os.WriteFile(badPred, []byte("1\nx\n"), 0o644)
 	out := func(name string) string { return filepath.Join(tmp, "runs", name) }
+	emptyRow := filepath.Join(tmp, "empty-row.json")
+	os.WriteFile(emptyRow, []byte(`{"input_ids": [[]]}`), 0o644)
+	bigImages := filepath.Join(tmp, "big.safetensors") // 64x64 images for a 32x32 model
+	safetensors.WriteTensors(bigImages, map[string]*tensors.Tensor{
+		"pixel_values": tensors.FromFlatDataAndDimensions(make([]float32, 4*3*64*64), 4, 3, 64, 64),
+		"labels":       tensors.FromFlatDataAndDimensions(make([]int32, 4), 4)}, "", nil)
+	intPixels := filepath.Join(tmp, "int.safetensors")
+	safetensors.WriteTensors(intPixels, map[string]*tensors.Tensor{
+		"pixel_values": tensors.FromFlatDataAndDimensions(make([]int32, 4*3*32*32), 4, 3, 32, 32),
+		"labels":       tensors.FromFlatDataAndDimensions(make([]int32, 4), 4)}, "", nil)
 	// A LLaMA with 16 positions (MMLU prompts are longer) and a sequence classifier for GLUE.
 	short := filepath.Join(tmp, "short")
 	os.MkdirAll(short, 0o755)
@@ -87,7 +101,7 @@ func TestBadInputSweep(t *testing.T) {
 		{[]string{"logits", "--model", llama, "--inputs", badJSON}, "input_ids holds 99999999"},
 		{[]string{"logits", "--model", vit}, "--model and --inputs are required"},
 		{[]string{"tokenize", "--tokenizer", filepath.Join(tmp, "nope"), "hello"}, "nope"},
-		{[]string{"bench", "blocks", "--layers", "0"}, "Layers:0"},
+		{[]string{"bench", "blocks", "--layers", "0"}, "--layers 0"},
 		{[]string{"eval", "mmlu", "--model", short, "--data", mmlu, "--subjects", "anatomy", "--max-len", "100"}, "more than the model's 16 positions"},
 		{[]string{"eval", "mmlu", "--model", short, "--data", mmlu, "--max-len", "-4"}, "--max-len -4"},
 		{[]string{"eval", "mmlu", "--model", short, "--data", mmlu, "--shots", "-1"}, "--shots -1"},
@@ -97,6 +111,19 @@ func TestBadInputSweep(t *testing.T) {
 		{[]string{"train", "--model", vit, "--data", cifar, "--out", out("x")}, "--split train"},
 		{[]string{"memory", "--model", "vit:tiny"}, "--labels N"},
 		{[]string{"init", "--arch", "vit", "--max-shard-mb", "-1", "--out", out("y")}, "--max-shard-mb -1"},
+		{[]string{"bench", "step", "--model", "llama:tiny", "--seq", "0", "--batch", "1", "--steps", "1"}, "--seq 0"},
+		{[]string{"bench", "step", "--model", "llama:tiny", "--seq", "-5", "--batch", "1", "--steps", "1"}, "--seq -5"},
+		{[]string{"bench", "step", "--model", "llama:tiny", "--seq", "8", "--batch", "0", "--steps", "1"}, "--batch 0"},
+		{[]string{"bench", "blocks", "--batch", "1000000000"}, "--batch 1000000000"},
+		{[]string{"memory", "--model", "llama-7b", "--seq", "512", "--batch-size", "1000000000000000000"}, "--batch-size 1000000000000000000"},
+		{[]string{"memory", "--model", "vit:tiny", "--labels", "-3"}, "--labels -3"},
+		{[]string{"demo", "--steps", "0"}, "--steps 0"},
+		{[]string{"eval", "superglue"}, "unknown command \"superglue\""},
+		{[]string{"bench", "turbo"}, "unknown command \"turbo\""},
+		{[]string{"logits", "--model", llama, "--inputs", emptyRow}, "empty axis"},
+		{[]string{"init", "--from", vit, "--num-labels", "5", "--out", vit, "--overwrite"}, "is the --from model"},
+		{[]string{"train", "--model", vit, "--data", bigImages, "--out", out("z"), "--batch-size", "2"}, "32x32"},
+		{[]string{"train", "--model", vit, "--data", intPixels, "--out", out("z2"), "--batch-size", "2"}, "pixel_values are Int32"},
 		{[]string{"frobnicate"}, "unknown command"},
 		{[]string{"train", "--no-such-flag"}, "unknown flag"},
 	}

@@ -42,6 +42,9 @@ when a checkpoint is loaded with a new num_labels; tokenizer files come along.`,
 			if shardMB < 0 {
 				return usagef("--max-shard-mb %d: give 0 (one file) or a positive size", shardMB)
 			}
+			if from != "" && same(from, out) {
+				return usagef("--out %s is the --from model: writing there would replace the weights it reads; choose another folder", out)
+			}
 			if err := freshModelFolder(out, overwrite); err != nil {
 				return usageError{err}
 			}

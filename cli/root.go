@@ -65,6 +65,8 @@ made with -tags xla.`,
 		newTrainCommand(opts), newExportCommand(opts), newMemoryCommand(opts),
 		newPretrainCommand(opts), newVersionCommand(), newDemoCommand(opts), newTokenizeCommand(), newEvalCommand(opts))
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	checkSizeFlags(root)
+	refuseUnknownSubcommands(root)
 	return root
 }
 
@@ -135,3 +137,20 @@ type exitError struct {
 
 func (e exitError) Error() string { return e.err.Error() }
 func (e exitError) Unwrap() error { return e.err }
+
+// refuseUnknownSubcommands makes a command group (bench, eval, pretrain, approxbp) answer an unknown subcommand
+// with an error, as the top level does, instead of printing its help and exiting 0.
+func refuseUnknownSubcommands(root *cobra.Command) {
+	for _, c := range root.Commands() {
+		if !c.HasSubCommands() || c.RunE != nil || c.Run != nil {
+			continue
+		}
+		c.Args = cobra.ArbitraryArgs
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usagef("unknown command %q for \"finetune %s\" (run finetune %s --help)", args[0], cmd.Name(), cmd.Name())
+			}
+			return cmd.Help()
+		}
+	}
+}

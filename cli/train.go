@@ -245,7 +245,9 @@ func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out s
 		return err
 	}
 	if !resume {
-		if err := finetune.CheckFreshRun(out, overwrite); err != nil {
+		inputs := []string{spec.Model, spec.DataOptions.Tokenizer, spec.Config.InitAdapter}
+		inputs = append(inputs, strings.Split(spec.Data, ",")...) // an IDX pair is two paths
+		if err := finetune.CheckFreshRun(out, overwrite, inputs...); err != nil {
 			return usageError{err}
 		}
 	}

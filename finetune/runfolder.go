@@ -51,24 +51,39 @@ func LockRun(out string) (unlock func(), err error) {
 	return func() { unlockFile(f); f.Close() }, nil
 }
 
-// runFiles lists what a run leaves in its output folder: run.yaml, metrics.jsonl, latest, the checkpoints and
-// the exported adapter.
-func runFiles(out string) ([]string, error) {
+// runFiles lists what a memfit run left in its output folder: run.yaml, metrics.jsonl, latest, its checkpoints
+// (checkpoint-N folders holding trainer_state.json: another tool's checkpoint-500 is not ours) and, when any of
+// those is there, the exported adapter. hasCheckpoint says whether a checkpoint is among them.
+func runFiles(out string) (found []string, hasCheckpoint bool, err error) {
 	entries, err := os.ReadDir(out)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return nil, false, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	var found []string
+	adapter := false
 	for _, e := range entries {
 		n := e.Name()
-		if n == RunFile || n == MetricsFile || n == LatestFile || n == "adapter" || isCheckpointName(n) {
+		switch {
+		case n == RunFile || n == MetricsFile || n == LatestFile:
 			found = append(found, n)
+		case n == "adapter":
+			adapter = true
+		case isCheckpointName(n) && isOurCheckpoint(filepath.Join(out, n)):
+			found, hasCheckpoint = append(found, n), true
 		}
 	}
-	return found, nil
+	if adapter && len(found) > 0 {
+		found = append(found, "adapter")
+	}
+	return found, hasCheckpoint, nil
+}
+
+// isOurCheckpoint reports whether dir is a memfit checkpoint (it holds trainer_state.json).
+func isOurCheckpoint(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, "trainer_state.json"))
+	return err == nil
 }
 
 // MetricsFile is the metrics log of an output folder (JSONL, one line per logging step).
@@ -76,15 +91,29 @@ const MetricsFile = "metrics.jsonl"
 
 // CheckFreshRun makes sure a new run can start in out: an empty or missing folder, or one that holds no run. A
 // folder with a run is refused, naming what is there, unless overwrite: then the old run's files (run.yaml,
-// metrics, checkpoints, latest, the exported adapter) are removed first. Other files are left alone.
-func CheckFreshRun(out string, overwrite bool) error {
-	found, err := runFiles(out)
+// metrics, checkpoints, latest, the exported adapter) are removed first. Other files are left alone, and so is
+// everything when one of the files to remove holds an input of the new run (inputs: the model, data, tokenizer
+// and initial adapter paths), which is refused instead.
+func CheckFreshRun(out string, overwrite bool, inputs ...string) error {
+	found, hasCheckpoint, err := runFiles(out)
 	if err != nil || len(found) == 0 {
 		return err
 	}
 	if !overwrite {
+		if !hasCheckpoint {
+			return fmt.Errorf("%s holds a run that stopped before its first checkpoint (%s): pass --overwrite to delete it and start again",
+				out, strings.Join(found, ", "))
+		}
 		return fmt.Errorf("%s already holds a training run (%s): continue it with --resume, or pass --overwrite to delete it and start again",
 			out, strings.Join(found, ", "))
+	}
+	for _, n := range found {
+		for _, in := range inputs {
+			if in != "" && within(in, filepath.Join(out, n)) {
+				return fmt.Errorf("--overwrite would delete %s, which this run reads (%s): copy it out of %s first, or choose another --out",
+					filepath.Join(out, n), in, out)
+			}
+		}
 	}
 	for _, n := range found {
 		if err := os.RemoveAll(filepath.Join(out, n)); err != nil {
@@ -92,6 +121,21 @@ func CheckFreshRun(out string, overwrite bool) error {
 		}
 	}
 	return nil
+}
+
+// within reports whether path is dir or lies inside it (after making both absolute and resolving links).
+func within(path, dir string) bool {
+	abs := func(p string) string {
+		if a, err := filepath.Abs(p); err == nil {
+			p = a
+		}
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			p = r
+		}
+		return p
+	}
+	rel, err := filepath.Rel(abs(dir), abs(path))
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
 // CleanStale removes what a killed save leaves in out: temporary checkpoint folders and "latest" files. A
@@ -154,7 +198,7 @@ func pruneCheckpoints(out string, keep int) error {
 	latest, _ := LatestCheckpoint(out)
 	var steps []int
 	for _, e := range entries {
-		if s, ok := checkpointStep(e.Name()); ok && e.IsDir() {
+		if s, ok := checkpointStep(e.Name()); ok && e.IsDir() && isOurCheckpoint(filepath.Join(out, e.Name())) {
 			steps = append(steps, s)
 		}
 	}

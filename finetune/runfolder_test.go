@@ -44,20 +44,35 @@ func TestRunFolderGuards(t *testing.T) {
 	for _, f := range []string{finetune.RunFile, finetune.MetricsFile, finetune.LatestFile, "notes.txt"} {
 		os.WriteFile(filepath.Join(out, f), []byte("x\n"), 0o644)
 	}
-	os.MkdirAll(filepath.Join(out, "checkpoint-3"), 0o755)
 	err = finetune.CheckFreshRun(out, false)
-	if err == nil || !strings.Contains(err.Error(), "--overwrite") || !strings.Contains(err.Error(), "checkpoint-3") {
+	if err == nil || !strings.Contains(err.Error(), "stopped before its first checkpoint") {
+		t.Errorf("a run without a checkpoint: %v", err)
+	}
+	os.MkdirAll(filepath.Join(out, "checkpoint-3"), 0o755)
+	os.WriteFile(filepath.Join(out, "checkpoint-3", "trainer_state.json"), []byte("{}"), 0o644)
+	os.MkdirAll(filepath.Join(out, "checkpoint-500"), 0o755) // another tool's checkpoint: not ours to delete
+	os.WriteFile(filepath.Join(out, "checkpoint-500", "config.json"), []byte("{}"), 0o644)
+	err = finetune.CheckFreshRun(out, false)
+	if err == nil || !strings.Contains(err.Error(), "--overwrite") || !strings.Contains(err.Error(), "checkpoint-3") || strings.Contains(err.Error(), "checkpoint-500") {
 		t.Errorf("used folder: %v", err)
 	}
-	if err := finetune.CheckFreshRun(out, true); err != nil {
+	// --overwrite never deletes what the new run reads (its model here lies in the old checkpoint).
+	err = finetune.CheckFreshRun(out, true, filepath.Join(out, "checkpoint-3", "trainable.safetensors"))
+	if err == nil || !strings.Contains(err.Error(), "which this run reads") {
+		t.Errorf("overwrite of an input: %v", err)
+	}
+	if err := finetune.CheckFreshRun(out, true, filepath.Join(out, "checkpoint-500")); err != nil {
 		t.Fatal(err)
 	}
 	names := list(t, out)
-	if strings.Join(names, ",") != ".lock,notes.txt" {
-		t.Errorf("after overwrite the folder holds %v, want .lock and notes.txt", names)
+	if strings.Join(names, ",") != ".lock,checkpoint-500,notes.txt" {
+		t.Errorf("after overwrite the folder holds %v, want .lock, checkpoint-500 and notes.txt", names)
 	}
+	os.RemoveAll(filepath.Join(out, "checkpoint-500"))
 
 	for _, d := range []string{".checkpoint-3.tmp-1", ".checkpoint-4.old-1", ".checkpoint-5.old-1", "checkpoint-5"} {
+		os.MkdirAll(filepath.Join(out, d), 0o755)
+		os.WriteFile(filepath.Join(out, d, "trainer_state.json"), []byte("{}"), 0o644)
 		os.MkdirAll(filepath.Join(out, d), 0o755)
 	}
 	os.WriteFile(filepath.Join(out, ".latest-9"), nil, 0o644)

@@ -22,6 +22,12 @@ func (m ViT) CheckBatch(b Batch) error {
 		if px.Rank() != 4 || px.Shape().Dim(1) != m.Config.NumChannels {
 			return fmt.Errorf("pixel_values has shape %v; the model takes [batch, %d, height, width]", px.Shape().Dimensions, m.Config.NumChannels)
 		}
+		if h, w := px.Shape().Dim(2), px.Shape().Dim(3); h != m.Config.ImageSize || w != m.Config.ImageSize {
+			return fmt.Errorf("pixel_values are %dx%d images but the model takes %dx%d (image_size in its config.json): resize them (image folders and tars are resized by the model's preprocessor)", h, w, m.Config.ImageSize, m.Config.ImageSize)
+		}
+		if !px.DType().IsFloat() {
+			return fmt.Errorf("pixel_values are %s; the model takes floating-point pixels (float32, normalized as its preprocessor_config.json says)", px.DType())
+		}
 	}
 	if l, ok := b["labels"]; ok {
 		if len(m.Config.Labels) == 0 {

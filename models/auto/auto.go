@@ -157,6 +157,12 @@ type Inputs struct {
 	InputIDs, AttentionMask, PixelValues *tensors.Tensor
 }
 
+// maxInputValues bounds one input tensor of ReadInputs (16M values: 64 MiB of float32, e.g. 80 ViT-B images).
+const maxInputValues = 1 << 24
+
+// maxInputRows bounds the examples of one ReadInputs call (their logits are computed in one batch and printed).
+const maxInputRows = 4096
+
 // ReadInputs reads an inputs JSON file: an object with input_ids / attention_mask / pixel_values, or an object
 // whose "inputs" field is one (as the golden files are).
 func ReadInputs(path string) (Inputs, error) {
@@ -179,6 +185,15 @@ func ReadInputs(path string) (Inputs, error) {
 		dims, values, err := parseNested(raw)
 		if err != nil {
 			return Inputs{}, fmt.Errorf("%s: %q: %v", path, key, err)
+		}
+		if slices.Contains(dims, 0) {
+			return Inputs{}, fmt.Errorf("%s: %q has an empty axis (shape %v): give at least one example of at least one value", path, key, dims)
+		}
+		if len(dims) > 0 && dims[0] > maxInputRows {
+			return Inputs{}, fmt.Errorf("%s: %q holds %d examples, more than the %d one call takes: split the inputs into several files", path, key, dims[0], maxInputRows)
+		}
+		if len(values) > maxInputValues {
+			return Inputs{}, fmt.Errorf("%s: %q holds %d values, more than the %d one call takes: split the inputs into several files", path, key, len(values), maxInputValues)
 		}
 		switch key {
 		case "input_ids", "attention_mask":
