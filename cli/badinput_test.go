@@ -32,6 +32,10 @@ func TestBadInputSweep(t *testing.T) {
 	badPred := filepath.Join(tmp, "pred.txt")
 	os.WriteFile(badPred, []byte("1\nx\n"), 0o644)
 	out := func(name string) string { return filepath.Join(tmp, "runs", name) }
+	hugeConfig := filepath.Join(tmp, "huge")
+	os.MkdirAll(hugeConfig, 0o755)
+	cfgBytes, _ := os.ReadFile(filepath.Join(llama, "config.json"))
+	os.WriteFile(filepath.Join(hugeConfig, "config.json"), []byte(strings.Replace(string(cfgBytes), `"num_hidden_layers": 4`, `"num_hidden_layers": 1000000000`, 1)), 0o644)
 	emptyRow := filepath.Join(tmp, "empty-row.json")
 	os.WriteFile(emptyRow, []byte(`{"input_ids": [[]]}`), 0o644)
 	bigImages := filepath.Join(tmp, "big.safetensors") // 64x64 images for a 32x32 model
@@ -124,6 +128,12 @@ func TestBadInputSweep(t *testing.T) {
 		{[]string{"init", "--from", vit, "--num-labels", "5", "--out", vit, "--overwrite"}, "is the --from model"},
 		{[]string{"train", "--model", vit, "--data", bigImages, "--out", out("z"), "--batch-size", "2"}, "32x32"},
 		{[]string{"train", "--model", vit, "--data", intPixels, "--out", out("z2"), "--batch-size", "2"}, "pixel_values are Int32"},
+		{[]string{"eval", "glue", "--task", "sst2", "--model", llama, "--data", glue}, "not a LLaMA sequence classifier"},
+		{[]string{"eval", "glue", "--task", "stsb", "--model", sst2, "--data", glue}, "a classifier of 2 labels"},
+		{[]string{"eval", "mmlu", "--model", short, "--data", mmlu, "--out", tmp}, "is a folder"},
+		{[]string{"eval", "mmlu", "--model", short, "--data", mmlu, "--out", filepath.Join(tmp, "no", "x.json")}, "does not exist"},
+		{[]string{"train", "--model", filepath.Join(vit, "config.json"), "--data", data, "--out", out("z3")}, "is a file: a model is a folder"},
+		{[]string{"memory", "--model", hugeConfig}, "more than memfit takes"},
 		{[]string{"frobnicate"}, "unknown command"},
 		{[]string{"train", "--no-such-flag"}, "unknown flag"},
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/evals"
 	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/models/llama"
 	"github.com/memfit/memfit/lora"
 	"github.com/memfit/memfit/tokenizer"
 )
@@ -131,6 +132,9 @@ adapter (or the model) as eval-mmlu.json, with the prompt format, shots, averagi
 			o.Shots = shots
 			if shots == 0 {
 				o.Shots = -1 // evals: 0 means the default (5), a negative number zero-shot
+			}
+			if err := checkOutFile(out); err != nil {
+				return err
 			}
 			for _, s := range subjects {
 				if _, ok := evals.Categories[s]; !ok {
@@ -263,11 +267,15 @@ next to the adapter or model, or --out).`,
 			if task == "" || dataDir == "" {
 				return usagef("--task and --data are required")
 			}
-			if _, err := data.GLUETask(task); err != nil {
+			info, err := data.GLUETask(task)
+			if err != nil {
 				return usageError{err}
 			}
 			if (preds == "") == (model == "") {
 				return usagef("give either --predictions or --model")
+			}
+			if err := checkOutFile(out); err != nil {
+				return err
 			}
 			if model != "" && (batch < 1 || batch > maxEvalBatch) {
 				return usagef("--batch-size %d: give 1 to %d examples per forward pass", batch, maxEvalBatch)
@@ -291,6 +299,14 @@ next to the adapter or model, or --out).`,
 				m, set, t, err := loadForEval(model, adapter, tok)
 				if err != nil {
 					return err
+				}
+				want := max(len(info.Classes), 1) // a regression task has one output
+				if l, ok := m.(finetune.Llama); !ok || l.Config.Architecture != llama.ArchClassification || len(l.Config.Labels) != want {
+					got := "not a LLaMA sequence classifier"
+					if ok && l.Config.Architecture == llama.ArchClassification {
+						got = fmt.Sprintf("a classifier of %d labels", len(l.Config.Labels))
+					}
+					return usagef("GLUE %s needs a LlamaForSequenceClassification with %d label(s) (finetune init --from BASE --num-labels %d); %s is %s", task, want, want, model, got)
 				}
 				if l, ok := m.(finetune.Llama); ok && (seqLen < 2 || seqLen > l.Config.MaxPositionEmbeddings) {
 					return usagef("--seq-len %d: give 2 to %d tokens (the model's max_position_embeddings)", seqLen, l.Config.MaxPositionEmbeddings)
@@ -374,4 +390,19 @@ func countProgress(w io.Writer, label string) func(done, total int) {
 			fmt.Fprintf(w, "%s: %d/%d\n", label, done, total)
 		}
 	}
+}
+
+// checkOutFile refuses, before any work, an --out results file that cannot be written: a folder, or a path whose
+// folder does not exist.
+func checkOutFile(out string) error {
+	if out == "" {
+		return nil
+	}
+	if st, err := os.Stat(out); err == nil && st.IsDir() {
+		return usagef("--out %s is a folder: give a file name, e.g. %s", out, filepath.Join(out, "results.json"))
+	}
+	if st, err := os.Stat(filepath.Dir(out)); err != nil || !st.IsDir() {
+		return usagef("--out %s: the folder %s does not exist", out, filepath.Dir(out))
+	}
+	return nil
 }

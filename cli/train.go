@@ -279,6 +279,9 @@ func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out s
 			return fmt.Errorf("%s does not match the checkpoint it resumes (here = run.yaml, there = the checkpoint): %s",
 				filepath.Join(out, finetune.RunFile), strings.Join(diff, "; "))
 		}
+		if spec.Config.Steps < tr.Step {
+			return usagef("--steps %d is below the step the checkpoint reached (%d): give more steps to continue; the run's adapter is in %s", spec.Config.Steps, tr.Step, filepath.Join(out, "adapter"))
+		}
 		tr.Config.Steps = spec.Config.Steps
 		if err := tr.Config.Validate(); err != nil {
 			return usageError{err}

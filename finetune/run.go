@@ -25,6 +25,9 @@ func LoadModel(dir string, cfg Config) (Model, error) {
 	if err != nil {
 		return nil, err
 	}
+	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
+		return nil, fmt.Errorf("%s is a file: a model is a folder (config.json and its safetensors), here %s", dir, filepath.Dir(dir))
+	}
 	mt, err := auto.ModelType(dir)
 	if err != nil {
 		return nil, err

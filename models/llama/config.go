@@ -168,13 +168,17 @@ func decodeRopeScaling(d *hfconfig.Decoder, rs map[string]any) *RopeScaling {
 // Validate checks the sizes.
 func (c Config) Validate() error {
 	for _, f := range []struct {
-		name string
-		v    int
-	}{{"vocab_size", c.VocabSize}, {"hidden_size", c.HiddenSize}, {"intermediate_size", c.IntermediateSize},
-		{"num_hidden_layers", c.NumHiddenLayers}, {"num_attention_heads", c.NumAttentionHeads},
-		{"num_key_value_heads", c.NumKeyValueHeads}, {"head_dim", c.HeadDim}} {
+		name    string
+		v, most int
+	}{{"vocab_size", c.VocabSize, 1 << 24}, {"hidden_size", c.HiddenSize, 1 << 16}, {"intermediate_size", c.IntermediateSize, 1 << 18},
+		{"num_hidden_layers", c.NumHiddenLayers, 4096}, {"num_attention_heads", c.NumAttentionHeads, 4096},
+		{"num_key_value_heads", c.NumKeyValueHeads, 4096}, {"head_dim", c.HeadDim, 4096},
+		{"max_position_embeddings", max(c.MaxPositionEmbeddings, 1), 1 << 24}, {"num_labels", max(len(c.Labels), 1), 1_000_000}} {
 		if f.v <= 0 {
 			return fmt.Errorf("field %q must be positive, got %d", f.name, f.v)
+		}
+		if f.v > f.most {
+			return fmt.Errorf("field %q is %d, more than memfit takes (%d): is the config.json right?", f.name, f.v, f.most)
 		}
 	}
 	if c.NumAttentionHeads%c.NumKeyValueHeads != 0 {

@@ -106,12 +106,16 @@ func decode(f hfconfig.Fields) (Config, error) {
 // Validate checks the sizes.
 func (c Config) Validate() error {
 	for _, f := range []struct {
-		name string
-		v    int
-	}{{"hidden_size", c.HiddenSize}, {"num_hidden_layers", c.NumHiddenLayers}, {"num_attention_heads", c.NumAttentionHeads},
-		{"intermediate_size", c.IntermediateSize}, {"image_size", c.ImageSize}, {"patch_size", c.PatchSize}, {"num_channels", c.NumChannels}} {
+		name    string
+		v, most int
+	}{{"hidden_size", c.HiddenSize, 1 << 16}, {"num_hidden_layers", c.NumHiddenLayers, 4096}, {"num_attention_heads", c.NumAttentionHeads, 4096},
+		{"intermediate_size", c.IntermediateSize, 1 << 18}, {"image_size", c.ImageSize, 1 << 14}, {"patch_size", c.PatchSize, 1 << 14},
+		{"num_channels", c.NumChannels, 64}, {"num_labels", max(len(c.Labels), 1), 1_000_000}} {
 		if f.v <= 0 {
 			return fmt.Errorf("field %q must be positive, got %d", f.name, f.v)
+		}
+		if f.v > f.most {
+			return fmt.Errorf("field %q is %d, more than memfit takes (%d): is the config.json right?", f.name, f.v, f.most)
 		}
 	}
 	if c.HiddenSize%c.NumAttentionHeads != 0 {
