@@ -17,8 +17,8 @@ import (
 	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/evals"
 	"github.com/memfit/memfit/finetune"
-	"github.com/memfit/memfit/models/llama"
 	"github.com/memfit/memfit/lora"
+	"github.com/memfit/memfit/models/llama"
 	"github.com/memfit/memfit/tokenizer"
 )
 
