@@ -134,6 +134,7 @@ func TestBadInputSweep(t *testing.T) {
 		{[]string{"eval", "mmlu", "--model", short, "--data", mmlu, "--out", filepath.Join(tmp, "no", "x.json")}, "does not exist"},
 		{[]string{"train", "--model", filepath.Join(vit, "config.json"), "--data", data, "--out", out("z3")}, "is a file: a model is a folder"},
 		{[]string{"memory", "--model", hugeConfig}, "more than memfit takes"},
+		{[]string{"init", "--from", llama, "--num-labels", "2", "--dtype", "bfloat16", "--out", out("z4")}, "leave out --arch, --preset, --dtype"},
 		{[]string{"frobnicate"}, "unknown command"},
 		{[]string{"train", "--no-such-flag"}, "unknown flag"},
 	}

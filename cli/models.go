@@ -49,8 +49,8 @@ when a checkpoint is loaded with a new num_labels; tokenizer files come along.`,
 				return usageError{err}
 			}
 			if from != "" {
-				if arch != "" || cmd.Flags().Changed("preset") {
-					return usagef("--from takes the architecture and shapes from the model; leave out --arch and --preset")
+				if arch != "" || cmd.Flags().Changed("preset") || cmd.Flags().Changed("dtype") || cmd.Flags().Changed("max-shard-mb") {
+					return usagef("--from takes the architecture, shapes, dtype and files from the model; leave out --arch, --preset, --dtype and --max-shard-mb")
 				}
 				if err := auto.NewHead(from, numLabels, seed, out); err != nil {
 					return err

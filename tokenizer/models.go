@@ -329,7 +329,13 @@ func parseUnigram(raw json.RawMessage) (*unigram, error) {
 		m.scores = append(m.scores, score)
 		m.maxLen = max(m.maxLen, len(s))
 	}
+	if len(j.Vocab) == 0 {
+		return nil, fmt.Errorf("unigram vocab is empty")
+	}
 	if j.UnkID != nil {
+		if *j.UnkID < 0 || *j.UnkID >= len(j.Vocab) {
+			return nil, fmt.Errorf("unigram unk_id %d is not an entry of its %d-piece vocab", *j.UnkID, len(j.Vocab))
+		}
 		m.unk = *j.UnkID
 	}
 	for b := range m.byteIDs {
