@@ -341,6 +341,9 @@ func TestResumeRefusesChangedData(t *testing.T) {
 	if _, stderr, code := run(t, "train", "--out", out, "--resume", "--steps", "4"); code != 0 {
 		t.Fatalf("resume with the original data: exit %d\n%s", code, stderr)
 	}
+	if _, stderr, code := run(t, "train", "--out", out, "--resume", "--steps", "1"); code != 2 || !strings.Contains(stderr, "--steps 1 is below the step the checkpoint reached (4)") {
+		t.Errorf("--steps below the checkpoint: exit %d\n%s", code, stderr)
+	}
 }
 
 // TestExportGuards: export never writes into the run's base model, a run folder or a checkpoint (each refused
