@@ -152,11 +152,7 @@ func TestTrainExportResume(t *testing.T) {
 // TestTrainBadInput: contradictory or invalid settings are usage errors (exit 2), bad data a failure (exit 1),
 // each one line, before any training.
 func TestTrainBadInput(t *testing.T) {
-	tmp := t.TempDir()
-	model := filepath.Join(tmp, "vit")
-	run(t, "init", "--arch", "vit", "--preset", "tiny", "--num-labels", "3", "--out", model)
-	data := filepath.Join(tmp, "train.safetensors")
-	writeImageData(t, data, 12)
+	tmp, model, data := vitFixture(t)
 	badYAML := filepath.Join(tmp, "bad.yaml")
 	os.WriteFile(badYAML, []byte("method: lora\nlearning_rate: 0.1\n"), 0o644)
 	for _, tc := range []struct {
@@ -191,11 +187,7 @@ func TestTrainBadInput(t *testing.T) {
 // float32 and standard attention. (This build has no XLA or no GPU: the run then stops at the backend, with one
 // line.)
 func TestTrainGPUDefaults(t *testing.T) {
-	tmp := t.TempDir()
-	model := filepath.Join(tmp, "vit")
-	run(t, "init", "--arch", "vit", "--preset", "tiny", "--num-labels", "3", "--out", model)
-	data := filepath.Join(tmp, "train.safetensors")
-	writeImageData(t, data, 12)
+	tmp, model, data := vitFixture(t)
 	cfgFile := filepath.Join(tmp, "f32.yaml")
 	os.WriteFile(cfgFile, []byte("compute_dtype: float32\n"), 0o644)
 	for i, tc := range []struct {
@@ -219,11 +211,7 @@ func TestTrainGPUDefaults(t *testing.T) {
 // says how to continue or start over) and changes nothing; --overwrite starts over; the log after a resume has
 // each step once.
 func TestTrainRefusesUsedFolder(t *testing.T) {
-	tmp := t.TempDir()
-	model := filepath.Join(tmp, "vit")
-	run(t, "init", "--arch", "vit", "--preset", "tiny", "--num-labels", "3", "--out", model)
-	data := filepath.Join(tmp, "train.safetensors")
-	writeImageData(t, data, 12)
+	tmp, model, data := vitFixture(t)
 	out := filepath.Join(tmp, "run")
 	args := []string{"train", "--model", model, "--data", data, "--out", out, "--steps", "2", "--log-every", "1", "--method", "full"}
 	if _, stderr, code := run(t, args...); code != 0 {
@@ -253,11 +241,7 @@ func TestTrainRefusesUsedFolder(t *testing.T) {
 // TestResumeRefusesEditedRun: a run.yaml edited after the checkpoint (here its log_every) no longer matches the
 // checkpoint: --resume names each difference and trains nothing.
 func TestResumeRefusesEditedRun(t *testing.T) {
-	tmp := t.TempDir()
-	model := filepath.Join(tmp, "vit")
-	run(t, "init", "--arch", "vit", "--preset", "tiny", "--num-labels", "3", "--out", model)
-	data := filepath.Join(tmp, "train.safetensors")
-	writeImageData(t, data, 12)
+	tmp, model, data := vitFixture(t)
 	out := filepath.Join(tmp, "run")
 	if _, stderr, code := run(t, "train", "--model", model, "--data", data, "--out", out, "--steps", "2", "--log-every", "1"); code != 0 {
 		t.Fatalf("train: %d %s", code, stderr)
@@ -281,11 +265,7 @@ func TestResumeRefusesEditedRun(t *testing.T) {
 // larger than the machine's memory ($MEMFIT_MEMORY_LIMIT stands in for a small machine) is refused before any
 // training, naming both figures; the folder is left usable (the same command then runs).
 func TestTrainRefusesStepLargerThanMachine(t *testing.T) {
-	tmp := t.TempDir()
-	model := filepath.Join(tmp, "vit")
-	run(t, "init", "--arch", "vit", "--preset", "tiny", "--num-labels", "3", "--out", model)
-	data := filepath.Join(tmp, "train.safetensors")
-	writeImageData(t, data, 12)
+	tmp, model, data := vitFixture(t)
 	out := filepath.Join(tmp, "run")
 	args := []string{"train", "--model", model, "--data", data, "--out", out, "--steps", "1", "--method", "full", "--batch-size", "4"}
 	t.Setenv("MEMFIT_MEMORY_LIMIT", "1MiB")
@@ -312,11 +292,7 @@ func TestTrainRefusesStepLargerThanMachine(t *testing.T) {
 // fingerprint of the contents): fewer examples, or as many with other contents, are refused naming the data and
 // the difference, with nothing trained; the original data resumes.
 func TestResumeRefusesChangedData(t *testing.T) {
-	tmp := t.TempDir()
-	model := filepath.Join(tmp, "vit")
-	run(t, "init", "--arch", "vit", "--preset", "tiny", "--num-labels", "3", "--out", model)
-	data := filepath.Join(tmp, "train.safetensors")
-	writeImageData(t, data, 12)
+	tmp, model, data := vitFixture(t)
 	orig, _ := os.ReadFile(data)
 	out := filepath.Join(tmp, "run")
 	if _, stderr, code := run(t, "train", "--model", model, "--data", data, "--out", out, "--steps", "2", "--batch-size", "4"); code != 0 {
@@ -349,11 +325,7 @@ func TestResumeRefusesChangedData(t *testing.T) {
 // TestExportGuards: export never writes into the run's base model, a run folder or a checkpoint (each refused
 // with one line, the folder unchanged), and replaces an earlier export only with --overwrite.
 func TestExportGuards(t *testing.T) {
-	tmp := t.TempDir()
-	model := filepath.Join(tmp, "vit")
-	run(t, "init", "--arch", "vit", "--preset", "tiny", "--num-labels", "3", "--out", model)
-	data := filepath.Join(tmp, "train.safetensors")
-	writeImageData(t, data, 12)
+	tmp, model, data := vitFixture(t)
 	out := filepath.Join(tmp, "run")
 	if _, stderr, code := run(t, "train", "--model", model, "--data", data, "--out", out, "--steps", "1"); code != 0 {
 		t.Fatalf("train: exit %d\n%s", code, stderr)
@@ -385,4 +357,17 @@ func TestExportGuards(t *testing.T) {
 	if _, stderr, code := run(t, "export", "--run", out, "--format", "merged", "--out", merged, "--overwrite"); code != 0 {
 		t.Errorf("--overwrite: exit %d\n%s", code, stderr)
 	}
+}
+
+// vitFixture makes, in a new temporary folder (returned), a 3-class tiny ViT and 12 images of its data.
+func vitFixture(t *testing.T) (tmp, model, data string) {
+	t.Helper()
+	tmp = t.TempDir()
+	model = filepath.Join(tmp, "vit")
+	if _, stderr, code := run(t, "init", "--arch", "vit", "--preset", "tiny", "--num-labels", "3", "--out", model); code != 0 {
+		t.Fatalf("init: exit %d\n%s", code, stderr)
+	}
+	data = filepath.Join(tmp, "train.safetensors")
+	writeImageData(t, data, 12)
+	return tmp, model, data
 }

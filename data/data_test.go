@@ -73,15 +73,7 @@ func TestImageFolderTarAndLoader(t *testing.T) {
 		t.Fatalf("folder: %d images, classes %v", src.Len(), src.Classes())
 	}
 	// The same tree in a tar under train/.
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for rel, b := range files {
-		tw.WriteHeader(&tar.Header{Name: "train/" + filepath.ToSlash(rel), Mode: 0o644, Size: int64(len(b)), Typeflag: tar.TypeReg})
-		tw.Write(b)
-	}
-	tw.Close()
-	tarPath := filepath.Join(root, "data.tar")
-	os.WriteFile(tarPath, buf.Bytes(), 0o644)
+	tarPath := writeTar(t, filepath.Join(root, "data.tar"), "train/", files)
 	tsrc, err := ImageTar(tarPath, "train")
 	if err != nil {
 		t.Fatal(err)
@@ -282,19 +274,27 @@ func TestSplitFoldersAreNotClasses(t *testing.T) {
 	if src, err := ImageFolder(filepath.Join(root, "train")); err != nil || !reflect.DeepEqual(src.Classes(), []string{"ant", "cat"}) {
 		t.Errorf("the train split: %v", err)
 	}
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for rel, b := range files {
-		tw.WriteHeader(&tar.Header{Name: "train/" + filepath.ToSlash(rel), Mode: 0o644, Size: int64(len(b)), Typeflag: tar.TypeReg})
-		tw.Write(b)
-	}
-	tw.Close()
-	tarPath := filepath.Join(t.TempDir(), "data.tar")
-	os.WriteFile(tarPath, buf.Bytes(), 0o644)
+	tarPath := writeTar(t, filepath.Join(t.TempDir(), "data.tar"), "train/", files)
 	if _, err := ImageTar(tarPath, ""); err == nil || !strings.Contains(err.Error(), "--split train") {
 		t.Errorf("tar: %v", err)
 	}
 	if src, err := ImageTar(tarPath, "train"); err != nil || src.Len() != 6 {
 		t.Errorf("the tar's train split: %v", err)
 	}
+}
+
+// writeTar writes files (relative path -> bytes) into a tar at path, each under prefix, and returns path.
+func writeTar(t *testing.T, path, prefix string, files map[string][]byte) string {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for rel, b := range files {
+		tw.WriteHeader(&tar.Header{Name: prefix + filepath.ToSlash(rel), Mode: 0o644, Size: int64(len(b)), Typeflag: tar.TypeReg})
+		tw.Write(b)
+	}
+	tw.Close()
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
