@@ -3,10 +3,10 @@ package data
 import (
 	"archive/tar"
 	"bytes"
-	"os"
 	"path/filepath"
-	"sync"
 	"testing"
+
+	"github.com/memfit/memfit/internal/fuzzfile"
 )
 
 // Fuzz targets for every data format a user feeds memfit. Each must return an error or a result for any bytes,
@@ -27,7 +27,7 @@ func FuzzInstructions(f *testing.F) {
 	f.Add([]byte("{\"instruction\": \"a\", \"input\": \"\", \"output\": \"b\"}\n{\"instruction\": \"c\", \"output\": \"d\", \"status\": \"ok\"}\n"))
 	f.Add([]byte("{oops\n"))
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		_, _ = ReadInstructions(fuzzFile("x.jsonl", raw))
+		_, _ = ReadInstructions(fuzzfile.Write("x.jsonl", raw))
 	})
 }
 
@@ -47,7 +47,7 @@ func FuzzPreprocessor(f *testing.F) {
 	f.Add([]byte(`{"image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5], "size": {"height": 32, "width": 32}, "do_resize": true, "do_rescale": true, "do_normalize": true}`))
 	f.Add([]byte(`{"size": 99999999999}`))
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		_, _ = ReadPreprocessor(filepath.Dir(fuzzFile("pre/preprocessor_config.json", raw)), 3, 32)
+		_, _ = ReadPreprocessor(filepath.Dir(fuzzfile.Write("pre/preprocessor_config.json", raw)), 3, 32)
 	})
 }
 
@@ -60,10 +60,12 @@ func FuzzGLUE(f *testing.F) {
 		if err != nil {
 			return
 		}
+		var file string
 		for _, n := range []string{"train.tsv", "val.tsv", "msr_paraphrase_train.txt"} {
-			fuzzFile(filepath.Join("glue", info.Dir, n), []byte(text))
+			file = fuzzfile.Write(filepath.Join("glue", info.Dir, n), []byte(text))
 		}
-		_, _ = ReadGLUE(filepath.Join(fuzzDir(), "glue"), task, "train")
+		_, _ = ReadGLUE(filepath.Dir(filepath.Dir(file)), task, "train") // the glue root
+
 	})
 }
 
@@ -77,28 +79,10 @@ func FuzzImageTar(f *testing.F) {
 	tw.Close()
 	f.Add(buf.Bytes())
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		src, err := ImageTar(fuzzFile("x.tar", raw), "train")
+		src, err := ImageTar(fuzzfile.Write("x.tar", raw), "train")
 		if err != nil || src.Len() == 0 {
 			return
 		}
 		_, _ = src.Image(0)
 	})
-}
-
-// fuzzDir is one folder per fuzzing process that the targets overwrite their input files in (a fresh
-// t.TempDir per input made the runs stall on the build VM's disk).
-var fuzzDir = sync.OnceValue(func() string {
-	d, err := os.MkdirTemp("", "memfit-fuzz-")
-	if err != nil {
-		panic(err)
-	}
-	return d
-})
-
-// fuzzFile writes raw to name under fuzzDir (sub-folders created) and returns its path.
-func fuzzFile(name string, raw []byte) string {
-	p := filepath.Join(fuzzDir(), name)
-	os.MkdirAll(filepath.Dir(p), 0o755)
-	os.WriteFile(p, raw, 0o644)
-	return p
 }

@@ -3,8 +3,9 @@ package tokenizer
 import (
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
+
+	"github.com/memfit/memfit/internal/fuzzfile"
 )
 
 // Fuzz targets for the tokenizer files a user feeds memfit (tokenizer.json, SentencePiece tokenizer.model): any
@@ -34,29 +35,11 @@ func FuzzSentencePiece(f *testing.F) {
 	}
 	f.Add([]byte{0x0a, 0x09, 0x0a, 0x03, '<', 'u', '>', 0x15, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		tok, err := Load(fuzzFile("sp/tokenizer.model", raw))
+		tok, err := Load(fuzzfile.Write("sp/tokenizer.model", raw))
 		if err != nil {
 			return
 		}
 		ids := tok.Encode("ab a\tb é 🙂", true)
 		_ = tok.Decode(ids, false)
 	})
-}
-
-// fuzzDir is one folder per fuzzing process that the targets overwrite their input files in (a fresh
-// t.TempDir per input made the runs stall on the build VM's disk).
-var fuzzDir = sync.OnceValue(func() string {
-	d, err := os.MkdirTemp("", "memfit-fuzz-")
-	if err != nil {
-		panic(err)
-	}
-	return d
-})
-
-// fuzzFile writes raw to name under fuzzDir (sub-folders created) and returns its path.
-func fuzzFile(name string, raw []byte) string {
-	p := filepath.Join(fuzzDir(), name)
-	os.MkdirAll(filepath.Dir(p), 0o755)
-	os.WriteFile(p, raw, 0o644)
-	return p
 }
