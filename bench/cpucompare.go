@@ -126,15 +126,7 @@ func MachineInfo() CPUMachine {
 			}
 		}
 	}
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
-				var kb int64
-				fmt.Sscan(strings.TrimSpace(v), &kb)
-				m.MemBytes = kb << 10
-			}
-		}
-	}
+	m.MemBytes, _ = memory.PhysicalBytes()
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.OS += ", kernel " + strings.TrimSpace(string(b))
 	}

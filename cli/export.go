@@ -88,23 +88,7 @@ func exportTarget(out, baseModel, format string, overwrite bool) error {
 	if format == "peft" {
 		files = []string{"adapter_config.json", "adapter_model.safetensors"}
 	}
-	var found []string
-	for _, pat := range files {
-		m, _ := filepath.Glob(filepath.Join(out, pat))
-		found = append(found, m...)
-	}
-	if len(found) == 0 {
-		return nil
-	}
-	if !overwrite {
-		return fmt.Errorf("%s already holds an export (%s): choose another --out, or pass --overwrite to replace it", out, filepath.Base(found[0]))
-	}
-	for _, f := range found {
-		if err := os.Remove(f); err != nil {
-			return err
-		}
-	}
-	return nil
+	return clearFiles(out, files, "an export", overwrite)
 }
 
 // same reports whether two paths name the same folder (after resolving links).

@@ -92,8 +92,14 @@ var modelFiles = []string{"config.json", "*.safetensors", "model.safetensors.ind
 // freshModelFolder refuses an output folder that already holds a model (a config.json or weights) unless
 // overwrite, and with overwrite removes that model's files (and only those).
 func freshModelFolder(out string, overwrite bool) error {
+	return clearFiles(out, modelFiles, "a model", overwrite)
+}
+
+// clearFiles refuses an output folder holding files that match patterns (what names them in the error) unless
+// overwrite, and with overwrite removes those files (and only those).
+func clearFiles(out string, patterns []string, what string, overwrite bool) error {
 	var found []string
-	for _, pat := range modelFiles {
+	for _, pat := range patterns {
 		m, _ := filepath.Glob(filepath.Join(out, pat))
 		found = append(found, m...)
 	}
@@ -101,7 +107,7 @@ func freshModelFolder(out string, overwrite bool) error {
 		return nil
 	}
 	if !overwrite {
-		return fmt.Errorf("%s already holds a model (%s): choose another --out, or pass --overwrite to replace it", out, filepath.Base(found[0]))
+		return fmt.Errorf("%s already holds %s (%s): choose another --out, or pass --overwrite to replace it", out, what, filepath.Base(found[0]))
 	}
 	for _, f := range found {
 		if err := os.Remove(f); err != nil {

@@ -22,16 +22,7 @@ func MachineBytes() (bytes int64, ok bool, err error) {
 		}
 		return b, true, nil
 	}
-	if data, err := os.ReadFile("/proc/meminfo"); err == nil {
-		for _, line := range strings.Split(string(data), "\n") {
-			if v, found := strings.CutPrefix(line, "MemTotal:"); found {
-				f := strings.Fields(v)
-				if kb, err := strconv.ParseInt(f[0], 10, 64); err == nil && len(f) > 0 {
-					bytes, ok = kb*1024, true
-				}
-			}
-		}
-	}
+	bytes, ok = PhysicalBytes()
 	for _, p := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
 		if data, err := os.ReadFile(p); err == nil {
 			if lim, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64); err == nil && lim > 0 && (!ok || lim < bytes) {
@@ -40,6 +31,25 @@ func MachineBytes() (bytes int64, ok bool, err error) {
 		}
 	}
 	return bytes, ok, nil
+}
+
+// PhysicalBytes returns the machine's physical memory (MemTotal in /proc/meminfo); ok is false where that cannot
+// be read.
+func PhysicalBytes() (bytes int64, ok bool) {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, found := strings.CutPrefix(line, "MemTotal:"); found {
+			if f := strings.Fields(v); len(f) > 0 {
+				if kb, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+					return kb << 10, true
+				}
+			}
+		}
+	}
+	return 0, false
 }
 
 // ParseBytes reads a size such as 24GiB, 80GB, 512MiB or a plain number of bytes (positive, below 8 EiB).
