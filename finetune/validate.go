@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/loss"
@@ -101,29 +102,11 @@ func (m Llama) HasTargets(b Batch) bool {
 	if !ok || m.Config.Architecture == llama.ArchClassification || l.Rank() != 2 {
 		return true
 	}
-	n, found := l.Shape().Dim(1), false
-	l.MustConstFlatData(func(flat any) {
-		at := func(i int, v int64) bool { return i%n > 0 && v != loss.IgnoreIndex }
-		switch f := flat.(type) {
-		case []int32:
-			for i, v := range f {
-				if at(i, int64(v)) {
-					found = true
-					return
-				}
-			}
-		case []int64:
-			for i, v := range f {
-				if at(i, v) {
-					found = true
-					return
-				}
-			}
-		default:
-			found = true
-		}
-	})
-	return found
+	if dt := l.DType(); dt != dtypes.Int32 && dt != dtypes.Int64 {
+		return true // FindInt reads int32 and int64 labels; others are not judged
+	}
+	n := l.Shape().Dim(1)
+	return models.FindInt(l, func(i int, v int64) bool { return i%n > 0 && v != loss.IgnoreIndex }) >= 0
 }
 
 // targetChecker is a model that can tell a batch with nothing to learn (Llama.HasTargets).

@@ -12,29 +12,13 @@ import (
 // ...), or nil. Inputs are checked with it before a graph would gather with them (a gather clamps an
 // out-of-range index: a silent wrong result).
 func CheckRange(t *tensors.Tensor, name string, lo, hi int, why string, allowed ...int) error {
-	bad, at := 0, -1
-	check := func(i int, v int64) bool {
+	bad := 0
+	at := FindInt(t, func(_ int, v int64) bool {
 		if (v < int64(lo) || v >= int64(hi)) && !slices.Contains(allowed, int(v)) {
-			bad, at = int(v), i
+			bad = int(v)
 			return true
 		}
 		return false
-	}
-	t.MustConstFlatData(func(flat any) {
-		switch f := flat.(type) {
-		case []int32:
-			for i, v := range f {
-				if check(i, int64(v)) {
-					return
-				}
-			}
-		case []int64:
-			for i, v := range f {
-				if check(i, v) {
-					return
-				}
-			}
-		}
 	})
 	if at < 0 {
 		return nil
@@ -45,4 +29,29 @@ func CheckRange(t *tensors.Tensor, name string, lo, hi int, why string, allowed 
 		i /= t.Shape().Dim(r)
 	}
 	return fmt.Errorf("%s holds %d at %v, outside [%d, %d): %s", name, bad, idx, lo, hi, why)
+}
+
+// FindInt returns the flat index of the first integer of t (int32 or int64) for which match holds, or -1 (also
+// for other dtypes).
+func FindInt(t *tensors.Tensor, match func(i int, v int64) bool) int {
+	at := -1
+	t.MustConstFlatData(func(flat any) {
+		switch f := flat.(type) {
+		case []int32:
+			for i, v := range f {
+				if match(i, int64(v)) {
+					at = i
+					return
+				}
+			}
+		case []int64:
+			for i, v := range f {
+				if match(i, v) {
+					at = i
+					return
+				}
+			}
+		}
+	})
+	return at
 }
