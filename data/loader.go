@@ -127,17 +127,27 @@ func (l *ImageLoader) State() (json.RawMessage, error) {
 // ErrDataChanged is returned by Restore when the data is not the data the position was taken on.
 var ErrDataChanged = errors.New("the data differs from the checkpoint's")
 
+// SameData compares a saved position's dataset (wasN items of unit, fingerprint was; "" when the position has
+// none) with the data now (nowN items, fingerprint now, called only when needed) and returns an ErrDataChanged
+// naming the difference (contents: what the fingerprint covers), or nil.
+func SameData(unit, contents string, wasN, nowN int, was string, now func() string) error {
+	if wasN != nowN {
+		return fmt.Errorf("%w: it had %d %s, the data now has %d: resume with the data the run started with, or start a new run", ErrDataChanged, wasN, unit, nowN)
+	}
+	if was != "" && was != now() {
+		return fmt.Errorf("%w: the same number of %s (%d) but other %s (fingerprint %s, now %s): resume with the data the run started with, or start a new run", ErrDataChanged, unit, wasN, contents, was, now())
+	}
+	return nil
+}
+
 // Restore moves to a position returned by State.
 func (l *ImageLoader) Restore(state json.RawMessage) error {
 	var s loaderState
 	if err := json.Unmarshal(state, &s); err != nil {
 		return fmt.Errorf("data position: %w", err)
 	}
-	if s.N != l.Source.Len() {
-		return fmt.Errorf("%w: it had %d images, the data now has %d: resume with the data the run started with, or start a new run", ErrDataChanged, s.N, l.Source.Len())
-	}
-	if s.Data != "" && s.Data != l.Fingerprint() {
-		return fmt.Errorf("%w: the same number of images (%d) but other names, labels or classes (fingerprint %s, now %s): resume with the data the run started with, or start a new run", ErrDataChanged, s.N, s.Data, l.Fingerprint())
+	if err := SameData("images", "names, labels or classes", s.N, l.Source.Len(), s.Data, l.Fingerprint); err != nil {
+		return err
 	}
 	if s.Seed != l.Seed || s.Pos < 0 || s.Pos > s.N {
 		return fmt.Errorf("data position %+v does not fit this dataset (seed %d, %d images)", s, l.Seed, l.Source.Len())
