@@ -14,10 +14,10 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/memfit/memfit/adapter"
 	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/evals"
 	"github.com/memfit/memfit/finetune"
-	"github.com/memfit/memfit/lora"
 	"github.com/memfit/memfit/models/llama"
 	"github.com/memfit/memfit/tokenizer"
 )
@@ -32,32 +32,28 @@ func newEvalCommand(opts *Options) *cobra.Command {
 }
 
 // loadModelAdapter loads a model folder with an optional PEFT adapter (and its modules_to_save).
-func loadModelAdapter(model, adapter string) (finetune.Model, *lora.Set, error) {
+func loadModelAdapter(model, adapterDir string) (finetune.Model, *adapter.Set, error) {
 	m, err := finetune.LoadModel(model, finetune.Defaults())
 	if err != nil {
 		return nil, nil, err
 	}
-	if adapter == "" {
+	if adapterDir == "" {
 		return m, nil, nil
 	}
-	set, _, err := finetune.ImportAdapter(adapter, m)
+	a, err := finetune.ReadAdapter(adapterDir, m)
 	if err != nil {
 		return nil, nil, err
 	}
-	mods, err := finetune.ImportModules(adapter)
-	if err != nil {
-		return nil, nil, err
-	}
-	for n, t := range mods {
+	for n, t := range a.Modules {
 		m.Params()[n] = t
 	}
-	return m, set, nil
+	return m, a.Set, nil
 }
 
 // loadForEval loads a model folder with an optional PEFT adapter and the tokenizer (--tokenizer, else the model
 // folder).
-func loadForEval(model, adapter, tok string) (finetune.Model, *lora.Set, *tokenizer.Tokenizer, error) {
-	m, set, err := loadModelAdapter(model, adapter)
+func loadForEval(model, adapterDir, tok string) (finetune.Model, *adapter.Set, *tokenizer.Tokenizer, error) {
+	m, set, err := loadModelAdapter(model, adapterDir)
 	if err != nil {
 		return nil, nil, nil, err
 	}

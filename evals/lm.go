@@ -7,7 +7,7 @@ import (
 	"github.com/gomlx/compute"
 	"github.com/gomlx/gomlx/core/tensors"
 
-	"github.com/memfit/memfit/lora"
+	"github.com/memfit/memfit/adapter"
 	"github.com/memfit/memfit/models/llama"
 	"github.com/memfit/memfit/runner"
 )
@@ -25,7 +25,7 @@ type ModelLM struct {
 
 // NewModelLM wraps a loaded causal-LM model (a LLaMA: finetune.Llama, say; adapters from
 // finetune.ImportAdapter when set is not nil).
-func NewModelLM(backend compute.Backend, model runner.Model, set *lora.Set) (*ModelLM, error) {
+func NewModelLM(backend compute.Backend, model runner.Model, set *adapter.Set) (*ModelLM, error) {
 	m, ok := model.(interface{ LlamaConfig() llama.Config })
 	if !ok || m.LlamaConfig().Architecture != llama.ArchCausalLM {
 		return nil, fmt.Errorf("MMLU needs a LLaMA causal LM (LlamaForCausalLM)")

@@ -13,7 +13,7 @@ import (
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/gomlx/core/tensors"
 
-	"github.com/memfit/memfit/lora"
+	"github.com/memfit/memfit/adapter"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/msnorm"
 	"github.com/memfit/memfit/safetensors"
@@ -53,101 +53,65 @@ func foldOf(m Model, weight string) (msnorm.NormAffine, bool, error) {
 	return msnorm.NormAffine{}, false, nil
 }
 
-func scaleOf(a msnorm.NormAffine, i int) float64 {
-	if a.PlusOne {
-		return 1 + float64(a.Gamma[i])
+// layerTensors returns the float32 tensors of the adapter of the layer at path, by suffix: trained values from
+// t.Train, frozen ones from the set.
+func (t *Trainer) layerTensors(path string) (models.Params, error) {
+	out := models.Params{}
+	for suffix, v := range t.Adapters.LayerParams(path, t.Train) {
+		f, err := models.Params{suffix: v}.Float32s(suffix)
+		if err != nil {
+			return nil, fmt.Errorf("adapter tensor %s.%s: %w", path, suffix, err)
+		}
+		out[suffix] = tensors.FromFlatDataAndDimensions(f, v.Shape().Dimensions...)
 	}
-	return float64(a.Gamma[i])
+	return out, nil
 }
 
-// adapterTensor returns the current float32 value of an adapter tensor (trained, or frozen at its init).
-func (t *Trainer) adapterTensor(name string) ([]float32, []int, error) {
-	p, ok := t.Train[name]
-	if !ok {
-		p, ok = t.Adapters.Params[name]
-	}
-	if !ok {
-		return nil, nil, fmt.Errorf("no adapter tensor %q", name)
-	}
-	v, err := models.Params{name: p}.Float32s(name)
-	return v, p.Shape().Dimensions, err
-}
-
-// ExportAdapter writes the run's LoRA adapters in PEFT's format to dir: adapter_model.safetensors (keys
-// "base_model.model.<module path>.lora_A.weight" [r, in] and ".lora_B.weight" [out, r]) and
-// adapter_config.json. Modules trained next to the adapters (TrainModules) are saved as PEFT's
-// modules_to_save ("base_model.model.<name>").
+// ExportAdapter writes the run's adapters in PEFT's format to dir: adapter_model.safetensors, each tensor keyed
+// "base_model.model.<module path>.<suffix>" as the adapter names it (LoRA: lora_A.weight [r, in] and
+// lora_B.weight [out, r]), and adapter_config.json (the adapter's PEFTConfig over the common keys). Modules
+// trained next to the adapters (TrainModules) are saved as PEFT's modules_to_save ("base_model.model.<name>").
 //
-// Adapters trained on an MS-norm-folded layer live in the folded basis: the layer's input there is z, the norm
-// output without its affine, while the original layer sees u = g ∘ z + beta. Since A z = A diag(1/g) (u - beta),
-// the exported A is A diag(1/g), exact for RMSNorm; a LayerNorm's beta leaves a constant -s B A diag(1/g) beta
-// on the output, exported as lora_B.bias (PEFT's lora_bias option, so PEFT versions without it cannot load
-// such an adapter; the merged export has no such restriction). Trained folded modules are unfolded.
+// Adapters trained on an MS-norm-folded layer live in the folded basis; each is moved to the original one with
+// its UnfoldInput (msnorm's change of input basis). Trained folded modules are unfolded.
 func (t *Trainer) ExportAdapter(dir, baseModel string) error {
 	if t.Adapters == nil {
 		return fmt.Errorf("this run has no adapters (method %q): use the merged export", t.Config.Method)
 	}
 	out := map[string]*tensors.Tensor{}
-	loraBias := false
-	var targets []string
-	for path := range t.Adapters.Layers {
-		targets = append(targets, path)
-		a, aDims, err := t.adapterTensor(path + "." + lora.SuffixA)
+	suffixes := map[string]bool{}
+	var peft map[string]any
+	for _, path := range t.Adapters.Paths() {
+		a, layer := t.Adapters.Adapters[path], t.Adapters.Layers[path]
+		params, err := t.layerTensors(path)
 		if err != nil {
 			return err
 		}
-		b, bDims, err := t.adapterTensor(path + "." + lora.SuffixB)
-		if err != nil {
+		if norm, folded, err := foldOf(t.Model, path+".weight"); err != nil {
 			return err
-		}
-		var bBias []float64
-		if _, has := t.Adapters.Params[path+"."+lora.SuffixBBias]; has {
-			v, _, err := t.adapterTensor(path + "." + lora.SuffixBBias)
-			if err != nil {
-				return err
-			}
-			bBias = make([]float64, len(v))
-			for i, x := range v {
-				bBias[i] = float64(x)
+		} else if folded {
+			if params, err = a.UnfoldInput(layer, params, norm); err != nil {
+				return fmt.Errorf("exporting the %s adapter of %s in PEFT's format: %w (the merged export has no such limit)", a.Type(), path, err)
 			}
 		}
-		rank, in, outDim := aDims[0], aDims[1], bDims[0]
-		affine, folded, err := foldOf(t.Model, path+".weight")
-		if err != nil {
-			return err
-		}
-		if folded {
-			// A_orig = A diag(1/g); constant from beta: -B A_orig beta.
-			for k := 0; k < rank; k++ {
-				for i := 0; i < in; i++ {
-					a[k*in+i] = float32(float64(a[k*in+i]) / scaleOf(affine, i))
-				}
-			}
-			if nonZero(affine.Beta) {
-				if bBias == nil {
-					bBias = make([]float64, outDim)
-				}
-				aBeta := make([]float64, rank)
-				for k := 0; k < rank; k++ {
-					for i := 0; i < in; i++ {
-						aBeta[k] += float64(a[k*in+i]) * float64(affine.Beta[i])
-					}
-				}
-				for o := 0; o < outDim; o++ {
-					for k := 0; k < rank; k++ {
-						bBias[o] -= float64(b[o*rank+k]) * aBeta[k]
-					}
-				}
-			}
-		}
-		out[peftPrefix+path+"."+lora.SuffixA] = tensors.FromFlatDataAndDimensions(a, aDims...)
-		out[peftPrefix+path+"."+lora.SuffixB] = tensors.FromFlatDataAndDimensions(b, bDims...)
-		if bBias != nil {
-			loraBias = true
-			out[peftPrefix+path+"."+lora.SuffixBBias] = tensors.FromFlatDataAndDimensions(toF32s(bBias), outDim)
+		for suffix, v := range params {
+			out[peftPrefix+path+"."+suffix] = v
+			suffixes[suffix] = true
 		}
 	}
-	sort.Strings(targets)
+	names := make([]string, 0, len(suffixes))
+	for s := range suffixes {
+		names = append(names, s)
+	}
+	sort.Strings(names)
+	for _, path := range t.Adapters.Paths() {
+		c := t.Adapters.Adapters[path].PEFTConfig(names)
+		if peft == nil {
+			peft = c
+		} else if fmt.Sprint(c) != fmt.Sprint(peft) {
+			return fmt.Errorf("the adapters of this run have different settings (%v, %v): PEFT's adapter_config.json holds one", peft, c)
+		}
+	}
 	modules, err := t.trainedBaseUnfolded()
 	if err != nil {
 		return err
@@ -156,16 +120,17 @@ func (t *Trainer) ExportAdapter(dir, baseModel string) error {
 		out[peftPrefix+name] = v
 	}
 	settings := map[string]any{
-		"peft_type": "LORA", "r": t.Config.LoRARank, "lora_alpha": t.Config.LoRAAlpha, "use_rslora": t.Config.RSLoRA,
-		"target_modules": targets, "base_model_name_or_path": baseModel, "bias": "none", "lora_dropout": t.Config.LoRADropout,
-		"fan_in_fan_out": false, "inference_mode": true, "init_lora_weights": true, "use_dora": false,
-		"lora_bias": loraBias, "revision": nil, "modules_to_save": nil, "task_type": nil,
+		adapter.KeyTargets: t.Adapters.Paths(), adapter.KeyBaseModel: baseModel, "inference_mode": true,
+		"revision": nil, adapter.KeyModulesToSave: nil, adapter.KeyTaskType: nil,
+	}
+	for k, v := range peft {
+		settings[k] = v
 	}
 	if len(t.Config.TrainModules) > 0 {
-		settings["modules_to_save"] = t.Config.TrainModules
+		settings[adapter.KeyModulesToSave] = t.Config.TrainModules
 	}
 	if task := t.Model.Task(); task != "" {
-		settings["task_type"] = task
+		settings[adapter.KeyTaskType] = task
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -174,23 +139,6 @@ func (t *Trainer) ExportAdapter(dir, baseModel string) error {
 		return err
 	}
 	return writeJSON(filepath.Join(dir, AdapterConfig), settings)
-}
-
-func nonZero(v []float32) bool {
-	for _, x := range v {
-		if x != 0 {
-			return true
-		}
-	}
-	return false
-}
-
-func toF32s(v []float64) []float32 {
-	out := make([]float32, len(v))
-	for i, x := range v {
-		out[i] = float32(x)
-	}
-	return out
 }
 
 func writeJSON(path string, v any) error {
@@ -209,14 +157,42 @@ func writeJSON(path string, v any) error {
 func (t *Trainer) trainedBaseUnfolded() (models.Params, error) {
 	base := models.Params{}
 	for name, p := range t.Train {
-		if t.Adapters != nil {
-			if _, isAdapter := t.Adapters.Params[name]; isAdapter {
-				continue
-			}
+		if !t.isAdapterTensor(name) {
+			base[name] = p
 		}
-		base[name] = p
 	}
 	return t.unfoldAll(base, true)
+}
+
+func (t *Trainer) isAdapterTensor(name string) bool {
+	if t.Adapters == nil {
+		return false
+	}
+	_, ok := t.Adapters.Params[name]
+	return ok
+}
+
+// denseOf returns the linear layer l of p as a msnorm.Dense (its bias when p has one).
+func denseOf(p models.Params, l models.Linear, out, in int) (msnorm.Dense, error) {
+	w, err := p.Float32s(l.Weight)
+	if err != nil {
+		return msnorm.Dense{}, err
+	}
+	d := msnorm.Dense{Out: out, In: in, W: w}
+	if _, ok := p[l.Bias]; ok && l.Bias != "" {
+		if d.B, err = p.Float32s(l.Bias); err != nil {
+			return msnorm.Dense{}, err
+		}
+	}
+	return d, nil
+}
+
+// setDense writes d into p under l's names (the bias only when d has one).
+func setDense(p models.Params, l models.Linear, d msnorm.Dense) {
+	p[l.Weight] = tensors.FromFlatDataAndDimensions(d.W, d.Out, d.In)
+	if d.B != nil {
+		p[l.Bias] = tensors.FromFlatDataAndDimensions(d.B, d.Out)
+	}
 }
 
 // unfoldAll unfolds, in p, every linear layer that MS-norm folded (only those present in p when partial). The
@@ -241,35 +217,25 @@ func (t *Trainer) unfoldAll(p models.Params, partial bool) (models.Params, error
 			if err != nil {
 				return nil, err
 			}
-			w, err := p.Float32s(l.Weight)
+			dims := p.Dims(l.Weight)
+			d, err := denseOf(p, l, dims[0], dims[1])
 			if err != nil {
 				return nil, err
 			}
-			dims := p.Dims(l.Weight)
-			var b []float32
-			if _, ok := p[l.Bias]; ok && l.Bias != "" {
-				if b, err = p.Float32s(l.Bias); err != nil {
-					return nil, err
-				}
-			}
-			d, err := msnorm.Unfold(affine, msnorm.Dense{Out: dims[0], In: dims[1], W: w, B: b})
-			if err != nil {
+			if d, err = msnorm.Unfold(affine, d); err != nil {
 				return nil, fmt.Errorf("%s: %w", l.Weight, err)
 			}
-			out[l.Weight] = tensors.FromFlatDataAndDimensions(d.W, dims...)
-			if d.B != nil {
-				out[l.Bias] = tensors.FromFlatDataAndDimensions(d.B, dims[0])
-			}
+			setDense(out, l, d)
 		}
 	}
 	return out, nil
 }
 
 // ExportMerged writes a full Hugging Face checkpoint of the trained model to dir (config.json and
-// model.safetensors): adapters merged into their layers (W + s B A, and s b_B into the bias), MS-norm folding
-// undone (norm weights and biases restored, linear layers unfolded), so transformers and memfit's plain model
-// load it unchanged. A bias that folding added to a layer the architecture has without one must be zero (up to
-// rounding) and is dropped; otherwise the merged export is refused.
+// model.safetensors): each adapter merged into its layer with its Merge (in the basis the layer was trained in),
+// then MS-norm folding undone (norm weights and biases restored, linear layers unfolded), so transformers and
+// memfit's plain model load it unchanged. A bias that folding or merging added to a layer the architecture has
+// without one must be zero (up to rounding) and is dropped; otherwise the merged export is refused.
 func (t *Trainer) ExportMerged(dir string) error {
 	// QLoRA: the merge goes into the dequantised NF4 base (what the adapters were trained over), not into the
 	// original float weights.
@@ -278,67 +244,27 @@ func (t *Trainer) ExportMerged(dir string) error {
 		return err
 	}
 	for name, v := range t.Train {
-		if t.Adapters != nil {
-			if _, isAdapter := t.Adapters.Params[name]; isAdapter {
-				continue
-			}
+		if !t.isAdapterTensor(name) {
+			p[name] = v
 		}
-		p[name] = v
 	}
 	if t.Adapters != nil {
-		scale := (lora.Config{Rank: t.Config.LoRARank, Alpha: t.Config.LoRAAlpha, RSLoRA: t.Config.RSLoRA}).Scale()
-		for path := range t.Adapters.Layers {
-			a, aDims, err := t.adapterTensor(path + "." + lora.SuffixA)
+		for _, path := range t.Adapters.Paths() {
+			a, layer := t.Adapters.Adapters[path], t.Adapters.Layers[path]
+			params, err := t.layerTensors(path)
 			if err != nil {
 				return err
 			}
-			b, bDims, err := t.adapterTensor(path + "." + lora.SuffixB)
+			names := models.Linear{Weight: path + ".weight", Bias: path + ".bias"}
+			base, err := denseOf(p, names, layer.Out, layer.In)
 			if err != nil {
 				return err
 			}
-			w, err := p.Float32s(path + ".weight")
+			merged, err := a.Merge(layer, base, params)
 			if err != nil {
-				return err
+				return fmt.Errorf("merging the %s adapter of %s: %w", a.Type(), path, err)
 			}
-			rank, in, outDim := aDims[0], aDims[1], bDims[0]
-			row := make([]float64, in)
-			for o := 0; o < outDim; o++ {
-				for i := range row {
-					row[i] = 0
-				}
-				for k := 0; k < rank; k++ {
-					bk := float64(b[o*rank+k])
-					if bk == 0 {
-						continue
-					}
-					ak := a[k*in : (k+1)*in]
-					for i, av := range ak {
-						row[i] += bk * float64(av)
-					}
-				}
-				for i := range row {
-					w[o*in+i] = float32(float64(w[o*in+i]) + scale*row[i])
-				}
-			}
-			p[path+".weight"] = tensors.FromFlatDataAndDimensions(w, outDim, in)
-			if _, has := t.Adapters.Params[path+"."+lora.SuffixBBias]; has {
-				bb, _, err := t.adapterTensor(path + "." + lora.SuffixBBias)
-				if err != nil {
-					return err
-				}
-				var bias []float32
-				if _, ok := p[path+".bias"]; ok {
-					if bias, err = p.Float32s(path + ".bias"); err != nil {
-						return err
-					}
-				} else {
-					bias = make([]float32, outDim)
-				}
-				for o := range bias {
-					bias[o] = float32(float64(bias[o]) + scale*float64(bb[o]))
-				}
-				p[path+".bias"] = tensors.FromFlatDataAndDimensions(bias, outDim)
-			}
+			setDense(p, names, merged)
 		}
 	}
 	unfolded, err := t.unfoldAll(p, false)
@@ -374,114 +300,109 @@ func (t *Trainer) ExportMerged(dir string) error {
 	return models.SaveCheckpoint(dir, config, unfolded, 0)
 }
 
-// ImportAdapter reads a PEFT LoRA adapter (adapter_config.json and adapter_model.safetensors) for model and
-// returns it as a lora.Set with its LoRA settings. When model was loaded with MS-norm, the adapter is moved into
-// the folded basis (A diag(g), and B A beta into lora_B.bias), the inverse of ExportAdapter.
-func ImportAdapter(dir string, model Model) (*lora.Set, lora.Config, error) {
+// PEFTAdapter is a PEFT adapter folder read for a model.
+type PEFTAdapter struct {
+	// Set holds the adapters, in the basis of the model's layers (moved into the folded basis by each adapter's
+	// FoldInput when the model was loaded with MS-norm).
+	Set *adapter.Set
+	// Config is the adapter_config.json.
+	Config adapter.PEFTConfig
+	// Modules are the modules_to_save tensors by base parameter name (without "base_model.model.").
+	Modules models.Params
+}
+
+// ReadAdapter reads the PEFT adapter folder dir (adapter_config.json and adapter_model.safetensors) for model:
+// the registered format that reads its config (adapter.FormatOf: LoRA, or a custom adapter's) makes one
+// adapter per adapted layer; every key is either a base parameter of the model (modules_to_save) or
+// "<linear layer path>.<adapter suffix>".
+func ReadAdapter(dir string, model Model) (*PEFTAdapter, error) {
 	raw, err := os.ReadFile(filepath.Join(dir, AdapterConfig))
 	if err != nil {
-		return nil, lora.Config{}, err
+		return nil, err
 	}
-	var cfg struct {
-		PeftType      string   `json:"peft_type"`
-		R             int      `json:"r"`
-		Alpha         float64  `json:"lora_alpha"`
-		RSLoRA        bool     `json:"use_rslora"`
-		UseDoRA       bool     `json:"use_dora"`
-		FanInFanOut   bool     `json:"fan_in_fan_out"`
-		ModulesToSave []string `json:"modules_to_save"`
+	cfg, err := adapter.ParsePEFTConfig(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, AdapterConfig), err)
 	}
-	if err := json.Unmarshal(raw, &cfg); err != nil {
-		return nil, lora.Config{}, fmt.Errorf("%s: %w", filepath.Join(dir, AdapterConfig), err)
+	format, err := adapter.FormatOf(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
-	if cfg.PeftType != "LORA" || cfg.UseDoRA || cfg.FanInFanOut {
-		return nil, lora.Config{}, fmt.Errorf("%s: only plain LoRA adapters can be imported (peft_type %q, use_dora %v, fan_in_fan_out %v)", dir, cfg.PeftType, cfg.UseDoRA, cfg.FanInFanOut)
-	}
-	if cfg.Alpha == 0 {
-		cfg.Alpha = 8 // PEFT's default
-	}
-	lc := lora.Config{Rank: cfg.R, Alpha: cfg.Alpha, RSLoRA: cfg.RSLoRA}
-	if err := lc.Validate(); err != nil {
-		return nil, lora.Config{}, fmt.Errorf("%s: %w", dir, err)
+	newAdapter, err := format.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s (%s adapter): %w", filepath.Join(dir, AdapterConfig), format.Name, err)
 	}
 	f, err := safetensors.Open(filepath.Join(dir, AdapterWeights))
 	if err != nil {
-		return nil, lora.Config{}, err
+		return nil, err
 	}
 	defer f.Close()
 	layers := map[string]models.LinearLayer{}
 	for _, l := range model.LinearLayers() {
 		layers[l.Path] = l
 	}
-	set := &lora.Set{Layers: map[string]models.LinearLayer{}, Adapters: map[string]lora.Adapter{}, Params: models.Params{}}
+	base := model.Shapes()
+	out := &PEFTAdapter{Config: cfg, Modules: models.Params{},
+		Set: &adapter.Set{Layers: map[string]models.LinearLayer{}, Adapters: map[string]adapter.Adapter{}, Params: models.Params{}}}
 	for _, key := range f.Names() {
 		if !strings.HasPrefix(key, peftPrefix) {
-			return nil, lora.Config{}, fmt.Errorf("%s: key %q does not start with %q", dir, key, peftPrefix)
+			return nil, fmt.Errorf("%s: key %q does not start with %q", dir, key, peftPrefix)
 		}
 		name := key[len(peftPrefix):]
-		var path, suffix string
-		for _, s := range []string{lora.SuffixA, lora.SuffixB, lora.SuffixBBias} {
-			if strings.HasSuffix(name, "."+s) {
-				path, suffix = strings.TrimSuffix(name, "."+s), s
+		v, err := f.TensorAs(key, dtypes.Float32)
+		if err != nil {
+			return nil, err
+		}
+		if _, ok := base[name]; ok {
+			out.Modules[name] = v
+			continue
+		}
+		path := ""
+		for p := range layers {
+			if strings.HasPrefix(name, p+".") && len(p) > len(path) {
+				path = p
 			}
 		}
 		if path == "" {
-			continue // modules_to_save tensors: handled by the caller if it wants them
+			return nil, fmt.Errorf("%s: tensor %q belongs to no linear layer of this model and is not one of its parameters", dir, name)
 		}
-		l, ok := layers[path]
-		if !ok {
-			return nil, lora.Config{}, fmt.Errorf("%s: adapter for %q, which is not a linear layer of this model", dir, path)
-		}
-		v, err := f.TensorAs(key, dtypes.Float32)
-		if err != nil {
-			return nil, lora.Config{}, err
-		}
-		set.Layers[path] = l
-		set.Adapters[path] = &lora.LoRA{Config: lc}
-		set.Params[path+"."+suffix] = v
+		out.Set.Layers[path] = layers[path]
+		out.Set.Params[name] = v
 	}
-	if len(set.Layers) == 0 {
-		return nil, lora.Config{}, fmt.Errorf("%s: no LoRA tensors", dir)
+	if len(out.Set.Layers) == 0 {
+		return nil, fmt.Errorf("%s: no %s adapter tensors", dir, format.Name)
 	}
-	for path := range set.Layers {
-		affine, folded, err := foldOf(model, path+".weight")
+	for _, path := range out.Set.Paths() {
+		l := out.Set.Layers[path]
+		a := newAdapter(l)
+		out.Set.Adapters[path] = a
+		norm, folded, err := foldOf(model, path+".weight")
 		if err != nil {
-			return nil, lora.Config{}, err
+			return nil, err
 		}
 		if !folded {
 			continue
 		}
-		a, _ := set.Params.Float32s(path + "." + lora.SuffixA)
-		b, _ := set.Params.Float32s(path + "." + lora.SuffixB)
-		aDims, bDims := set.Params.Dims(path+"."+lora.SuffixA), set.Params.Dims(path+"."+lora.SuffixB)
-		rank, in, outDim := aDims[0], aDims[1], bDims[0]
-		if nonZero(affine.Beta) {
-			// u = g z + beta: B A u = B (A diag(g)) z + B A beta.
-			bias := make([]float64, outDim)
-			if bb, err := set.Params.Float32s(path + "." + lora.SuffixBBias); err == nil {
-				for o := range bias {
-					bias[o] = float64(bb[o])
-				}
-			}
-			aBeta := make([]float64, rank)
-			for k := 0; k < rank; k++ {
-				for i := 0; i < in; i++ {
-					aBeta[k] += float64(a[k*in+i]) * float64(affine.Beta[i])
-				}
-			}
-			for o := 0; o < outDim; o++ {
-				for k := 0; k < rank; k++ {
-					bias[o] += float64(b[o*rank+k]) * aBeta[k]
-				}
-			}
-			set.Params[path+"."+lora.SuffixBBias] = tensors.FromFlatDataAndDimensions(toF32s(bias), outDim)
+		params := out.Set.LayerParams(path, nil)
+		moved, err := a.FoldInput(l, params, norm)
+		if err != nil {
+			return nil, fmt.Errorf("%s: the %s adapter of %s cannot be used with MS-norm: %w", dir, a.Type(), path, err)
 		}
-		for k := 0; k < rank; k++ {
-			for i := 0; i < in; i++ {
-				a[k*in+i] = float32(float64(a[k*in+i]) * scaleOf(affine, i))
-			}
+		for suffix := range params {
+			delete(out.Set.Params, path+"."+suffix)
 		}
-		set.Params[path+"."+lora.SuffixA] = tensors.FromFlatDataAndDimensions(a, aDims...)
+		for suffix, v := range moved {
+			out.Set.Params[path+"."+suffix] = v
+		}
 	}
-	return set, lc, nil
+	return out, nil
+}
+
+// ImportAdapter reads a PEFT adapter folder for model (ReadAdapter) and returns its adapters and config.
+func ImportAdapter(dir string, model Model) (*adapter.Set, adapter.PEFTConfig, error) {
+	a, err := ReadAdapter(dir, model)
+	if err != nil {
+		return nil, nil, err
+	}
+	return a.Set, a.Config, nil
 }

@@ -102,19 +102,16 @@ func TestExportRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			plain := a.model(false)
-			set, _, err := finetune.ImportAdapter(adir, plain)
+			imported, err := finetune.ReadAdapter(adir, plain)
 			if err != nil {
 				t.Fatal(err)
 			}
-			modules, err := finetune.ImportModules(adir)
-			if err != nil {
-				t.Fatal(err)
-			}
+			set := imported.Set
 			params := models.Params{}
 			for n, v := range plain.Params() {
 				params[n] = v
 			}
-			for n, v := range modules {
+			for n, v := range imported.Modules {
 				params[n] = v
 			}
 			got, err := finetune.Logits(gtest.Backend(t), plain, params, set, batch)

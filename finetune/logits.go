@@ -2,30 +2,26 @@ package finetune
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/gomlx/core/graph"
 	"github.com/gomlx/gomlx/core/tensors"
 
-	"github.com/memfit/memfit/lora"
+	"github.com/memfit/memfit/adapter"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/runner"
-	"github.com/memfit/memfit/safetensors"
 )
 
 // Logits computes model's logits on batch with the given parameters (model.Params() when nil) and adapters
 // (none when set is nil): runner.Logits.
-func Logits(backend compute.Backend, model Model, params models.Params, set *lora.Set, batch Batch) (*tensors.Tensor, error) {
+func Logits(backend compute.Backend, model Model, params models.Params, set *adapter.Set, batch Batch) (*tensors.Tensor, error) {
 	return runner.Logits(backend, model, params, set, batch)
 }
 
 // Loss computes model's loss on batch (it must hold the labels) with the given parameters and adapters, as
 // Logits does.
-func Loss(backend compute.Backend, model Model, params models.Params, set *lora.Set, batch Batch) (float64, error) {
+func Loss(backend compute.Backend, model Model, params models.Params, set *adapter.Set, batch Batch) (float64, error) {
 	out, err := runner.Output(backend, model, params, set, batch, func(b models.Bound, nodes map[string]*graph.Node) *graph.Node {
 		return graph.ConvertDType(model.Loss(b, nodes), dtypes.Float32)
 	})
@@ -80,14 +76,14 @@ func (t *Trainer) MeanLoss(data Examples, batchSize int) (float64, error) {
 }
 
 // Current returns the model parameters with the trained tensors in place, and the adapters with theirs.
-func (t *Trainer) Current() (models.Params, *lora.Set) {
+func (t *Trainer) Current() (models.Params, *adapter.Set) {
 	params := models.Params{}
 	for n, v := range t.Model.Params() {
 		params[n] = v
 	}
-	var set *lora.Set
+	var set *adapter.Set
 	if t.Adapters != nil {
-		set = &lora.Set{Layers: t.Adapters.Layers, Adapters: t.Adapters.Adapters, Params: models.Params{}}
+		set = &adapter.Set{Layers: t.Adapters.Layers, Adapters: t.Adapters.Adapters, Params: models.Params{}}
 	}
 	for n, v := range t.Train {
 		if set != nil {
@@ -108,38 +104,12 @@ func (t *Trainer) Current() (models.Params, *lora.Set) {
 	return params, set
 }
 
-// ImportModules reads the modules_to_save tensors of a PEFT adapter folder: base parameters by name (without
-// the "base_model.model." prefix).
-func ImportModules(dir string) (models.Params, error) {
-	if _, err := os.Stat(filepath.Join(dir, AdapterWeights)); err != nil {
-		return nil, err
-	}
-	f, err := safetensors.Open(filepath.Join(dir, AdapterWeights))
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	out := models.Params{}
-	for _, key := range f.Names() {
-		if strings.Contains(key, ".lora_") {
-			continue
-		}
-		if !strings.HasPrefix(key, peftPrefix) {
-			return nil, fmt.Errorf("%s: key %q does not start with %q", dir, key, peftPrefix)
-		}
-		if out[key[len(peftPrefix):]], err = f.TensorAs(key, dtypes.Float32); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
-}
-
 // LogitsRunner computes a model's logits with fixed parameters and adapters, reusing one compiled graph per
 // batch signature: runner.LogitsRunner.
 type LogitsRunner = runner.LogitsRunner
 
 // NewLogitsRunner returns a runner over model with params (model.Params() when nil) and adapters (none when set
 // is nil): runner.NewLogitsRunner.
-func NewLogitsRunner(backend compute.Backend, model Model, params models.Params, set *lora.Set) *LogitsRunner {
+func NewLogitsRunner(backend compute.Backend, model Model, params models.Params, set *adapter.Set) *LogitsRunner {
 	return runner.NewLogitsRunner(backend, model, params, set)
 }

@@ -10,9 +10,9 @@ import (
 	"github.com/gomlx/compute/shapes"
 	"github.com/gomlx/gomlx/core/graph"
 
+	"github.com/memfit/memfit/adapter"
 	"github.com/memfit/memfit/attention"
 	"github.com/memfit/memfit/engine"
-	"github.com/memfit/memfit/lora"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/models/auto"
@@ -237,7 +237,7 @@ func planGraph(backend compute.Backend, model Model, paramShapes map[string][]in
 	default:
 		return fail(fmt.Errorf("memory planning does not know model %T", model))
 	}
-	var set *lora.Set
+	var set *adapter.Set
 	switch cfg.Method {
 	case MethodLoRA, MethodLoRAFA, MethodQLoRA, MethodFull:
 	default:
@@ -246,7 +246,7 @@ func planGraph(backend compute.Backend, model Model, paramShapes map[string][]in
 	if newAdapter, err := newAdapters(cfg); err != nil {
 		return fail(err)
 	} else if newAdapter != nil {
-		if set, err = lora.NewSet(model.LinearLayers(), cfg.LoRATarget, newAdapter, cfg.Seed); err != nil {
+		if set, err = adapter.NewSet(model.LinearLayers(), cfg.LoRATarget, newAdapter, cfg.Seed, adapter.WeightsOf(nil)); err != nil {
 			return fail(err)
 		}
 		spec.adapters = set

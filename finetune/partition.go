@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/memfit/memfit/adapter"
 	"github.com/memfit/memfit/lora"
 	"github.com/memfit/memfit/models"
 )
@@ -14,7 +15,7 @@ import (
 
 // newAdapters returns the adapter constructor of cfg's method (lora, lora-fa, qlora); nil for full fine-tuning
 // and custom adapters.
-func newAdapters(cfg Config) (func(models.LinearLayer) lora.Adapter, error) {
+func newAdapters(cfg Config) (func(models.LinearLayer) adapter.Adapter, error) {
 	if cfg.Method == MethodFull || cfg.Method == MethodCustom {
 		return nil, nil
 	}
@@ -32,7 +33,7 @@ func trainsModule(prefix, name string) bool {
 // adapters' tensors (set, nil without adapters), those the adapters mark trainable. Everything else is frozen.
 // Both lists are sorted. It is an error for a train_modules prefix to match no base parameter, or to name an
 // NF4-quantised weight (its codes cannot train).
-func SplitTrainable(cfg Config, base []string, set *lora.Set) (train, frozen []string, err error) {
+func SplitTrainable(cfg Config, base []string, set *adapter.Set) (train, frozen []string, err error) {
 	for _, prefix := range cfg.TrainModules {
 		if !slices.ContainsFunc(base, func(name string) bool { return trainsModule(prefix, name) }) {
 			return nil, nil, fmt.Errorf("train_modules: no parameter of the model starts with %q", prefix)

@@ -7,7 +7,9 @@ import (
 	"github.com/gomlx/compute/shapes"
 	"github.com/gomlx/gomlx/core/tensors"
 
+	"github.com/memfit/memfit/adapter"
 	"github.com/memfit/memfit/models"
+	"github.com/memfit/memfit/msnorm"
 	"github.com/memfit/memfit/quant"
 	"github.com/memfit/memfit/runner"
 )
@@ -176,35 +178,69 @@ func dequantizeAll(p models.Params, layers []models.LinearLayer) (models.Params,
 		}
 	}
 	for _, l := range layers {
-		prefix := l.Path + ".weight"
-		codes, ok := p[prefix+quant.SuffixCodes]
-		if !ok {
-			continue
-		}
-		q := &quant.NF4{Out: l.Out, In: l.In}
-		var err error
-		get := func(suffix string) []float32 {
-			t, ok := p[prefix+suffix]
-			if !ok || err != nil {
-				return nil
-			}
-			var v []float32
-			v, err = p.Float32s(prefix + suffix)
-			_ = t
-			return v
-		}
-		codes.MustConstFlatData(func(f any) { q.Codes = append([]uint8(nil), f.([]uint8)...) })
-		q.Absmax, q.Absmax2, q.ColScale = get(quant.SuffixAbsmax), get(quant.SuffixAbsmax2), get(quant.SuffixColScale)
-		if off := get(quant.SuffixOffset); off != nil {
-			q.Offset = off[0]
-		}
-		if t, ok := p[prefix+quant.SuffixAbsmaxQ]; ok {
-			t.MustConstFlatData(func(f any) { q.AbsmaxQ = append([]uint8(nil), f.([]uint8)...) })
-		}
+		w, ok, err := dequantize(p, l)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", prefix, err)
+			return nil, err
 		}
-		out[prefix] = tensors.FromFlatDataAndDimensions(q.Dequantize(), l.Out, l.In)
+		if ok {
+			out[l.Path+".weight"] = tensors.FromFlatDataAndDimensions(w, l.Out, l.In)
+		}
 	}
 	return out, nil
+}
+
+// dequantize returns the float32 weight [Out, In] of layer l when p holds it in NF4 (ok false otherwise).
+func dequantize(p models.Params, l models.LinearLayer) (w []float32, ok bool, err error) {
+	prefix := l.Path + ".weight"
+	codes, ok := p[prefix+quant.SuffixCodes]
+	if !ok {
+		return nil, false, nil
+	}
+	q := &quant.NF4{Out: l.Out, In: l.In}
+	get := func(suffix string) []float32 {
+		if _, ok := p[prefix+suffix]; !ok || err != nil {
+			return nil
+		}
+		var v []float32
+		v, err = p.Float32s(prefix + suffix)
+		return v
+	}
+	codes.MustConstFlatData(func(f any) { q.Codes = append([]uint8(nil), f.([]uint8)...) })
+	q.Absmax, q.Absmax2, q.ColScale = get(quant.SuffixAbsmax), get(quant.SuffixAbsmax2), get(quant.SuffixColScale)
+	if off := get(quant.SuffixOffset); off != nil {
+		q.Offset = off[0]
+	}
+	if t, ok := p[prefix+quant.SuffixAbsmaxQ]; ok {
+		t.MustConstFlatData(func(f any) { q.AbsmaxQ = append([]uint8(nil), f.([]uint8)...) })
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: %w", prefix, err)
+	}
+	return q.Dequantize(), true, nil
+}
+
+// BaseWeights gives adapter.NewSet the frozen layers of model as the step computes them: float weights as they
+// are, NF4 weights dequantised, both in the MS-norm-folded basis when the model was loaded with it. Use it to
+// build a custom adapter set for finetune.New (WithAdapters).
+func BaseWeights(model Model) func(models.LinearLayer) adapter.Base {
+	return func(l models.LinearLayer) adapter.Base {
+		return func() (msnorm.Dense, error) {
+			p := model.Params()
+			names := models.Linear{Weight: l.Path + ".weight", Bias: l.Path + ".bias"}
+			w, ok, err := dequantize(p, l)
+			if err != nil {
+				return msnorm.Dense{}, err
+			}
+			if !ok {
+				return denseOf(p, names, l.Out, l.In)
+			}
+			d := msnorm.Dense{Out: l.Out, In: l.In, W: w}
+			if _, has := p[names.Bias]; has {
+				if d.B, err = p.Float32s(names.Bias); err != nil {
+					return msnorm.Dense{}, err
+				}
+			}
+			return d, nil
+		}
+	}
 }

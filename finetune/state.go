@@ -16,6 +16,7 @@ import (
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/gomlx/core/tensors"
 
+	"github.com/memfit/memfit/adapter"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/safetensors"
 )
@@ -41,6 +42,22 @@ type savedState struct {
 	// Checksums are the SHA-256 of the checkpoint's tensor files by name, checked by Resume (and so by export)
 	// before they are read. Checkpoints written before they existed have none and are read unchecked.
 	Checksums map[string]string `json:"checksums,omitempty"`
+	// Adapter is the adapters' PEFT config (type and settings) of a run with adapters, checked by Resume.
+	Adapter map[string]any `json:"adapter,omitempty"`
+}
+
+// adapterConfig returns the PEFT config of the run's adapters (nil without adapters), as JSON would re-read it.
+func (t *Trainer) adapterConfig() (map[string]any, error) {
+	if t.Adapters == nil || len(t.Adapters.Layers) == 0 {
+		return nil, nil
+	}
+	c := t.Adapters.Adapters[t.Adapters.Paths()[0]].PEFTConfig(nil)
+	raw, err := json.Marshal(c)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]any{}
+	return out, json.Unmarshal(raw, &out)
 }
 
 // fileSHA256 returns the hex SHA-256 of a file's bytes.
@@ -112,8 +129,12 @@ func (t *Trainer) Save(dir string, data Iterator) error {
 			return err
 		}
 	}
+	ac, err := t.adapterConfig()
+	if err != nil {
+		return err
+	}
 	state, err := json.MarshalIndent(savedState{Version: 1, Step: t.Step, Config: t.Config, Data: pos, RNG: rng,
-		ModelFingerprint: fp, Checksums: sums}, "", "  ")
+		ModelFingerprint: fp, Checksums: sums, Adapter: ac}, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -178,8 +199,10 @@ func (t *Trainer) trainsBase(name string) bool {
 
 // Resume continues a run from the checkpoint folder dir (or an output folder, whose latest checkpoint is
 // used): model must be the same base model, loaded with the same options, and data the same dataset (its
-// position is restored). The trainer's config is the saved one.
-func Resume(dir string, model Model, backend compute.Backend, data Iterator) (*Trainer, error) {
+// position is restored). The trainer's config is the saved one. A run of custom adapters (method custom) is
+// resumed with the same adapters, built as for New and passed as WithAdapters: their type and settings must be
+// the saved ones, and their trained tensors are replaced by the checkpoint's.
+func Resume(dir string, model Model, backend compute.Backend, data Iterator, opts ...Option) (*Trainer, error) {
 	if _, err := os.Stat(filepath.Join(dir, StateFile)); errors.Is(err, fs.ErrNotExist) {
 		latest, lerr := LatestCheckpoint(dir)
 		if lerr != nil {
@@ -207,9 +230,21 @@ func Resume(dir string, model Model, backend compute.Backend, data Iterator) (*T
 			return nil, fmt.Errorf("%w: %s does not match the checksum written with it (its bytes changed since the save): resume from an earlier checkpoint", ErrCorruptCheckpoint, filepath.Join(dir, f))
 		}
 	}
-	t, err := New(model, s.Config, backend)
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if s.Config.Method == MethodCustom && o.adapters == nil {
+		return nil, fmt.Errorf("%s trained custom adapters (%v): resume it with the same adapters (finetune.WithAdapters)", dir, s.Adapter[adapter.KeyType])
+	}
+	t, err := New(model, s.Config, backend, opts...)
 	if err != nil {
 		return nil, err
+	}
+	if ac, err := t.adapterConfig(); err != nil {
+		return nil, err
+	} else if s.Adapter != nil && fmt.Sprint(ac) != fmt.Sprint(s.Adapter) {
+		return nil, fmt.Errorf("%s was trained with adapters %v, not %v", dir, s.Adapter, ac)
 	}
 	fp, err := t.fingerprint()
 	if err != nil {

@@ -9,8 +9,8 @@ import (
 	"github.com/gomlx/compute/shapes"
 	"github.com/gomlx/gomlx/core/graph"
 
+	"github.com/memfit/memfit/adapter"
 	"github.com/memfit/memfit/engine"
-	"github.com/memfit/memfit/lora"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/quant"
 )
@@ -19,7 +19,7 @@ import (
 // shapes of the batch, frozen and trainable tensors (values are not needed to build it).
 type stepSpec struct {
 	model    Model
-	adapters *lora.Set
+	adapters *adapter.Set
 	compute  dtypes.DType
 	batch    map[string]shapes.Shape
 	frozen   map[string]shapes.Shape

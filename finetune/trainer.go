@@ -12,6 +12,7 @@ import (
 	"github.com/gomlx/gomlx/core/graph"
 	"github.com/gomlx/gomlx/core/tensors"
 
+	"github.com/memfit/memfit/adapter"
 	"github.com/memfit/memfit/lora"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/models"
@@ -25,7 +26,7 @@ type Trainer struct {
 	Model   Model
 	Backend compute.Backend
 	// Adapters are the LoRA adapters (nil for full fine-tuning).
-	Adapters *lora.Set
+	Adapters *adapter.Set
 
 	// Train holds the trainable tensors (adapter tensors named "<module path>.<suffix>" and trained base
 	// parameters by their names), float32.
@@ -163,7 +164,7 @@ var ErrNonFinite = errors.New("non-finite loss")
 type Option func(*options)
 
 type options struct {
-	adapters *lora.Set
+	adapters *adapter.Set
 	hostStep bool
 }
 
@@ -173,9 +174,9 @@ type options struct {
 // device-resident step is tested and benchmarked against.
 func WithHostStep() Option { return func(o *options) { o.hostStep = true } }
 
-// WithAdapters trains the given adapters (any lora.Adapter implementations, e.g. a custom one) instead of
+// WithAdapters trains the given adapters (any adapter.Adapter implementations, e.g. a custom one) instead of
 // creating LoRA adapters; use it with Config.Method "custom".
-func WithAdapters(set *lora.Set) Option { return func(o *options) { o.adapters = set } }
+func WithAdapters(set *adapter.Set) Option { return func(o *options) { o.adapters = set } }
 
 // New prepares training of model with cfg on backend: adapters are created and initialised from cfg.Seed
 // (lora, lora-fa) or taken from WithAdapters (custom), trainable tensors are chosen, the frozen ones converted
@@ -204,24 +205,24 @@ func New(model Model, cfg Config, backend compute.Backend, opts ...Option) (*Tra
 		return nil, err
 	} else if newAdapter != nil {
 		if cfg.InitAdapter != "" {
-			set, saved, err := ImportAdapter(cfg.InitAdapter, model)
+			peft, err := ReadAdapter(cfg.InitAdapter, model)
 			if err != nil {
 				return nil, err
+			}
+			saved, err := lora.FromPEFT(peft.Config)
+			if err != nil {
+				return nil, fmt.Errorf("init_adapter %s: %w", cfg.InitAdapter, err)
 			}
 			if saved.Rank != cfg.LoRARank || saved.Alpha != cfg.LoRAAlpha || saved.RSLoRA != cfg.RSLoRA {
 				return nil, fmt.Errorf("init_adapter %s has r=%d, alpha=%g, rslora=%v but the config says %d, %g, %v",
 					cfg.InitAdapter, saved.Rank, saved.Alpha, saved.RSLoRA, cfg.LoRARank, cfg.LoRAAlpha, cfg.RSLoRA)
 			}
-			for path := range set.Adapters {
-				set.Adapters[path] = newAdapter(set.Layers[path])
+			for path := range peft.Set.Adapters {
+				peft.Set.Adapters[path] = newAdapter(peft.Set.Layers[path]) // the config's dropout and frozen A
 			}
-			t.Adapters = set
-			modules, err := ImportModules(cfg.InitAdapter)
-			if err != nil {
-				return nil, err
-			}
-			params = withOverrides(params, modules)
-		} else if t.Adapters, err = lora.NewSet(model.LinearLayers(), cfg.LoRATarget, newAdapter, cfg.Seed); err != nil {
+			t.Adapters = peft.Set
+			params = withOverrides(params, peft.Modules)
+		} else if t.Adapters, err = adapter.NewSet(model.LinearLayers(), cfg.LoRATarget, newAdapter, cfg.Seed, BaseWeights(model)); err != nil {
 			return nil, err
 		}
 	}

@@ -1,15 +1,20 @@
+// Package lora is memfit's LoRA and LoRA-FA adapter: an adapter.Adapter with PEFT's tensors, initialisation,
+// merge and adapter_config.json, registered for import as the format of PEFT adapters with peft_type LORA.
 package lora
 
 import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/gomlx/gomlx/core/graph"
 	"github.com/gomlx/gomlx/core/tensors"
 
+	"github.com/memfit/memfit/adapter"
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/models"
+	"github.com/memfit/memfit/msnorm"
 )
 
 // Config are LoRA's settings.
@@ -55,11 +60,11 @@ func (c Config) Scale() float64 {
 type LoRA struct{ Config Config }
 
 // New returns a constructor for NewSet that gives every layer a LoRA adapter with cfg.
-func New(cfg Config) (func(models.LinearLayer) Adapter, error) {
+func New(cfg Config) (func(models.LinearLayer) adapter.Adapter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return func(models.LinearLayer) Adapter { return &LoRA{Config: cfg} }, nil
+	return func(models.LinearLayer) adapter.Adapter { return &LoRA{Config: cfg} }, nil
 }
 
 // PEFT key suffixes of the two LoRA matrices, and of the optional bias of B (PEFT's lora_bias).
@@ -74,7 +79,7 @@ func (l *LoRA) Type() string { return "LORA" }
 
 // Init initialises as PEFT does: A Kaiming-uniform with a = sqrt(5) (uniform in ±1/sqrt(in)), B zero, so the
 // adapted layer starts equal to the base layer.
-func (l *LoRA) Init(layer models.LinearLayer, r *rand.Rand) (map[string]*tensors.Tensor, error) {
+func (l *LoRA) Init(layer models.LinearLayer, _ adapter.Base, r *rand.Rand) (map[string]*tensors.Tensor, error) {
 	rank := l.Config.Rank
 	if rank > min(layer.In, layer.Out) {
 		return nil, fmt.Errorf("LoRA rank %d exceeds the layer's size [%d, %d]", rank, layer.Out, layer.In)
@@ -99,7 +104,7 @@ func (l *LoRA) Trainable(suffix string) bool {
 // with PEFT's lora_bias. Backward (through engine.Linear's matmul gradients): the base matmul keeps x only if W
 // is trained; A's gradient needs x (shared with a memory-sharing norm's output when the layer follows one); B's
 // gradient needs A x (rank r per token). With LoRA-FA, A is frozen and only A x is kept.
-func (l *LoRA) Forward(ctx Context, layer models.LinearLayer, x, weight, bias *graph.Node, p map[string]*graph.Node) *graph.Node {
+func (l *LoRA) Forward(ctx adapter.Context, layer models.LinearLayer, x, weight, bias *graph.Node, p map[string]*graph.Node) *graph.Node {
 	a, b := p[SuffixA], p[SuffixB]
 	if a == nil || b == nil {
 		panic(fmt.Sprintf("lora: layer %s is missing %s or %s", layer.Path, SuffixA, SuffixB))
@@ -121,8 +126,177 @@ func (l *LoRA) Forward(ctx Context, layer models.LinearLayer, x, weight, bias *g
 	return graph.Add(base, update)
 }
 
-// Settings returns PEFT's adapter_config.json LoRA fields.
-func (l *LoRA) Settings() map[string]any {
-	return map[string]any{"r": l.Config.Rank, "lora_alpha": l.Config.Alpha, "use_rslora": l.Config.RSLoRA,
-		"lora_dropout": l.Config.Dropout, "fan_in_fan_out": false, "init_lora_weights": true, "use_dora": false}
+// matrices returns A [r, in], B [out, r] and b_B ([out] or nil) from params.
+func (l *LoRA) matrices(layer models.LinearLayer, p models.Params) (a, b, bb []float32, rank int, err error) {
+	if a, err = p.Float32s(SuffixA); err != nil {
+		return
+	}
+	if b, err = p.Float32s(SuffixB); err != nil {
+		return
+	}
+	if _, ok := p[SuffixBBias]; ok {
+		if bb, err = p.Float32s(SuffixBBias); err != nil {
+			return
+		}
+	}
+	rank = len(a) / max(layer.In, 1)
+	if len(a) != rank*layer.In || len(b) != layer.Out*rank || (bb != nil && len(bb) != layer.Out) {
+		err = fmt.Errorf("LoRA tensors of %s have %d, %d values, want [r, %d] and [%d, r]", layer.Path, len(a), len(b), layer.In, layer.Out)
+	}
+	return
+}
+
+// delta returns s (B A) [out, in] in float64, and s b_B (nil without it): PEFT's get_delta_weight.
+func (l *LoRA) delta(layer models.LinearLayer, p models.Params) ([]float64, []float64, error) {
+	a, b, bb, rank, err := l.matrices(layer, p)
+	if err != nil {
+		return nil, nil, err
+	}
+	scale := l.Config.Scale()
+	d := make([]float64, layer.Out*layer.In)
+	for o := 0; o < layer.Out; o++ {
+		row := d[o*layer.In : (o+1)*layer.In]
+		for k := 0; k < rank; k++ {
+			bk := scale * float64(b[o*rank+k])
+			if bk == 0 {
+				continue
+			}
+			for i, av := range a[k*layer.In : (k+1)*layer.In] {
+				row[i] += bk * float64(av)
+			}
+		}
+	}
+	var db []float64
+	if bb != nil {
+		db = make([]float64, layer.Out)
+		for o, v := range bb {
+			db[o] = scale * float64(v)
+		}
+	}
+	return d, db, nil
+}
+
+// Merge returns W + s B A and b + s b_B.
+func (l *LoRA) Merge(layer models.LinearLayer, base msnorm.Dense, p models.Params) (msnorm.Dense, error) {
+	return l.addDelta(layer, base, p, 1)
+}
+
+// Unmerge returns W - s B A and b - s b_B.
+func (l *LoRA) Unmerge(layer models.LinearLayer, merged msnorm.Dense, p models.Params) (msnorm.Dense, error) {
+	return l.addDelta(layer, merged, p, -1)
+}
+
+func (l *LoRA) addDelta(layer models.LinearLayer, d msnorm.Dense, p models.Params, sign float64) (msnorm.Dense, error) {
+	dw, db, err := l.delta(layer, p)
+	if err != nil {
+		return msnorm.Dense{}, err
+	}
+	if len(d.W) != len(dw) {
+		return msnorm.Dense{}, fmt.Errorf("%s: base weight has %d values, want [%d, %d]", layer.Path, len(d.W), layer.Out, layer.In)
+	}
+	out := msnorm.Dense{Out: d.Out, In: d.In, W: make([]float32, len(d.W))}
+	for i, w := range d.W {
+		out.W[i] = float32(float64(w) + sign*dw[i])
+	}
+	out.B = msnorm.AddOffset(d.B, db, sign, layer.Out)
+	return out, nil
+}
+
+// UnfoldInput moves the adapter to the layer's original input u (msnorm's change of basis with M = A): the
+// branch computes s (B (A z) + b_B) = s (B A_u u - B A_u beta + b_B), so A becomes A_u = A diag(1/g) and b_B
+// becomes b_B - B (A_u beta). The bias appears only under a norm with a shift (LayerNorm); it is exported as
+// PEFT's lora_B.bias (lora_bias).
+func (l *LoRA) UnfoldInput(layer models.LinearLayer, p models.Params, norm msnorm.NormAffine) (models.Params, error) {
+	return l.rebase(layer, p, norm.InputToOriginal, -1)
+}
+
+// FoldInput moves the adapter from the original input u to the folded z: A = A_u diag(g), b_B + B (A_u beta).
+func (l *LoRA) FoldInput(layer models.LinearLayer, p models.Params, norm msnorm.NormAffine) (models.Params, error) {
+	return l.rebase(layer, p, norm.InputToFolded, 1)
+}
+
+func (l *LoRA) rebase(layer models.LinearLayer, p models.Params, change func([]float32, int) ([]float32, []float64, error), sign float64) (models.Params, error) {
+	a, b, bb, rank, err := l.matrices(layer, p)
+	if err != nil {
+		return nil, err
+	}
+	a2, offset, err := change(a, rank)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", layer.Path, err)
+	}
+	out := models.Params{}
+	for k, v := range p {
+		out[k] = v
+	}
+	out[SuffixA] = tensors.FromFlatDataAndDimensions(a2, rank, layer.In)
+	if offset != nil {
+		// B's image of the offset: (B o)[out] lands in b_B.
+		bo := make([]float64, layer.Out)
+		for o := range bo {
+			for k := 0; k < rank; k++ {
+				bo[o] += float64(b[o*rank+k]) * offset[k]
+			}
+		}
+		out[SuffixBBias] = tensors.FromFlatDataAndDimensions(msnorm.AddOffset(bb, bo, sign, layer.Out), layer.Out)
+	}
+	return out, nil
+}
+
+// PEFTConfig returns PEFT's adapter_config.json LoRA fields; lora_bias is set when a lora_B.bias is exported.
+// LoRA-FA is saved as plain LoRA (its frozen A is part of the adapter).
+func (l *LoRA) PEFTConfig(suffixes []string) map[string]any {
+	return map[string]any{adapter.KeyType: "LORA", "r": l.Config.Rank, "lora_alpha": l.Config.Alpha, "use_rslora": l.Config.RSLoRA,
+		"lora_dropout": l.Config.Dropout, "fan_in_fan_out": false, "init_lora_weights": true, "use_dora": false,
+		"bias": "none", "lora_bias": slices.Contains(suffixes, SuffixBBias)}
+}
+
+// FromPEFT reads LoRA's settings from a PEFT adapter_config.json (peft_type LORA without DoRA). Settings memfit
+// does not implement (fan_in_fan_out, DoRA, bias other than "none") are refused by name.
+func FromPEFT(c adapter.PEFTConfig) (Config, error) {
+	var cfg Config
+	var err error
+	bad := func(e error) (Config, error) { return Config{}, e }
+	if c.Type() != "LORA" {
+		return bad(fmt.Errorf("peft_type is %q, want LORA", c.Type()))
+	}
+	for _, key := range []string{"use_dora", "fan_in_fan_out"} {
+		if on, err := c.Bool(key); err != nil {
+			return bad(err)
+		} else if on {
+			return bad(fmt.Errorf("%s is true: memfit's LoRA does not implement it", key))
+		}
+	}
+	if b, ok := c["bias"].(string); ok && b != "none" {
+		return bad(fmt.Errorf("bias is %q: memfit's LoRA imports adapters with bias \"none\"", b))
+	}
+	if cfg.Rank, err = c.Int("r", 8); err != nil {
+		return bad(err)
+	}
+	if cfg.Alpha, err = c.Float("lora_alpha", 8); err != nil { // PEFT's defaults
+		return bad(err)
+	}
+	if cfg.RSLoRA, err = c.Bool("use_rslora"); err != nil {
+		return bad(err)
+	}
+	if cfg.Dropout, err = c.Float("lora_dropout", 0); err != nil {
+		return bad(err)
+	}
+	return cfg, cfg.Validate()
+}
+
+func init() {
+	adapter.Register(adapter.Format{
+		Name: "LoRA",
+		Match: func(c adapter.PEFTConfig) bool {
+			dora, _ := c.Bool("use_dora")
+			return c.Type() == "LORA" && !dora
+		},
+		New: func(c adapter.PEFTConfig) (func(models.LinearLayer) adapter.Adapter, error) {
+			cfg, err := FromPEFT(c)
+			if err != nil {
+				return nil, err
+			}
+			return New(cfg)
+		},
+	})
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/gomlx/gomlx/core/graph"
 	"github.com/gomlx/gomlx/core/tensors"
 
+	"github.com/memfit/memfit/adapter"
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/internal/gtest"
 	"github.com/memfit/memfit/lora"
@@ -22,7 +23,7 @@ func TestSelectLayers(t *testing.T) {
 	cfg, _ := llama.Preset("tiny", 0)
 	layers := llama.LinearLayers(cfg)
 	count := func(targets ...string) int {
-		sel, err := lora.SelectLayers(layers, targets)
+		sel, err := adapter.SelectLayers(layers, targets)
 		if err != nil {
 			t.Fatalf("%v: %v", targets, err)
 		}
@@ -42,13 +43,13 @@ func TestSelectLayers(t *testing.T) {
 		}
 	}
 	for _, bad := range [][]string{{"query"}, {"q", "nope"}, {}, {""}} {
-		_, err := lora.SelectLayers(layers, bad)
+		_, err := adapter.SelectLayers(layers, bad)
 		if err == nil || strings.Contains(err.Error(), "\n") {
 			t.Errorf("%v: error %v, want one line", bad, err)
 		}
 	}
 	vcfg, _ := vit.Preset("tiny", 10)
-	sel, err := lora.SelectLayers(vit.LinearLayers(vcfg), []string{"q", "v"})
+	sel, err := adapter.SelectLayers(vit.LinearLayers(vcfg), []string{"q", "v"})
 	if err != nil || len(sel) != 2*vcfg.NumHiddenLayers || !strings.HasSuffix(sel[0].Path, "attention.attention.query") {
 		t.Errorf("ViT q,v: %+v, %v", sel, err)
 	}
@@ -70,7 +71,7 @@ func TestLoRAGradientMatchesHandReference(t *testing.T) {
 	s := cfg.Scale()
 	layer := models.LinearLayer{Path: "l", In: in, Out: out}
 	got := gtest.Run(t, func(g *graph.Graph, p []*graph.Node) []*graph.Node {
-		y := (&lora.LoRA{Config: cfg}).Forward(lora.Context{}, layer, p[0], p[1], nil, map[string]*graph.Node{lora.SuffixA: p[2], lora.SuffixB: p[3]})
+		y := (&lora.LoRA{Config: cfg}).Forward(adapter.Context{}, layer, p[0], p[1], nil, map[string]*graph.Node{lora.SuffixA: p[2], lora.SuffixB: p[3]})
 		grads := engine.Gradient(graph.ReduceAllSum(graph.Mul(y, p[4])), p[2], p[3])
 		return append([]*graph.Node{y}, grads...)
 	}, gtest.Tensor(x, n, in), gtest.Tensor(w, out, in), gtest.Tensor(a, r, in), gtest.Tensor(b, out, r), gtest.Tensor(rr, n, out))
@@ -123,7 +124,7 @@ func TestZeroBKeepsBaseLogits(t *testing.T) {
 		t.Fatal(err)
 	}
 	newAdapter, _ := lora.New(lora.Config{Rank: 4, Alpha: 8})
-	set, err := lora.NewSet(llama.LinearLayers(cfg), []string{"all-linear"}, newAdapter, 1)
+	set, err := adapter.NewSet(llama.LinearLayers(cfg), []string{"all-linear"}, newAdapter, 1, adapter.WeightsOf(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,10 +159,10 @@ func TestLoRAFAKeepsOnlyRankTensor(t *testing.T) {
 	for _, frozenA := range []bool{false, true} {
 		cfg := lora.Config{Rank: r, Alpha: 4, FrozenA: frozenA}
 		ad := &lora.LoRA{Config: cfg}
-		init, _ := ad.Init(layer, rand.New(rand.NewPCG(1, 2)))
+		init, _ := ad.Init(layer, nil, rand.New(rand.NewPCG(1, 2)))
 		var outputs []*graph.Node
 		_, g := gtest.RunGraph(t, func(g *graph.Graph, p []*graph.Node) []*graph.Node {
-			y := ad.Forward(lora.Context{}, layer, graph.Sin(p[0]), p[1], nil, map[string]*graph.Node{lora.SuffixA: p[2], lora.SuffixB: p[3]})
+			y := ad.Forward(adapter.Context{}, layer, graph.Sin(p[0]), p[1], nil, map[string]*graph.Node{lora.SuffixA: p[2], lora.SuffixB: p[3]})
 			wrt := []*graph.Node{p[3]}
 			if !frozenA {
 				wrt = append(wrt, p[2])

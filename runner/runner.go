@@ -13,8 +13,8 @@ import (
 	"github.com/gomlx/gomlx/core/graph"
 	"github.com/gomlx/gomlx/core/tensors"
 
+	"github.com/memfit/memfit/adapter"
 	"github.com/memfit/memfit/engine"
-	"github.com/memfit/memfit/lora"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/quant"
 )
@@ -94,7 +94,7 @@ func NF4Weights(layers []models.LinearLayer, dtype dtypes.DType) models.WeightHo
 
 // Output builds fn (logits, loss, ...) of model bound to params (model.Params() when nil) and the adapters of
 // set (none when nil), compiles it and runs it on batch, once.
-func Output(backend compute.Backend, model Model, params models.Params, set *lora.Set, batch Batch,
+func Output(backend compute.Backend, model Model, params models.Params, set *adapter.Set, batch Batch,
 	fn func(b models.Bound, nodes map[string]*graph.Node) *graph.Node) (*tensors.Tensor, error) {
 	if err := check(model, batch); err != nil {
 		return nil, err
@@ -133,7 +133,7 @@ func Output(backend compute.Backend, model Model, params models.Params, set *lor
 
 // Logits computes model's logits on batch with params (model.Params() when nil) and the adapters of set (none
 // when nil), compiling a graph for this one call; LogitsRunner reuses its graphs.
-func Logits(backend compute.Backend, model Model, params models.Params, set *lora.Set, batch Batch) (*tensors.Tensor, error) {
+func Logits(backend compute.Backend, model Model, params models.Params, set *adapter.Set, batch Batch) (*tensors.Tensor, error) {
 	return Output(backend, model, params, set, batch, model.Logits)
 }
 
@@ -143,13 +143,13 @@ type LogitsRunner struct {
 	Backend compute.Backend
 	Model   Model
 	Params  models.Params
-	Set     *lora.Set
+	Set     *adapter.Set
 	graphs  map[string]*graph.Graph
 }
 
 // NewLogitsRunner returns a runner over model with params (model.Params() when nil) and adapters (none when set
 // is nil).
-func NewLogitsRunner(backend compute.Backend, model Model, params models.Params, set *lora.Set) *LogitsRunner {
+func NewLogitsRunner(backend compute.Backend, model Model, params models.Params, set *adapter.Set) *LogitsRunner {
 	if params == nil {
 		params = model.Params()
 	}
