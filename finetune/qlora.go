@@ -1,9 +1,6 @@
 package finetune
 
 import (
-	"fmt"
-	"strings"
-
 	"github.com/gomlx/compute/shapes"
 	"github.com/gomlx/gomlx/core/tensors"
 
@@ -19,130 +16,24 @@ import (
 const MethodQLoRA = "qlora"
 
 // isNF4 reports whether a parameter name is part of an NF4 weight.
-func isNF4(name string) bool { return strings.Contains(name, ".weight.nf4_") }
+var isNF4 = quant.IsNF4Tensor
 
-// quantizeModel replaces every non-head linear weight of model (loaded without MS-norm folding) by its NF4 form
-// (double-quantised scales). With msNorm, it then folds each norm into the layers it feeds, as loading with
-// MSNorm would: into NF4 weights exactly, gamma as a per-input-channel scale (quant.NF4.Fold) and beta as
-// bias + W_nf4 beta (W_nf4 the dequantised weight, ViT's LayerNorm); into the float32 head as usual. The norm
-// tensors move to the model's Folded set and the model builds MS-norms.
-func quantizeModel(model Model, msNorm bool) error {
-	params := model.Params()
-	quantized := map[string]*quant.NF4{}
-	for _, l := range model.LinearLayers() {
-		if l.Head {
-			continue
-		}
-		name := l.Path + ".weight"
-		w, err := params.Float32s(name)
-		if err != nil {
-			return err
-		}
-		q, err := quant.QuantizeNF4(w, l.Out, l.In, true)
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		quantized[name] = q
-	}
-	removed := models.Params{}
-	if msNorm {
-		for _, f := range model.Folds() {
-			gamma, err := params.Float32s(f.Gamma)
-			if err != nil {
-				return err
-			}
-			var beta []float32
-			if _, ok := params[f.Beta]; ok && f.Beta != "" {
-				if beta, err = params.Float32s(f.Beta); err != nil {
-					return err
-				}
-			}
-			var rest []models.Linear
-			for _, l := range f.Linears {
-				q, ok := quantized[l.Weight]
-				if !ok {
-					rest = append(rest, l)
-					continue
-				}
-				if beta != nil {
-					if l.Bias == "" {
-						return fmt.Errorf("folding %s into %s needs a bias", f.Beta, l.Weight)
-					}
-					wq := q.Dequantize()
-					bias := make([]float32, q.Out)
-					if _, ok := params[l.Bias]; ok {
-						if bias, err = params.Float32s(l.Bias); err != nil {
-							return err
-						}
-					}
-					for o := 0; o < q.Out; o++ {
-						acc := float64(bias[o])
-						for j := 0; j < q.In; j++ {
-							acc += float64(wq[o*q.In+j]) * float64(beta[j])
-						}
-						bias[o] = float32(acc)
-					}
-					params[l.Bias] = tensors.FromFlatDataAndDimensions(bias, q.Out)
-				}
-				if err := q.Fold(effectiveGamma(gamma, f.PlusOne)); err != nil {
-					return err
-				}
-			}
-			if len(rest) > 0 {
-				sub := f
-				sub.Linears = rest
-				out, _, err := models.ApplyFolds(params, []models.Fold{sub})
-				if err != nil {
-					return err
-				}
-				for _, l := range rest {
-					params[l.Weight] = out[l.Weight]
-					if t, ok := out[l.Bias]; ok && l.Bias != "" {
-						params[l.Bias] = t
-					}
-				}
-			}
-			for _, n := range []string{f.Gamma, f.Beta} {
-				if t, ok := params[n]; ok && n != "" {
-					removed[n] = t
-					delete(params, n)
-				}
-			}
+// nf4Targets lists the weights QLoRA quantises: every linear layer's but the output head's.
+func nf4Targets(layers []models.LinearLayer) []quant.LinearWeight {
+	var out []quant.LinearWeight
+	for _, l := range layers {
+		if !l.Head {
+			out = append(out, quant.LinearWeight{Name: l.Path + ".weight", Out: l.Out, In: l.In})
 		}
 	}
-	for name, q := range quantized {
-		delete(params, name)
-		for n, t := range q.Tensors(name) {
-			params[n] = t
-		}
-	}
-	switch m := model.(type) {
-	case ViT:
-		m.Model.Folded, m.Model.Options.MSNorm = removed, msNorm
-	case Llama:
-		m.Model.Folded, m.Model.Options.MSNorm = removed, msNorm
-	default:
-		return fmt.Errorf("QLoRA does not know model %T", model)
-	}
-	return nil
-}
-
-func effectiveGamma(gamma []float32, plusOne bool) []float32 {
-	if !plusOne {
-		return gamma
-	}
-	g := make([]float32, len(gamma))
-	for i, v := range gamma {
-		g[i] = 1 + v
-	}
-	return g
+	return out
 }
 
 // nf4Hook returns the Bound.Weights hook that dequantises the model's NF4 weights in dtype.
 var nf4Hook = runner.NF4Weights
 
 // nf4Shapes replaces, in parameter shapes, every non-head linear weight by its NF4 tensors' shapes; with
-// msNorm, the weights a norm folds into (folds' Linears) get the per-input-channel scale too, as quantizeModel
+// msNorm, the weights a norm folds into (folds' Linears) get the per-input-channel scale too, as models.ApplyFolds
 // writes them.
 func nf4Shapes(params map[string]shapes.Shape, layers []models.LinearLayer, folds []models.Fold, msNorm bool) {
 	scaled := map[string]bool{}
@@ -191,30 +82,9 @@ func dequantizeAll(p models.Params, layers []models.LinearLayer) (models.Params,
 
 // dequantize returns the float32 weight [Out, In] of layer l when p holds it in NF4 (ok false otherwise).
 func dequantize(p models.Params, l models.LinearLayer) (w []float32, ok bool, err error) {
-	prefix := l.Path + ".weight"
-	codes, ok := p[prefix+quant.SuffixCodes]
-	if !ok {
-		return nil, false, nil
-	}
-	q := &quant.NF4{Out: l.Out, In: l.In}
-	get := func(suffix string) []float32 {
-		if _, ok := p[prefix+suffix]; !ok || err != nil {
-			return nil
-		}
-		var v []float32
-		v, err = p.Float32s(prefix + suffix)
-		return v
-	}
-	codes.MustConstFlatData(func(f any) { q.Codes = append([]uint8(nil), f.([]uint8)...) })
-	q.Absmax, q.Absmax2, q.ColScale = get(quant.SuffixAbsmax), get(quant.SuffixAbsmax2), get(quant.SuffixColScale)
-	if off := get(quant.SuffixOffset); off != nil {
-		q.Offset = off[0]
-	}
-	if t, ok := p[prefix+quant.SuffixAbsmaxQ]; ok {
-		t.MustConstFlatData(func(f any) { q.AbsmaxQ = append([]uint8(nil), f.([]uint8)...) })
-	}
-	if err != nil {
-		return nil, false, fmt.Errorf("%s: %w", prefix, err)
+	q, ok, err := quant.FromTensors(p, l.Path+".weight", l.Out, l.In)
+	if !ok || err != nil {
+		return nil, ok, err
 	}
 	return q.Dequantize(), true, nil
 }

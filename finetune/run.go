@@ -13,6 +13,7 @@ import (
 	"github.com/memfit/memfit/models/auto"
 	"github.com/memfit/memfit/models/llama"
 	"github.com/memfit/memfit/models/vit"
+	"github.com/memfit/memfit/quant"
 	"github.com/memfit/memfit/safetensors"
 
 	"github.com/gomlx/compute/dtypes"
@@ -37,27 +38,45 @@ func LoadModel(dir string, cfg Config) (Model, error) {
 	default:
 		return nil, fmt.Errorf("model type %q cannot be trained", mt)
 	}
-	// QLoRA quantises the original weights first and folds the norms into the NF4 weights itself.
+	// Load -> quantise (QLoRA) -> fold -> graph: QLoRA loads the float weights unfolded, quantises them, and
+	// builds the model again from the quantised weights; building folds the norms (models.ApplyFolds), into NF4
+	// weights as into float ones.
 	qlora := cfg.Method == MethodQLoRA
-	fold := cfg.MSNorm && !qlora
 	var model Model
 	if mt == "vit" {
-		m, err := vit.Load(dir, vit.Options{ApproxActivation: cfg.ApproxAct, MSNorm: fold, GradCheckpoint: cfg.GradCkpt, Attention: kind})
+		opts := vit.Options{ApproxActivation: cfg.ApproxAct, MSNorm: cfg.MSNorm && !qlora, GradCheckpoint: cfg.GradCkpt, Attention: kind}
+		m, err := vit.Load(dir, opts)
 		if err != nil {
 			return nil, err
+		}
+		if qlora {
+			q, err := quant.QuantizeWeights(m.Params, nf4Targets(vit.LinearLayers(m.Config)))
+			if err != nil {
+				return nil, err
+			}
+			opts.MSNorm = cfg.MSNorm
+			if m, err = vit.New(m.Config, q, opts); err != nil {
+				return nil, fmt.Errorf("%s: %w", dir, err)
+			}
 		}
 		model = ViT{Model: m}
 	} else {
-		m, err := llama.Load(dir, llama.Options{ApproxActivation: cfg.ApproxAct, MSNorm: fold, GradCheckpoint: cfg.GradCkpt, Attention: kind})
+		opts := llama.Options{ApproxActivation: cfg.ApproxAct, MSNorm: cfg.MSNorm && !qlora, GradCheckpoint: cfg.GradCkpt, Attention: kind}
+		m, err := llama.Load(dir, opts)
 		if err != nil {
 			return nil, err
 		}
-		model = Llama{Model: m}
-	}
-	if qlora {
-		if err := quantizeModel(model, cfg.MSNorm); err != nil {
-			return nil, err
+		if qlora {
+			q, err := quant.QuantizeWeights(m.Params, nf4Targets(llama.LinearLayers(m.Config)))
+			if err != nil {
+				return nil, err
+			}
+			opts.MSNorm = cfg.MSNorm
+			if m, err = llama.New(m.Config, q, opts); err != nil {
+				return nil, fmt.Errorf("%s: %w", dir, err)
+			}
 		}
+		model = Llama{Model: m}
 	}
 	return model, nil
 }

@@ -7,10 +7,13 @@ import (
 	"strings"
 
 	"github.com/gomlx/compute/dtypes"
+
+	"github.com/memfit/memfit/quant"
 )
 
 // CheckShapes checks that p has exactly the names of want, each float32 with the wanted dimensions. The error
-// names the first offending parameter.
+// names the first offending parameter. A weight may be stored quantised instead (its NF4 tensors,
+// quant.QuantizeWeights), as QLoRA's models are.
 func CheckShapes(p Params, want map[string][]int) error {
 	names := make([]string, 0, len(want))
 	for n := range want {
@@ -20,6 +23,12 @@ func CheckShapes(p Params, want map[string][]int) error {
 	for _, n := range names {
 		t, ok := p[n]
 		if !ok {
+			if codes, isNF4 := p[n+quant.SuffixCodes]; isNF4 && len(want[n]) == 2 {
+				if 2*codes.Shape().Size() < want[n][0]*want[n][1] {
+					return fmt.Errorf("NF4 tensor %q holds fewer codes than the config's %v", n+quant.SuffixCodes, want[n])
+				}
+				continue
+			}
 			return fmt.Errorf("checkpoint has no tensor %q", n)
 		}
 		if !slices.Equal(t.Shape().Dimensions, want[n]) {
@@ -30,6 +39,11 @@ func CheckShapes(p Params, want map[string][]int) error {
 		}
 	}
 	for _, n := range p.Names() {
+		if i := strings.Index(n, ".weight.nf4_"); i >= 0 && quant.IsNF4Tensor(n) {
+			if _, ok := want[n[:i+len(".weight")]]; ok {
+				continue
+			}
+		}
 		if _, ok := want[n]; !ok {
 			return fmt.Errorf("checkpoint has an unexpected tensor %q (not part of this model's config)", n)
 		}

@@ -6,6 +6,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/msnorm"
+	"github.com/memfit/memfit/quant"
 )
 
 // Linear names a linear layer's weight ([out, in]) and bias ([out], may be absent) parameters.
@@ -22,34 +23,23 @@ type Fold struct {
 // ApplyFolds returns a copy of p in which each fold's affine is folded into its linear layers with msnorm.Fold
 // (W' = W diag(gamma), b' = b + W beta; a bias appears where beta is not zero) and the norm's own tensors are
 // removed; removed holds those norm tensors, which export needs to undo the folding. p is not modified.
-func ApplyFolds(p Params, folds []Fold) (folded, removed Params, err error) {
+//
+// It is the one place a model's norms are folded, float or quantised: a weight stored in NF4 (quantised before
+// folding, QLoRA) takes gamma exactly as its per-input-channel scale (quant.NF4.Fold: codes and block scales
+// untouched) and beta through its dequantised value (b' = b + W_nf4 beta); arch (the architecture's parameter
+// shapes, may be nil without NF4 weights) gives the quantised weights' shapes.
+func ApplyFolds(p Params, folds []Fold, arch map[string][]int) (folded, removed Params, err error) {
 	folded = Params{}
 	for name, t := range p {
 		folded[name] = t
 	}
 	removed = Params{}
 	for _, f := range folds {
-		gamma, err := p.Float32s(f.Gamma)
+		norm, err := normAffine(p, f)
 		if err != nil {
 			return nil, nil, err
 		}
-		var beta []float32
-		if f.Beta != "" {
-			if _, ok := p[f.Beta]; ok {
-				if beta, err = p.Float32s(f.Beta); err != nil {
-					return nil, nil, err
-				}
-			}
-		}
 		for _, l := range f.Linears {
-			w, err := p.Float32s(l.Weight)
-			if err != nil {
-				return nil, nil, err
-			}
-			dims := p.Dims(l.Weight)
-			if len(dims) != 2 {
-				return nil, nil, fmt.Errorf("%s has shape %v, want [out, in]", l.Weight, dims)
-			}
 			var b []float32
 			if l.Bias != "" {
 				if _, ok := p[l.Bias]; ok {
@@ -58,12 +48,40 @@ func ApplyFolds(p Params, folds []Fold) (folded, removed Params, err error) {
 					}
 				}
 			}
-			out, err := msnorm.Fold(msnorm.NormAffine{Gamma: gamma, Beta: beta, PlusOne: f.PlusOne},
-				msnorm.Dense{Out: dims[0], In: dims[1], W: w, B: b})
+			q, quantised, err := nf4Weight(p, l.Weight, arch)
+			if err != nil {
+				return nil, nil, err
+			}
+			var w []float32
+			var dims []int
+			if quantised {
+				w, dims = q.Dequantize(), []int{q.Out, q.In}
+			} else {
+				if w, err = p.Float32s(l.Weight); err != nil {
+					return nil, nil, err
+				}
+				if dims = p.Dims(l.Weight); len(dims) != 2 {
+					return nil, nil, fmt.Errorf("%s has shape %v, want [out, in]", l.Weight, dims)
+				}
+			}
+			out, err := msnorm.Fold(norm, msnorm.Dense{Out: dims[0], In: dims[1], W: w, B: b})
 			if err != nil {
 				return nil, nil, fmt.Errorf("folding %s into %s: %w", f.Gamma, l.Weight, err)
 			}
-			folded[l.Weight] = tensors.FromFlatDataAndDimensions(out.W, dims...)
+			if quantised {
+				scale := make([]float32, q.In)
+				for i := range scale {
+					scale[i] = float32(norm.Scale(i))
+				}
+				if err := q.Fold(scale); err != nil {
+					return nil, nil, fmt.Errorf("folding %s into %s: %w", f.Gamma, l.Weight, err)
+				}
+				for n, t := range q.Tensors(l.Weight) {
+					folded[n] = t
+				}
+			} else {
+				folded[l.Weight] = tensors.FromFlatDataAndDimensions(out.W, dims...)
+			}
 			if out.B != nil {
 				if l.Bias == "" {
 					return nil, nil, fmt.Errorf("folding %s into %s needs a bias, and the layer has no bias name", f.Beta, l.Weight)
@@ -79,6 +97,35 @@ func ApplyFolds(p Params, folds []Fold) (folded, removed Params, err error) {
 		}
 	}
 	return folded, removed, nil
+}
+
+// normAffine reads fold f's norm affine from p.
+func normAffine(p Params, f Fold) (msnorm.NormAffine, error) {
+	gamma, err := p.Float32s(f.Gamma)
+	if err != nil {
+		return msnorm.NormAffine{}, err
+	}
+	norm := msnorm.NormAffine{Gamma: gamma, PlusOne: f.PlusOne}
+	if f.Beta != "" {
+		if _, ok := p[f.Beta]; ok {
+			if norm.Beta, err = p.Float32s(f.Beta); err != nil {
+				return msnorm.NormAffine{}, err
+			}
+		}
+	}
+	return norm, nil
+}
+
+// nf4Weight reads the NF4 weight stored under name, when there is one; arch gives its [out, in].
+func nf4Weight(p Params, name string, arch map[string][]int) (*quant.NF4, bool, error) {
+	if _, ok := p[name+quant.SuffixCodes]; !ok {
+		return nil, false, nil
+	}
+	dims := arch[name]
+	if len(dims) != 2 {
+		return nil, true, fmt.Errorf("%s is stored in NF4 but its shape is not known (architecture shape %v)", name, dims)
+	}
+	return quant.FromTensors(p, name, dims[0], dims[1])
 }
 
 // FoldedShapes returns the parameter shapes that ApplyFolds produces from parameters with the given shapes: the

@@ -138,7 +138,7 @@ func New(cfg Config, params models.Params, opts Options) (*Model, error) {
 	m := &Model{Config: cfg, Options: opts, Params: params, Folded: models.Params{}}
 	if opts.MSNorm {
 		var err error
-		if m.Params, m.Folded, err = models.ApplyFolds(params, Folds(cfg)); err != nil {
+		if m.Params, m.Folded, err = models.ApplyFolds(params, Folds(cfg), Shapes(cfg)); err != nil {
 			return nil, err
 		}
 	}

@@ -90,6 +90,6 @@ func layerFolds(prefix string) []models.Fold {
 // FoldLayer returns a copy of p for MS-LN: layernorm_before is folded into query, key and value, layernorm_after
 // into intermediate.dense, and the four norm tensors are dropped. p is not modified.
 func FoldLayer(p LayerParams) (LayerParams, error) {
-	folded, _, err := models.ApplyFolds(p, layerFolds(""))
+	folded, _, err := models.ApplyFolds(p, layerFolds(""), nil)
 	return folded, err
 }
