@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -68,8 +70,8 @@ func (t *Trainer) layerTensors(path string) (models.Params, error) {
 }
 
 // ExportAdapter writes the run's adapters in PEFT's format to dir: adapter_model.safetensors, each tensor keyed
-// "base_model.model.<module path>.<suffix>" as the adapter names it (LoRA: lora_A.weight [r, in] and
-// lora_B.weight [out, r]), and adapter_config.json (the adapter's PEFTConfig over the common keys). Modules
+// "base_model.model.<module path>.<suffix>" with the suffixes the adapter names its tensors by, and
+// adapter_config.json (the adapter's PEFTConfig over the common keys). Modules
 // trained next to the adapters (TrainModules) are saved as PEFT's modules_to_save ("base_model.model.<name>").
 //
 // Adapters trained on an MS-norm-folded layer live in the folded basis; each is moved to the original one with
@@ -372,10 +374,26 @@ func ReadAdapter(dir string, model Model) (*PEFTAdapter, error) {
 	if len(out.Set.Layers) == 0 {
 		return nil, fmt.Errorf("%s: no %s adapter tensors", dir, format.Name)
 	}
+	bases := BaseWeights(model)
 	for _, path := range out.Set.Paths() {
 		l := out.Set.Layers[path]
 		a := newAdapter(l)
 		out.Set.Adapters[path] = a
+		// The tensors a fresh adapter with these settings has must all be here, in the same shapes (an adapter
+		// may have more: optional ones such as LoRA's lora_B.bias).
+		fresh, err := a.Init(l, bases(l), rand.New(rand.NewPCG(0, 0)))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %s adapter for %s: %w", dir, format.Name, path, err)
+		}
+		for suffix, want := range fresh {
+			got, ok := out.Set.Params[path+"."+suffix]
+			if !ok {
+				return nil, fmt.Errorf("%s: no tensor %q (a %s adapter of %s has one)", dir, peftPrefix+path+"."+suffix, format.Name, path)
+			}
+			if !slices.Equal(got.Shape().Dimensions, want.Shape().Dimensions) {
+				return nil, fmt.Errorf("%s: tensor %q has shape %v, but adapter_config.json implies %v", dir, peftPrefix+path+"."+suffix, got.Shape().Dimensions, want.Shape().Dimensions)
+			}
+		}
 		norm, folded, err := foldOf(model, path+".weight")
 		if err != nil {
 			return nil, err

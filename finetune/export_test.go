@@ -220,3 +220,66 @@ func TestInitAdapterContinues(t *testing.T) {
 		t.Errorf("rank mismatch: %v", err)
 	}
 }
+
+// TestReadAdapterRefusesWhatItCannotPlace: an adapter_config.json no registered format reads, and a tensor that
+// belongs to no linear layer and is no model parameter, are refused with their names; an unknown setting of a
+// known format is refused by its key.
+func TestReadAdapterRefusesWhatItCannotPlace(t *testing.T) {
+	model, _ := imageTask(t, vit.Options{})
+	tr, err := finetune.New(model, config(finetune.MethodLoRA, 1), gtest.Backend(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "adapter")
+	if err := tr.ExportAdapter(dir, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := finetune.ReadAdapter(dir, model); err != nil {
+		t.Fatalf("the exported adapter does not read back: %v", err)
+	}
+	cfgPath := filepath.Join(dir, finetune.AdapterConfig)
+	raw, _ := os.ReadFile(cfgPath)
+	edit := func(key string, value any) {
+		c := map[string]any{}
+		if err := json.Unmarshal(raw, &c); err != nil {
+			t.Fatal(err)
+		}
+		c[key] = value
+		b, _ := json.Marshal(c)
+		if err := os.WriteFile(cfgPath, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	edit("peft_type", "PROMPT_TUNING")
+	if _, err := finetune.ReadAdapter(dir, model); err == nil || !strings.Contains(err.Error(), `"PROMPT_TUNING"`) || !strings.Contains(err.Error(), "adapter.Register") {
+		t.Errorf("unknown peft_type: %v", err)
+	}
+	edit("fan_in_fan_out", true)
+	if _, err := finetune.ReadAdapter(dir, model); err == nil || !strings.Contains(err.Error(), "fan_in_fan_out") {
+		t.Errorf("fan_in_fan_out: %v", err)
+	}
+	edit("r", 3)
+	if _, err := finetune.ReadAdapter(dir, model); err == nil || !strings.Contains(err.Error(), "adapter_config.json implies [3") {
+		t.Errorf("rank that does not match the tensors: %v", err)
+	}
+	edit("peft_type", "LORA") // restores the other keys too
+	weights := filepath.Join(dir, finetune.AdapterWeights)
+	f, err := safetensors.Open(weights)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := map[string]*tensors.Tensor{}
+	for _, n := range f.Names() {
+		if all[n], err = f.Tensor(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Close()
+	all["base_model.model.vit.pooler.dense.lora_A.weight"] = gtest.Tensor(make([]float32, 4), 2, 2)
+	if err := safetensors.WriteTensors(weights, all, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := finetune.ReadAdapter(dir, model); err == nil || !strings.Contains(err.Error(), "vit.pooler.dense.lora_A.weight") {
+		t.Errorf("a tensor of no layer: %v", err)
+	}
+}
