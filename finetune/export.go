@@ -30,29 +30,7 @@ const (
 
 // foldOf returns the norm affine folded into the linear layer with weight name, if any.
 func foldOf(m Model, weight string) (msnorm.NormAffine, bool, error) {
-	folded := m.Folded()
-	if len(folded) == 0 {
-		return msnorm.NormAffine{}, false, nil
-	}
-	for _, f := range m.Folds() {
-		for _, l := range f.Linears {
-			if l.Weight != weight {
-				continue
-			}
-			gamma, err := folded.Float32s(f.Gamma)
-			if err != nil {
-				return msnorm.NormAffine{}, false, err
-			}
-			a := msnorm.NormAffine{Gamma: gamma, PlusOne: f.PlusOne}
-			if _, ok := folded[f.Beta]; ok && f.Beta != "" {
-				if a.Beta, err = folded.Float32s(f.Beta); err != nil {
-					return msnorm.NormAffine{}, false, err
-				}
-			}
-			return a, true, nil
-		}
-	}
-	return msnorm.NormAffine{}, false, nil
+	return models.NormOf(m.Folds(), m.Folded(), weight)
 }
 
 // layerTensors returns the float32 tensors of the adapter of the layer at path, by suffix: trained values from
@@ -197,40 +175,9 @@ func setDense(p models.Params, l models.Linear, d msnorm.Dense) {
 	}
 }
 
-// unfoldAll unfolds, in p, every linear layer that MS-norm folded (only those present in p when partial). The
-// norm tensors themselves are not added.
+// unfoldAll unfolds, in p, every linear layer that MS-norm folded (models.UndoFolds).
 func (t *Trainer) unfoldAll(p models.Params, partial bool) (models.Params, error) {
-	out := models.Params{}
-	for n, v := range p {
-		out[n] = v
-	}
-	if len(t.Model.Folded()) == 0 {
-		return out, nil
-	}
-	for _, f := range t.Model.Folds() {
-		for _, l := range f.Linears {
-			if _, ok := p[l.Weight]; !ok {
-				if partial {
-					continue
-				}
-				return nil, fmt.Errorf("missing %s to unfold", l.Weight)
-			}
-			affine, _, err := foldOf(t.Model, l.Weight)
-			if err != nil {
-				return nil, err
-			}
-			dims := p.Dims(l.Weight)
-			d, err := denseOf(p, l, dims[0], dims[1])
-			if err != nil {
-				return nil, err
-			}
-			if d, err = msnorm.Unfold(affine, d); err != nil {
-				return nil, fmt.Errorf("%s: %w", l.Weight, err)
-			}
-			setDense(out, l, d)
-		}
-	}
-	return out, nil
+	return models.UndoFolds(p, t.Model.Folds(), t.Model.Folded(), partial)
 }
 
 // ExportMerged writes a full Hugging Face checkpoint of the trained model to dir (config.json and

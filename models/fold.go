@@ -128,6 +128,73 @@ func nf4Weight(p Params, name string, arch map[string][]int) (*quant.NF4, bool, 
 	return quant.FromTensors(p, name, dims[0], dims[1])
 }
 
+// NormOf returns the norm affine that folds put into the linear layer with weight name, reading the norm's
+// tensors from removed (what ApplyFolds removed); ok is false when no fold feeds that layer or nothing was folded.
+func NormOf(folds []Fold, removed Params, weight string) (norm msnorm.NormAffine, ok bool, err error) {
+	if len(removed) == 0 {
+		return msnorm.NormAffine{}, false, nil
+	}
+	for _, f := range folds {
+		for _, l := range f.Linears {
+			if l.Weight == weight {
+				norm, err := normAffine(removed, f)
+				return norm, err == nil, err
+			}
+		}
+	}
+	return msnorm.NormAffine{}, false, nil
+}
+
+// UndoFolds is the inverse of ApplyFolds for export: it returns a copy of p in which every linear layer that
+// folds fed (removed holding the norms' tensors) is unfolded with msnorm.Unfold. With partial, layers absent
+// from p are skipped (p holds some trained tensors only); otherwise they are an error. The norm tensors
+// themselves are not added, and p is not modified.
+func UndoFolds(p Params, folds []Fold, removed Params, partial bool) (Params, error) {
+	out := Params{}
+	for n, v := range p {
+		out[n] = v
+	}
+	if len(removed) == 0 {
+		return out, nil
+	}
+	for _, f := range folds {
+		norm, err := normAffine(removed, f)
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range f.Linears {
+			if _, ok := p[l.Weight]; !ok {
+				if partial {
+					continue
+				}
+				return nil, fmt.Errorf("missing %s to unfold", l.Weight)
+			}
+			w, err := p.Float32s(l.Weight)
+			if err != nil {
+				return nil, err
+			}
+			dims := p.Dims(l.Weight)
+			if len(dims) != 2 {
+				return nil, fmt.Errorf("%s has shape %v, want [out, in]", l.Weight, dims)
+			}
+			d := msnorm.Dense{Out: dims[0], In: dims[1], W: w}
+			if _, ok := p[l.Bias]; ok && l.Bias != "" {
+				if d.B, err = p.Float32s(l.Bias); err != nil {
+					return nil, err
+				}
+			}
+			if d, err = msnorm.Unfold(norm, d); err != nil {
+				return nil, fmt.Errorf("%s: %w", l.Weight, err)
+			}
+			out[l.Weight] = tensors.FromFlatDataAndDimensions(d.W, dims...)
+			if d.B != nil {
+				out[l.Bias] = tensors.FromFlatDataAndDimensions(d.B, dims[0])
+			}
+		}
+	}
+	return out, nil
+}
+
 // FoldedShapes returns the parameter shapes that ApplyFolds produces from parameters with the given shapes: the
 // folded norms' tensors are gone, and a linear layer fed by a norm with a beta gains a bias [out] where it had
 // none (ApplyFolds adds it when beta is not all zero; shapes alone cannot tell, so this assumes it is not).
