@@ -204,9 +204,11 @@ func (a *IA3) scale(layer models.LinearLayer, d msnorm.Dense, l []float32, op fu
 	out := msnorm.Dense{Out: d.Out, In: d.In, W: make([]float32, len(d.W))}
 	for o := 0; o < layer.Out; o++ {
 		for i := 0; i < layer.In; i++ {
-			s := l[i]
-			if !a.FeedForward {
-				s = l[o]
+			var s float32
+			if a.FeedForward {
+				s = l[i] // column i: W diag(l)
+			} else {
+				s = l[o] // row o: diag(l) W
 			}
 			out.W[o*layer.In+i] = op(d.W[o*layer.In+i], s)
 		}
