@@ -250,13 +250,13 @@ func TestDoRATrainsAndExports(t *testing.T) {
 	if moved != len(set.Paths()) {
 		t.Errorf("the magnitude trained in %d of %d layers", moved, len(set.Paths()))
 	}
-	batch := extest.Batch(data, 6)
+	batch := extest.Batch(t, data, 6)
 	dir := filepath.Join(t.TempDir(), "adapter")
 	extest.CheckImport(t, tr, extest.ViT(t, vit.Options{}, false), dir, batch, 1e-6)
 
 	extest.CheckConfig(t, dir, map[string]any{"peft_type": "LORA", "use_dora": true, "r": 4, "lora_alpha": 8,
 		"use_rslora": false, "lora_dropout": 0, "fan_in_fan_out": false, "init_lora_weights": true, "bias": "none",
-		"target_modules": set.Paths(), "modules_to_save": []string{"classifier"}, "base_model_name_or_path": "memfit/vit-tiny"})
+		"target_modules": set.Paths(), "modules_to_save": []string{"classifier"}, "base_model_name_or_path": "memfit/tiny"})
 	shapes := extest.Shapes(t, filepath.Join(dir, finetune.AdapterWeights))
 	want := map[string][]int{"base_model.model.classifier.weight": {3, 48}, "base_model.model.classifier.bias": {3}}
 	for _, l := range set.Layers {
@@ -274,7 +274,7 @@ func TestDoRATrainsAndExports(t *testing.T) {
 		}
 	}
 
-	extest.CheckMerged(t, tr, filepath.Join(t.TempDir(), "merged"), batch, 1e-5)
+	extest.CheckMerged(t, tr, extest.LoadViT, filepath.Join(t.TempDir(), "merged"), batch, 1e-5)
 
 	folded := extest.ViT(t, vit.Options{MSNorm: true}, true)
 	if _, err := finetune.ReadAdapter(dir, folded); err == nil || !strings.Contains(err.Error(), "merged") {
@@ -300,7 +300,7 @@ func equalDims(a, b []int) bool {
 func TestDoRAWithMSNorm(t *testing.T) {
 	newAdapter, _ := dora.New(lora.Config{Rank: 2, Alpha: 4})
 	data := extest.Images()
-	batch := extest.Batch(data, 6)
+	batch := extest.Batch(t, data, 6)
 	for _, randomNorms := range []bool{false, true} {
 		model := extest.ViT(t, vit.Options{MSNorm: true}, randomNorms)
 		_, tr := extest.Fit(t, model, extest.Config(3, 1e-2), extest.NewSet(t, model, targets, newAdapter), data, "")
@@ -312,7 +312,7 @@ func TestDoRAWithMSNorm(t *testing.T) {
 		} else {
 			extest.CheckImport(t, tr, extest.ViT(t, vit.Options{}, false), dir, batch, 1e-6)
 		}
-		extest.CheckMerged(t, tr, filepath.Join(t.TempDir(), "merged"), batch, 1e-5)
+		extest.CheckMerged(t, tr, extest.LoadViT, filepath.Join(t.TempDir(), "merged"), batch, 1e-5)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/internal/gtest"
 	"github.com/memfit/memfit/models"
+	"github.com/memfit/memfit/models/llama"
 	"github.com/memfit/memfit/models/vit"
 	"github.com/memfit/memfit/msnorm"
 )
@@ -223,7 +224,7 @@ func TestIA3TrainsAndExports(t *testing.T) {
 	}
 	set := extest.NewSet(t, model, targets, newAdapter)
 	data := extest.Images()
-	batch := extest.Batch(data, 6)
+	batch := extest.Batch(t, data, 6)
 	plain, err := finetune.Logits(gtest.Backend(t), model, nil, nil, batch)
 	if err != nil {
 		t.Fatal(err)
@@ -279,7 +280,7 @@ func TestIA3TrainsAndExports(t *testing.T) {
 			t.Errorf("%s: shape %v (present %v), want %v", k, got, ok, dims)
 		}
 	}
-	extest.CheckMerged(t, tr, filepath.Join(t.TempDir(), "merged"), batch, 1e-5)
+	extest.CheckMerged(t, tr, extest.LoadViT, filepath.Join(t.TempDir(), "merged"), batch, 1e-5)
 }
 
 // TestIA3InputScalingUnderLayerNormShift: IA3 scaling the input of a layer folded from a LayerNorm with a bias
@@ -293,7 +294,7 @@ func TestIA3InputScalingUnderLayerNormShift(t *testing.T) {
 	if err := tr.ExportAdapter(filepath.Join(t.TempDir(), "adapter"), "x"); err == nil || !strings.Contains(err.Error(), "merged") {
 		t.Errorf("PEFT export: %v, want a refusal naming the merged export", err)
 	}
-	extest.CheckMerged(t, tr, filepath.Join(t.TempDir(), "merged"), extest.Batch(data, 6), 1e-5)
+	extest.CheckMerged(t, tr, extest.LoadViT, filepath.Join(t.TempDir(), "merged"), extest.Batch(t, data, 6), 1e-5)
 }
 
 // TestIA3Resumes: an IA3 run interrupted at step 3 and resumed with a set built the same way ends bit-identical
@@ -332,4 +333,43 @@ func TestIA3Format(t *testing.T) {
 	if ff, ok := cfg["feedforward_modules"].([]string); !ok || len(ff) != 0 {
 		t.Errorf("no feedforward layers: feedforward_modules %v, want []", cfg["feedforward_modules"])
 	}
+}
+
+// TestIA3LlamaRMSNorm: on a LLaMA with MS-norm and non-trivial RMSNorm weights, IA3 scaling the input of a
+// folded layer (up_proj, after the post-attention norm) keeps l unchanged under the change of basis (RMSNorm
+// has no shift): the PEFT export read into the plain model and the merged checkpoint give the trained logits.
+func TestIA3LlamaRMSNorm(t *testing.T) {
+	model := extest.Llama(t, llama.Options{MSNorm: true}, true)
+	newAdapter, err := ia3.New(ia3.Config{FeedForward: []string{"mlp.up_proj", "mlp.down_proj"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := extest.NewSet(t, model, []string{"q", "v", "up", "down"}, newAdapter)
+	cfg := extest.Config(15, 1e-1)
+	cfg.TrainModules = nil
+	data := extest.Text()
+	losses, tr := extest.Fit(t, model, cfg, set, data, "")
+	t.Logf("losses %.4f", losses)
+	first := (losses[0] + losses[1] + losses[2]) / 3
+	last := (losses[len(losses)-1] + losses[len(losses)-2] + losses[len(losses)-3]) / 3
+	if !(last < first-0.05) {
+		t.Errorf("loss (mean of 3 steps) %.4f -> %.4f, want a fall of 0.05", first, last)
+	}
+	// l must have moved for the check of the change of basis to mean something.
+	moved := 0.0
+	for _, v := range gtest.Float32s(tr.Train["model.layers.0.mlp.up_proj."+ia3.Suffix]) {
+		moved = max(moved, math.Abs(float64(v)-1))
+	}
+	if moved < 0.1 {
+		t.Errorf("up_proj's ia3_l moved by at most %g", moved)
+	}
+	batch := extest.Batch(t, data, 4)
+	dir := filepath.Join(t.TempDir(), "adapter")
+	extest.CheckImport(t, tr, extest.Llama(t, llama.Options{}, true), dir, batch, 1e-5)
+	shapes := extest.Shapes(t, filepath.Join(dir, finetune.AdapterWeights))
+	up := "base_model.model.model.layers.0.mlp.up_proj.ia3_l"
+	if got := shapes[up]; len(got) != 2 || got[0] != 1 || got[1] != 64 {
+		t.Errorf("%s has shape %v, want [1 64]", up, got)
+	}
+	extest.CheckMerged(t, tr, extest.LoadLlama, filepath.Join(t.TempDir(), "merged"), batch, 1e-5)
 }

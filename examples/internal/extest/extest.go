@@ -20,6 +20,7 @@ import (
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/internal/gtest"
 	"github.com/memfit/memfit/models"
+	"github.com/memfit/memfit/models/llama"
 	"github.com/memfit/memfit/models/vit"
 	"github.com/memfit/memfit/safetensors"
 )
@@ -65,6 +66,57 @@ func LoadViT(dir string) (finetune.Model, error) {
 		return nil, err
 	}
 	return finetune.ViT{Model: m}, nil
+}
+
+// Llama returns the tiny LLaMA causal LM with base seed 2, loaded with opts; with randomNorms its RMSNorm
+// weights are near 1 instead of 1, so MS-norm's change of basis is a scaling (RMSNorm has no shift).
+func Llama(t testing.TB, opts llama.Options, randomNorms bool) finetune.Llama {
+	t.Helper()
+	cfg, err := llama.Preset("tiny", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := llama.RandomParams(cfg, 2)
+	for i, name := range p.Names() {
+		if randomNorms && strings.HasSuffix(name, "norm.weight") {
+			v := gtest.Rand(uint64(300+i), p[name].Shape().Size(), 0.2)
+			for j := range v {
+				v[j]++
+			}
+			p[name] = tensors.FromFlatDataAndDimensions(v, p[name].Shape().Dimensions...)
+		}
+	}
+	m, err := llama.New(cfg, p, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return finetune.Llama{Model: m}
+}
+
+// LoadLlama loads a LLaMA checkpoint folder with the stock model code (no options).
+func LoadLlama(dir string) (finetune.Model, error) {
+	m, err := llama.Load(dir, llama.Options{})
+	if err != nil {
+		return nil, err
+	}
+	return finetune.Llama{Model: m}, nil
+}
+
+// Text returns 16 sequences of 12 tokens following t[i+1] = (5 t[i] + 3) mod 64.
+func Text() finetune.Examples {
+	const n, seq = 16, 12
+	ids := make([]int32, n*seq)
+	mask := make([]int32, n*seq)
+	for i := 0; i < n; i++ {
+		tok := int32(i*3 + 1)
+		for j := 0; j < seq; j++ {
+			ids[i*seq+j], mask[i*seq+j] = tok, 1
+			tok = (5*tok + 3) % 64
+		}
+	}
+	return finetune.Examples{"input_ids": tensors.FromFlatDataAndDimensions(ids, n, seq),
+		"attention_mask": tensors.FromFlatDataAndDimensions(mask, n, seq),
+		"labels":         tensors.FromFlatDataAndDimensions(append([]int32(nil), ids...), n, seq)}
 }
 
 // Images returns 24 32×32 images of 3 classes, class c brighter in channel c.
@@ -134,8 +186,9 @@ func Fit(t testing.TB, model finetune.Model, cfg finetune.Config, set *adapter.S
 	return losses, tr
 }
 
-// Batch returns the first n examples of data (float32 inputs, as the ViT's), without labels.
-func Batch(data finetune.Examples, n int) finetune.Batch {
+// Batch returns the first n examples of data (float32 or int32 inputs), without labels.
+func Batch(t testing.TB, data finetune.Examples, n int) finetune.Batch {
+	t.Helper()
 	b := finetune.Batch{}
 	for name, v := range data {
 		if name == "labels" {
@@ -143,7 +196,16 @@ func Batch(data finetune.Examples, n int) finetune.Batch {
 		}
 		dims := append([]int{n}, v.Shape().Dimensions[1:]...)
 		per := v.Shape().Size() / v.Shape().Dimensions[0]
-		b[name] = tensors.FromFlatDataAndDimensions(gtest.Float32s(v)[:n*per], dims...)
+		v.MustConstFlatData(func(flat any) {
+			switch f := flat.(type) {
+			case []float32:
+				b[name] = tensors.FromFlatDataAndDimensions(append([]float32(nil), f[:n*per]...), dims...)
+			case []int32:
+				b[name] = tensors.FromFlatDataAndDimensions(append([]int32(nil), f[:n*per]...), dims...)
+			default:
+				t.Fatalf("Batch: %s has dtype %s", name, v.DType())
+			}
+		})
 	}
 	return b
 }
@@ -163,7 +225,7 @@ func Logits(t testing.TB, tr *finetune.Trainer, batch finetune.Batch) []float32 
 // within tol (relative, floor 1).
 func CheckImport(t testing.TB, tr *finetune.Trainer, fresh finetune.Model, dir string, batch finetune.Batch, tol float64) {
 	t.Helper()
-	if err := tr.ExportAdapter(dir, "memfit/vit-tiny"); err != nil {
+	if err := tr.ExportAdapter(dir, "memfit/tiny"); err != nil {
 		t.Fatal(err)
 	}
 	imported, err := finetune.ReadAdapter(dir, fresh)
@@ -188,14 +250,14 @@ func CheckImport(t testing.TB, tr *finetune.Trainer, fresh finetune.Model, dir s
 	}
 }
 
-// CheckMerged writes tr's merged checkpoint, loads it with the stock ViT code and checks its logits on batch
-// equal the trainer's within tol.
-func CheckMerged(t testing.TB, tr *finetune.Trainer, dir string, batch finetune.Batch, tol float64) {
+// CheckMerged writes tr's merged checkpoint, loads it with the stock model code (load: LoadViT, LoadLlama) and
+// checks its logits on batch equal the trainer's within tol.
+func CheckMerged(t testing.TB, tr *finetune.Trainer, load func(dir string) (finetune.Model, error), dir string, batch finetune.Batch, tol float64) {
 	t.Helper()
 	if err := tr.ExportMerged(dir); err != nil {
 		t.Fatal(err)
 	}
-	merged, err := LoadViT(dir)
+	merged, err := load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
