@@ -46,13 +46,21 @@ type Adapter interface {
 	// UnfoldInput returns the adapter's tensors for the layer reading the norm's full output u = g ∘ z + beta,
 	// given tensors trained on the MS-norm-folded layer that reads z (msnorm's change of input basis); export
 	// uses it. An adapter whose function cannot be written in the other basis returns an error saying so.
-	UnfoldInput(layer models.LinearLayer, params models.Params, norm msnorm.NormAffine) (models.Params, error)
+	UnfoldInput(layer models.LinearLayer, params models.Params, fold FoldedInput) (models.Params, error)
 	// FoldInput is the inverse of UnfoldInput: tensors for the original layer, moved to the folded one (import).
-	FoldInput(layer models.LinearLayer, params models.Params, norm msnorm.NormAffine) (models.Params, error)
+	FoldInput(layer models.LinearLayer, params models.Params, fold FoldedInput) (models.Params, error)
 	// PEFTConfig returns the adapter's fields of adapter_config.json: peft_type and its own settings (export
 	// adds the common keys: target_modules, modules_to_save, base_model_name_or_path, task_type, ...). suffixes
 	// are the tensor suffixes being exported, over all layers (an optional tensor may need a flag).
 	PEFTConfig(suffixes []string) map[string]any
+}
+
+// FoldedInput is what an adapter's UnfoldInput and FoldInput know of a layer whose input norm MS-norm folded:
+// the norm's affine (u = g ∘ z + beta) and the frozen base layer as the step computes it (folded, and
+// dequantised under QLoRA), for adapters whose function depends on the base weight (DoRA's row norms).
+type FoldedInput struct {
+	Norm msnorm.NormAffine
+	Base msnorm.Dense
 }
 
 // Base returns a layer's frozen weights on the host, for Adapter.Init.

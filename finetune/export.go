@@ -70,7 +70,11 @@ func (t *Trainer) ExportAdapter(dir, baseModel string) error {
 		if norm, folded, err := foldOf(t.Model, path+".weight"); err != nil {
 			return err
 		} else if folded {
-			if params, err = a.UnfoldInput(layer, params, norm); err != nil {
+			base, err := BaseWeights(t.Model)(layer)()
+			if err != nil {
+				return err
+			}
+			if params, err = a.UnfoldInput(layer, params, adapter.FoldedInput{Norm: norm, Base: base}); err != nil {
 				return fmt.Errorf("exporting the %s adapter of %s in PEFT's format: %w (the merged export has no such limit)", a.Type(), path, err)
 			}
 		}
@@ -349,7 +353,11 @@ func ReadAdapter(dir string, model Model) (*PEFTAdapter, error) {
 			continue
 		}
 		params := out.Set.LayerParams(path, nil)
-		moved, err := a.FoldInput(l, params, norm)
+		base, err := bases(l)()
+		if err != nil {
+			return nil, err
+		}
+		moved, err := a.FoldInput(l, params, adapter.FoldedInput{Norm: norm, Base: base})
 		if err != nil {
 			return nil, fmt.Errorf("%s: the %s adapter of %s cannot be used with MS-norm: %w", dir, a.Type(), path, err)
 		}

@@ -97,7 +97,7 @@ func TestChangeOfBasis(t *testing.T) {
 		zs[i] = float64(z[i])
 		us[i] = float64(gamma[i])*zs[i] + float64(norm.Beta[i])
 	}
-	orig, err := a.UnfoldInput(l, p, norm)
+	orig, err := a.UnfoldInput(l, p, adapter.FoldedInput{Norm: norm})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestChangeOfBasis(t *testing.T) {
 			t.Fatalf("unfolded branch gives %g on u, the folded one %g on z", got[o], want[o])
 		}
 	}
-	back, err := a.FoldInput(l, orig, norm)
+	back, err := a.FoldInput(l, orig, adapter.FoldedInput{Norm: norm})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestChangeOfBasis(t *testing.T) {
 		t.Errorf("FoldInput(UnfoldInput) leaves a bias of %g", d)
 	}
 	zero := msnorm.NormAffine{Gamma: make([]float32, in)}
-	if _, err := a.UnfoldInput(l, p, zero); err == nil || !strings.Contains(err.Error(), "norm scale") {
+	if _, err := a.UnfoldInput(l, p, adapter.FoldedInput{Norm: zero}); err == nil || !strings.Contains(err.Error(), "norm scale") {
 		t.Errorf("a zero norm scale must be refused, got %v", err)
 	}
 }

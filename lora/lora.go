@@ -206,13 +206,13 @@ func (l *LoRA) addDelta(layer models.LinearLayer, d msnorm.Dense, p models.Param
 // branch computes s (B (A z) + b_B) = s (B A_u u - B A_u beta + b_B), so A becomes A_u = A diag(1/g) and b_B
 // becomes b_B - B (A_u beta). The bias appears only under a norm with a shift (LayerNorm); it is exported as
 // PEFT's lora_B.bias (lora_bias).
-func (l *LoRA) UnfoldInput(layer models.LinearLayer, p models.Params, norm msnorm.NormAffine) (models.Params, error) {
-	return l.rebase(layer, p, norm.InputToOriginal, -1)
+func (l *LoRA) UnfoldInput(layer models.LinearLayer, p models.Params, fold adapter.FoldedInput) (models.Params, error) {
+	return l.rebase(layer, p, fold.Norm.InputToOriginal, -1)
 }
 
 // FoldInput moves the adapter from the original input u to the folded z: A = A_u diag(g), b_B + B (A_u beta).
-func (l *LoRA) FoldInput(layer models.LinearLayer, p models.Params, norm msnorm.NormAffine) (models.Params, error) {
-	return l.rebase(layer, p, norm.InputToFolded, 1)
+func (l *LoRA) FoldInput(layer models.LinearLayer, p models.Params, fold adapter.FoldedInput) (models.Params, error) {
+	return l.rebase(layer, p, fold.Norm.InputToFolded, 1)
 }
 
 func (l *LoRA) rebase(layer models.LinearLayer, p models.Params, change func([]float32, int) ([]float32, []float64, error), sign float64) (models.Params, error) {

@@ -12,8 +12,9 @@
 //
 //	import _ "github.com/memfit/memfit/examples/dora"
 //
-// DoRA's row norm is not invariant under MS-norm's change of input basis: a DoRA run on an MS-norm model whose
-// norms are not the identity exports merged only (Trainer.ExportMerged); its PEFT export and import refuse.
+// Under MS-norm, DoRA moves between the folded and the original basis exactly when the norms have no shift
+// (RMSNorm: A as LoRA's, the magnitude by the ratio of the row norms, see UnfoldInput); after a LayerNorm with a
+// shift it exports merged only (Trainer.ExportMerged), and its PEFT export and import refuse.
 package dora
 
 import (
@@ -232,29 +233,75 @@ func (d *DoRA) Unmerge(layer models.LinearLayer, _ msnorm.Dense, _ models.Params
 	return msnorm.Dense{}, fmt.Errorf("%s: %w", layer.Path, ErrNoUnmerge)
 }
 
-// UnfoldInput returns the tensors unchanged when the norm is the identity (there is no change of basis), and an
-// error otherwise. Under MS-norm the folded layer reads z, u = g ∘ z + beta, and W_z = W_u diag(g): A would move
-// like LoRA's (A_u = A_z diag(1/g)), but the magnitude is relative to the row norms ||W + s B A||, which change
-// with the basis (||W_u + s B A_u||_row ≠ ||W_z + s B A_z||_row), and a shift beta would need a bias DoRA does
-// not have.
-func (d *DoRA) UnfoldInput(layer models.LinearLayer, p models.Params, norm msnorm.NormAffine) (models.Params, error) {
-	return d.sameBasis(layer, p, norm)
+// UnfoldInput moves the adapter to the layer reading the norm's full output u = g ∘ z (a norm without shift,
+// RMSNorm). The folded layer computes, with W_z = W_u diag(g) and A_z = A_u diag(g) (msnorm's change of basis,
+// B unchanged),
+//
+//	(m_z / n_z) ∘ (W_z + s B A_z) z = (m_z / n_z) ∘ (W_u + s B A_u) u,     n_z = ||W_z + s B A_z||_row
+//
+// while DoRA on u computes (m_u / n_u) ∘ (W_u + s B A_u) u with n_u = ||W_u + s B A_u||_row: the two are the
+// same function when m_u = m_z n_u / n_z. The row norms depend on the base weight, which fold.Base gives (W_z as
+// the step computes it). A shift beta would leave (m/n) ∘ (W_u + s B A_u) beta on the output, a bias DoRA does
+// not have: refused (the merged export has no such limit).
+func (d *DoRA) UnfoldInput(layer models.LinearLayer, p models.Params, fold adapter.FoldedInput) (models.Params, error) {
+	return d.rebase(layer, p, fold, true)
 }
 
-// FoldInput is UnfoldInput's inverse, with the same limit: the tensors unchanged under an identity norm, an
-// error otherwise.
-func (d *DoRA) FoldInput(layer models.LinearLayer, p models.Params, norm msnorm.NormAffine) (models.Params, error) {
-	return d.sameBasis(layer, p, norm)
+// FoldInput is UnfoldInput's inverse: A_z = A_u diag(g), m_z = m_u n_z / n_u.
+func (d *DoRA) FoldInput(layer models.LinearLayer, p models.Params, fold adapter.FoldedInput) (models.Params, error) {
+	return d.rebase(layer, p, fold, false)
 }
 
-func (d *DoRA) sameBasis(layer models.LinearLayer, p models.Params, norm msnorm.NormAffine) (models.Params, error) {
-	if !norm.IsIdentity() {
-		return nil, fmt.Errorf("%s follows a norm with a non-trivial affine, and DoRA's row norm ||W + s B A|| changes with MS-norm's change of input basis: DoRA with MS-norm exports only merged (or train without MS-norm)", layer.Path)
+func (d *DoRA) rebase(layer models.LinearLayer, p models.Params, fold adapter.FoldedInput, unfold bool) (models.Params, error) {
+	if fold.Norm.HasBeta() {
+		return nil, fmt.Errorf("%s follows a norm with a shift (LayerNorm's bias), which DoRA cannot carry into the original basis: DoRA with MS-norm exports only merged here (or train without MS-norm)", layer.Path)
+	}
+	a, b, m, rank, err := d.tensorsOf(layer, p)
+	if err != nil {
+		return nil, err
+	}
+	if len(fold.Base.W) != layer.Out*layer.In {
+		return nil, fmt.Errorf("%s: the base weight has %d values, want [%d, %d]", layer.Path, len(fold.Base.W), layer.Out, layer.In)
+	}
+	wz := fold.Base.W
+	wu, _, err := fold.Norm.InputToOriginal(wz, layer.Out)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", layer.Path, err)
+	}
+	var az, au []float32
+	if unfold {
+		az = a
+		if au, _, err = fold.Norm.InputToOriginal(a, rank); err != nil {
+			return nil, fmt.Errorf("%s: %w", layer.Path, err)
+		}
+	} else {
+		au = a
+		if az, _, err = fold.Norm.InputToFolded(a, rank); err != nil {
+			return nil, fmt.Errorf("%s: %w", layer.Path, err)
+		}
+	}
+	_, nz := d.directions(layer, wz, az, b, rank)
+	_, nu := d.directions(layer, wu, au, b, rank)
+	moved := make([]float32, layer.Out)
+	for o := range moved {
+		from, to := nz[o], nu[o]
+		if !unfold {
+			from, to = nu[o], nz[o]
+		}
+		if from == 0 {
+			return nil, fmt.Errorf("%s: row %d of W + s B A is zero, DoRA's direction is undefined", layer.Path, o)
+		}
+		moved[o] = float32(float64(m[o]) * to / from)
 	}
 	out := models.Params{}
 	for k, v := range p {
 		out[k] = v
 	}
+	out[lora.SuffixA] = tensors.FromFlatDataAndDimensions(au, rank, layer.In)
+	if !unfold {
+		out[lora.SuffixA] = tensors.FromFlatDataAndDimensions(az, rank, layer.In)
+	}
+	out[SuffixMagnitude] = tensors.FromFlatDataAndDimensions(moved, p.Dims(SuffixMagnitude)...)
 	return out, nil
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/memfit/memfit/internal/gtest"
 	"github.com/memfit/memfit/lora"
 	"github.com/memfit/memfit/models"
+	"github.com/memfit/memfit/models/llama"
 	"github.com/memfit/memfit/models/vit"
 	"github.com/memfit/memfit/msnorm"
 )
@@ -168,19 +169,51 @@ func TestDoRAMatchesPEFT(t *testing.T) {
 		t.Errorf("Unmerge: %v, want ErrNoUnmerge", err)
 	}
 
-	// Change of basis: unchanged under an identity norm, refused otherwise.
-	ones := []float32{1, 1, 1, 1, 1}
-	if p2, err := d.UnfoldInput(layer, params, msnorm.NormAffine{Gamma: ones}); err != nil || p2[dora.SuffixMagnitude] != params[dora.SuffixMagnitude] {
-		t.Errorf("identity norm: %v", err)
+	// Change of basis under a norm without shift (RMSNorm): the moved adapter on u = g ∘ z over W_u = W diag(1/g)
+	// computes PEFT's DoRA output of the folded adapter on z over W; FoldInput moves it back.
+	g := gtest.Rand(8, in, 0.5)
+	for k := range g {
+		g[k] += 1.2
 	}
-	for _, norm := range []msnorm.NormAffine{{Gamma: []float32{1, 2, 1, 1, 1}}, {Gamma: ones, Beta: []float32{0, 0, 0.1, 0, 0}}} {
-		if _, err := d.UnfoldInput(layer, params, norm); err == nil || !strings.Contains(err.Error(), "merged") {
-			t.Errorf("UnfoldInput under %v: %v, want a refusal pointing to the merged export", norm, err)
-		}
-		if _, err := d.FoldInput(layer, params, norm); err == nil {
-			t.Errorf("FoldInput under %v accepted", norm)
+	rms := msnorm.NormAffine{Gamma: g}
+	fold := adapter.FoldedInput{Norm: rms, Base: msnorm.Dense{Out: out, In: in, W: w, B: b}}
+	moved, err := d.UnfoldInput(layer, params, fold)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wu, _, _ := rms.InputToOriginal(w, out)
+	u := make([]float32, len(x))
+	for k := range x {
+		u[k] = x[k] * g[k%in]
+	}
+	onU := peftDoRA(wu, b, gtest.Float32s(moved[lora.SuffixA]), bm, gtest.Float32s(moved[dora.SuffixMagnitude]), u, rr, tokens, in, out, r, s)
+	if e := maxRel(toF32(ref.y), onU.y); e > 1e-5 {
+		t.Errorf("DoRA moved to the original basis computes another function: %g (relative)", e)
+	}
+	back, err := d.FoldInput(layer, moved, fold)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, suffix := range []string{lora.SuffixA, dora.SuffixMagnitude} {
+		if dd := gtest.MaxAbsDiff(gtest.Float32s(back[suffix]), gtest.Float32s(params[suffix])); dd > 1e-5 {
+			t.Errorf("FoldInput(UnfoldInput(%s)) is %g off", suffix, dd)
 		}
 	}
+	shifted := adapter.FoldedInput{Norm: msnorm.NormAffine{Gamma: g, Beta: []float32{0, 0, 0.1, 0, 0}}, Base: fold.Base}
+	if _, err := d.UnfoldInput(layer, params, shifted); err == nil || !strings.Contains(err.Error(), "merged") {
+		t.Errorf("UnfoldInput under a shift: %v, want a refusal pointing to the merged export", err)
+	}
+	if _, err := d.FoldInput(layer, params, shifted); err == nil {
+		t.Error("FoldInput under a shift accepted")
+	}
+}
+
+func toF32(v []float64) []float32 {
+	out := make([]float32, len(v))
+	for i, x := range v {
+		out[i] = float32(x)
+	}
+	return out
 }
 
 // TestDoRADropoutStartsAsBase: in a training step with dropout, a fresh DoRA layer (B = 0, m = ||W||) still
@@ -294,9 +327,10 @@ func equalDims(a, b []int) bool {
 	return true
 }
 
-// TestDoRAWithMSNorm: trained on an MS-norm model, DoRA exports as PEFT when the folded norms are the identity
-// (its tensors need no change of basis) and only merged otherwise; the merged checkpoint gives the trained
-// model's logits in both cases.
+// TestDoRAWithMSNorm: trained on an MS-norm model, DoRA exports as PEFT when the folded norms have no shift:
+// the identity (ViT with trivial LayerNorms) or RMSNorm (LLaMA with random norm weights, where the magnitude and
+// A change basis); under a LayerNorm shift only the merged export is possible. The PEFT export read into the plain
+// model and into another MS-norm model (FoldInput), and the merged checkpoint, give the trained logits.
 func TestDoRAWithMSNorm(t *testing.T) {
 	newAdapter, _ := dora.New(lora.Config{Rank: 2, Alpha: 4})
 	data := extest.Images()
@@ -314,6 +348,17 @@ func TestDoRAWithMSNorm(t *testing.T) {
 		}
 		extest.CheckMerged(t, tr, extest.LoadViT, filepath.Join(t.TempDir(), "merged"), batch, 1e-5)
 	}
+
+	model := extest.Llama(t, llama.Options{MSNorm: true}, true)
+	text := extest.Text()
+	cfg := extest.Config(6, 3e-2)
+	cfg.TrainModules = nil
+	_, tr := extest.Fit(t, model, cfg, extest.NewSet(t, model, []string{"q", "v", "up"}, newAdapter), text, "")
+	tb := extest.Batch(t, text, 4)
+	dir := filepath.Join(t.TempDir(), "adapter")
+	extest.CheckImport(t, tr, extest.Llama(t, llama.Options{}, true), dir, tb, 1e-5)
+	extest.CheckImport(t, tr, extest.Llama(t, llama.Options{MSNorm: true}, true), filepath.Join(t.TempDir(), "again"), tb, 1e-5)
+	extest.CheckMerged(t, tr, extest.LoadLlama, filepath.Join(t.TempDir(), "merged"), tb, 1e-5)
 }
 
 // TestDoRAResumes: a DoRA run with dropout, interrupted at step 3 and resumed with a set built the same way,

@@ -233,13 +233,13 @@ func (a *IA3) scale(layer models.LinearLayer, d msnorm.Dense, l []float32, op fu
 //
 // (diagonal maps commute): without a shift l is unchanged; with one the last term is a bias IA3 cannot hold, so
 // it is refused (the merged export has no such limit).
-func (a *IA3) UnfoldInput(layer models.LinearLayer, p models.Params, norm msnorm.NormAffine) (models.Params, error) {
-	return a.sameBasis(layer, p, norm)
+func (a *IA3) UnfoldInput(layer models.LinearLayer, p models.Params, fold adapter.FoldedInput) (models.Params, error) {
+	return a.sameBasis(layer, p, fold.Norm)
 }
 
 // FoldInput is UnfoldInput's inverse, with the same rule: l unchanged, refused for input scaling under a shift.
-func (a *IA3) FoldInput(layer models.LinearLayer, p models.Params, norm msnorm.NormAffine) (models.Params, error) {
-	return a.sameBasis(layer, p, norm)
+func (a *IA3) FoldInput(layer models.LinearLayer, p models.Params, fold adapter.FoldedInput) (models.Params, error) {
+	return a.sameBasis(layer, p, fold.Norm)
 }
 
 func (a *IA3) sameBasis(layer models.LinearLayer, p models.Params, norm msnorm.NormAffine) (models.Params, error) {

@@ -178,8 +178,8 @@ func TestIA3ChangeOfBasis(t *testing.T) {
 		a := newAdapter(layer)
 		l := gtest.Rand(5, tc.n, 0.5)
 		params := models.Params{ia3.Suffix: gtest.Tensor(l, tc.dims...)}
-		unfolded, err := a.UnfoldInput(layer, params, tc.norm)
-		_, ferr := a.FoldInput(layer, params, tc.norm)
+		unfolded, err := a.UnfoldInput(layer, params, adapter.FoldedInput{Norm: tc.norm})
+		_, ferr := a.FoldInput(layer, params, adapter.FoldedInput{Norm: tc.norm})
 		if tc.refused {
 			if err == nil || ferr == nil || !strings.Contains(err.Error(), "merged") {
 				t.Errorf("%s under %s: %v / %v, want a refusal", tc.path, tc.normNamed, err, ferr)
