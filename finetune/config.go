@@ -177,21 +177,20 @@ func (c Config) LearningRate(step int) float64 {
 }
 
 // GPUDefaults returns cfg with the defaults a GPU user expects when backendSpec is XLA's CUDA plugin
-// ("xla:cuda" or a path to a CUDA PJRT plugin): bfloat16 compute (float32 master weights and optimizer state)
-// and flash attention (attention.Flash: cuDNN's fused attention), each unless explicit reports that the user
-// set it (keys "compute_dtype" and "attention", from a flag or a config file). Any other backend keeps cfg's
-// values: on the pure-Go backend float32 and standard attention are the defaults, and flash would fall back to
-// memory-efficient attention there anyway.
+// ("xla:cuda" or a path to a CUDA PJRT plugin): each setting's GPUDefault (Settings), bfloat16 compute (float32
+// master weights and optimizer state) and flash attention (attention.Flash: cuDNN's fused attention), unless
+// explicit reports that the user set it (by key, "compute_dtype" or "attention", from a flag or a config file).
+// Any other backend keeps cfg's values: on the pure-Go backend float32 and standard attention are the defaults,
+// and flash would fall back to memory-efficient attention there anyway.
 func GPUDefaults(cfg Config, backendSpec string, explicit func(key string) bool) Config {
 	spec, err := engine.ParseSpec(backendSpec)
 	if err != nil || spec.Name != "xla" || !engine.IsCUDAPlugin(spec.Plugin) {
 		return cfg
 	}
-	if !explicit("compute_dtype") {
-		cfg.ComputeDType = "bfloat16"
-	}
-	if !explicit("attention") {
-		cfg.Attention = "flash"
+	for _, s := range Settings {
+		if s.GPUDefault != "" && !explicit(s.Key) {
+			*s.Field(&cfg).(*string) = s.GPUDefault
+		}
 	}
 	return cfg
 }

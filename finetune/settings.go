@@ -32,6 +32,8 @@ type Setting struct {
 	Choices []string
 	// Bound is the range of a number setting, checked by Validate.
 	Bound Bound
+	// GPUDefault is the value GPUDefaults gives the setting on a CUDA backend when the user gave none ("": none).
+	GPUDefault string
 	// Field returns a pointer to the setting's field in c (*string, *int, *uint64, *float64, *bool or *[]string).
 	Field func(c *Config) any
 }
@@ -54,8 +56,8 @@ var Settings = []Setting{
 	{Key: "grad_ckpt", Help: "gradient checkpointing per block (recompute in backward)", Field: func(c *Config) any { return &c.GradCkpt }},
 	{Key: "mesa", Help: "store these saved activations as int8 (Mesa): act, norm, softmax, attn, linear or all",
 		Field: func(c *Config) any { return &c.Mesa }},
-	{Key: "attention", Help: "standard, memory-efficient or flash (the backend's fused attention; memory-efficient where it has none) (default on --backend xla:cuda: flash)",
-		Field: func(c *Config) any { return &c.Attention }},
+	{Key: "attention", Help: "standard, memory-efficient or flash (the backend's fused attention; memory-efficient where it has none)",
+		GPUDefault: "flash", Field: func(c *Config) any { return &c.Attention }},
 	{Key: "optimizer", Help: "adamw or sgd", Choices: []string{"adamw", "sgd"}, Field: func(c *Config) any { return &c.Optimizer }},
 	{Key: "lr", Help: "learning rate", Field: func(c *Config) any { return &c.LR }},
 	{Key: "weight_decay", Help: "weight decay (decoupled for adamw)", Bound: NonNegative, Field: func(c *Config) any { return &c.WeightDecay }},
@@ -72,8 +74,8 @@ var Settings = []Setting{
 	{Key: "accum_steps", Help: "micro-batches per optimizer step (gradient accumulation)", Bound: Positive,
 		Field: func(c *Config) any { return &c.AccumSteps }},
 	{Key: "seed", Help: "random seed (adapter init, data order)", Field: func(c *Config) any { return &c.Seed }},
-	{Key: "compute_dtype", Help: "float32 or bfloat16 (float32 master weights) (default on --backend xla:cuda: bfloat16)",
-		Choices: []string{"float32", "bfloat16"}, Field: func(c *Config) any { return &c.ComputeDType }},
+	{Key: "compute_dtype", Help: "float32 or bfloat16 (float32 master weights)",
+		Choices: []string{"float32", "bfloat16"}, GPUDefault: "bfloat16", Field: func(c *Config) any { return &c.ComputeDType }},
 	{Key: "log_every", Help: "write a metrics line every N steps", Bound: NonNegative, Field: func(c *Config) any { return &c.LogEvery }},
 	{Key: "checkpoint_every", Help: "checkpoint every N steps (0: at the end)", Bound: NonNegative,
 		Field: func(c *Config) any { return &c.CheckpointEvery }},
