@@ -90,3 +90,20 @@ func TestEvalMMLUShippedLlama(t *testing.T) {
 		t.Errorf("a 1M-parameter model scores %.2f on MMLU: answers leak into the prompt?", r.Micro.LL)
 	}
 }
+
+// TestTrainGLUETaskFolder: train --data-format glue also takes a task folder, which names the task (the dry run
+// prints the resolved root and task), and refuses one that contradicts --task.
+func TestTrainGLUETaskFolder(t *testing.T) {
+	glue := filepath.Join(golden.SharedDir(t), "glue")
+	out, errOut, code := run(t, "train", "--model", "m", "--data", filepath.Join(glue, "CoLA"), "--data-format", "glue",
+		"--out", t.TempDir(), "--dry-run")
+	root, _ := filepath.Abs(glue)
+	if code != 0 || !strings.Contains(out, "data: "+root+"\n") || !strings.Contains(out, "task: cola") {
+		t.Errorf("exit %d (%s), resolved run:\n%s", code, errOut, out)
+	}
+	_, errOut, code = run(t, "train", "--model", "m", "--data", filepath.Join(glue, "CoLA"), "--data-format", "glue",
+		"--task", "rte", "--out", t.TempDir(), "--dry-run")
+	if code != 2 || !strings.Contains(errOut, "is the GLUE CoLA folder but --task is rte") {
+		t.Errorf("CoLA folder with --task rte: exit %d, %q", code, errOut)
+	}
+}

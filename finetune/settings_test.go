@@ -43,6 +43,9 @@ func TestSettingsTable(t *testing.T) {
 		if s.Flag() != strings.ReplaceAll(s.Key, "_", "-") || s.Help == "" {
 			t.Errorf("setting %q: flag %q, help %q", s.Key, s.Flag(), s.Help)
 		}
+		if _, isString := s.Field(&c).(*string); (s.GPUDefault != "" || len(s.Choices) > 0) && !isString {
+			t.Errorf("setting %q has a GPU default or choices but is not a string", s.Key)
+		}
 		if got, ok := finetune.SettingByFlag(s.Flag()); !ok || got.Key != s.Key {
 			t.Errorf("SettingByFlag(%q) = %q, %v", s.Flag(), got.Key, ok)
 		}
