@@ -12,11 +12,12 @@ import (
 	"github.com/memfit/memfit/finetune"
 )
 
-// memorySettings are the training settings that shape the step `memory` plans: the method and its adapters, the
-// trained modules, the optimizer (its state), the micro-batch, the compute dtype and the attention. The rest of
-// the training config (learning rate, schedule, steps, logging, seed, ...) changes no byte of the plan, and the
+// memorySettings are the training settings that shape the step `memory` plans: the method and its adapters' rank,
+// dropout and targets, the trained modules, the optimizer (its state), the micro-batch, the compute dtype and the
+// attention. The rest of the training config (LoRA alpha, learning rate, schedule, steps, logging, seed, ...)
+// changes no byte of the plan, and the
 // memory-saving options are the variants it compares (--variants); a --config file may still hold them all.
-var memorySettings = []string{"method", "lora_r", "lora_alpha", "lora_dropout", "lora_targets", "train_modules",
+var memorySettings = []string{"method", "lora_r", "lora_dropout", "lora_targets", "train_modules",
 	"optimizer", "batch_size", "compute_dtype", "attention"}
 
 // bindSettings registers a flag for each training setting of finetune.Settings named by keys (every setting when

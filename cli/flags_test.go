@@ -122,7 +122,7 @@ func TestFlagSpellings(t *testing.T) {
 	}
 	for _, f := range []string{"lr", "steps", "log-every", "checkpoint-every", "keep-checkpoints", "warmup-steps",
 		"schedule", "weight-decay", "clip-norm", "divergence-factor", "seed", "accum-steps", "approx-act", "ms-norm",
-		"grad-ckpt", "mesa", "init-adapter"} {
+		"grad-ckpt", "mesa", "init-adapter", "lora-alpha", "rslora"} {
 		if byPath["memory"][f] {
 			t.Errorf("memory --help lists --%s, which does not change the step it plans", f)
 		}
