@@ -52,39 +52,47 @@ its ratio to GELU+LN.`,
 	}
 	f := blocks.Flags()
 	f.IntVar(&cfg.Layers, "layers", cfg.Layers, "encoder layers")
-	f.IntVar(&cfg.Batch, "batch", cfg.Batch, "batch size")
-	f.IntVar(&cfg.Tokens, "tokens", cfg.Tokens, "tokens per example (197 = 224x224 images in 16x16 patches + CLS)")
+	f.IntVar(&cfg.Batch, "batch-size", cfg.Batch, "examples per step")
+	f.IntVar(&cfg.Tokens, "seq-len", cfg.Tokens, "tokens per example (197 = 224x224 images in 16x16 patches + CLS)")
 	f.IntVar(&cfg.Hidden, "hidden", cfg.Hidden, "hidden size")
 	f.IntVar(&cfg.MLP, "mlp", cfg.MLP, "MLP size")
 	f.IntVar(&cfg.Heads, "heads", cfg.Heads, "attention heads")
 	f.IntVar(&cfg.Steps, "steps", cfg.Steps, "timed steps per variant, after one warm-up step")
 	f.StringVar(&variants, "variants", "", "comma-separated subset of "+variantNames()+" (default all; the first is the baseline for ratios)")
+	alias(f, "batch-size", "batch")
+	alias(f, "seq-len", "tokens")
 	cmd.AddCommand(blocks, newBenchMemoryCommand(opts), newBenchGridCommand(opts), newBenchStepCommand(opts), newBenchCompareCommand(), newBenchCPUCommand(opts))
 	return cmd
 }
 
 func newBenchMemoryCommand(opts *Options) *cobra.Command {
-	var jsonOut, dtype, attention string
-	var vitBatch, llamaBatch, llamaSeq, rank int
+	var jsonOut string
+	var vitBatch, llamaBatch, llamaSeq int
 	var llamaModels []string
+	base := finetune.Defaults()
+	base.ComputeDType, base.Attention = "bfloat16", "memory-efficient"
 	cmd := &cobra.Command{
 		Use:   "memory [--json FILE]",
 		Short: "The paper's memory tables in one run: models x methods x variants, planned without running",
 		Long: `Plans (builds and compiles, without running or reading weights) the training step of every model x method x
 variant and prints saved activations (exact), the step peak (simulated on the pure-Go backend, compiled sizes on
 XLA) and the total with the optimizer state, each with its ratio to the plain variant of the same model and method.
-Models: vit-b16 (10 classes) and the LLaMA presets of --llama; methods: lora-qv, lora-all, lora-fa, full, qlora;
-variants: plain, approx-act, ms-norm, approx-act+ms-norm, grad-ckpt, mesa. --json writes every cell.`,
+Models: vit-b16 (10 classes) and the LLaMA presets of --llama; methods: lora-qv, lora-all, lora-fa, full, qlora
+(LoRA alpha = 2 --lora-r); variants: plain, approx-act, ms-norm, approx-act+ms-norm, grad-ckpt, mesa. --json
+writes every cell.`,
 		Example: `  finetune bench memory --json docs/benchmarks/memory-grid.json`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			base.LoRAAlpha = float64(2 * base.LoRARank)
+			if err := base.Validate(); err != nil {
+				return usageError{err}
+			}
 			backend, err := opts.NewBackend()
 			if err != nil {
 				return err
 			}
 			defer backend.Finalize()
-			base := finetune.Defaults()
-			base.LoRARank, base.LoRAAlpha, base.ComputeDType, base.Attention = rank, float64(2*rank), dtype, attention
+			rank, dtype, attention := base.LoRARank, base.ComputeDType, base.Attention
 			gm := []bench.GridModel{{Model: "vit-b16", Labels: 10, Shape: finetune.Shape{Batch: vitBatch}, Base: base}}
 			for _, m := range llamaModels {
 				gm = append(gm, bench.GridModel{Model: m, Shape: finetune.Shape{Batch: llamaBatch, Seq: llamaSeq}, Base: base})
@@ -107,13 +115,14 @@ variants: plain, approx-act, ms-norm, approx-act+ms-norm, grad-ckpt, mesa. --jso
 	}
 	f := cmd.Flags()
 	f.StringVar(&jsonOut, "json", "", "write every cell to this JSON file")
-	f.IntVar(&vitBatch, "vit-batch", 64, "ViT batch size")
-	f.IntVar(&llamaBatch, "llama-batch", 4, "LLaMA batch size")
-	f.IntVar(&llamaSeq, "llama-seq", 512, "LLaMA sequence length")
+	f.IntVar(&vitBatch, "vit-batch-size", 64, "ViT examples per step")
+	f.IntVar(&llamaBatch, "llama-batch-size", 4, "LLaMA sequences per step")
+	f.IntVar(&llamaSeq, "llama-seq-len", 512, "LLaMA tokens per sequence")
 	f.StringSliceVar(&llamaModels, "llama", []string{"llama-1b", "llama-7b"}, "LLaMA presets or folders")
-	f.IntVar(&rank, "lora-r", 8, "LoRA rank (alpha = 2 r)")
-	f.StringVar(&dtype, "compute-dtype", "bfloat16", "float32 or bfloat16")
-	f.StringVar(&attention, "attention", "memory-efficient", "standard, memory-efficient or flash")
+	bindSettings(f, &base, false, "lora_r", "compute_dtype", "attention")
+	alias(f, "vit-batch-size", "vit-batch")
+	alias(f, "llama-batch-size", "llama-batch")
+	alias(f, "llama-seq-len", "llama-seq")
 	return cmd
 }
 
@@ -247,8 +256,9 @@ memory tables use "finetune bench memory".`,
 
 func newBenchStepCommand(opts *Options) *cobra.Command {
 	var model, methodName, variantName, jsonOut, workDir string
-	var labels, batch, seq, steps int
+	var numLabels, batch, seqLen, steps int
 	base := finetune.Defaults()
+	base.ComputeDType, base.Attention = "bfloat16", "memory-efficient"
 	cmd := &cobra.Command{
 		Use:   "step --model NAME --method M --variant V",
 		Short: "Time one model x method x variant training step (one configuration per process, for GPU comparisons)",
@@ -257,9 +267,10 @@ vit:tiny, llama:tiny, ...; written to --work-dir first) or a Hugging Face folder
 timed optimizer steps. Prints one JSON object: saved activations (exact), the step peak (simulated on the pure-Go
 backend, compiled-program sizes on XLA), on XLA the device's peak bytes in use (PJRT memory stats, preallocation
 off: the peak since the process started, hence one configuration per process), the median step time and the
-throughput. bench/pytorch/peft_compare.py prints the same fields for PyTorch + PEFT; bench/gpu/compare.sh runs both.`,
-		Example: `  finetune --backend xla:cuda bench step --model vit-b16 --method lora-qv --variant approx-act+ms-norm --batch 64
-  finetune --backend xla:cuda bench step --model llama-7b --method qlora --variant plain --batch 4 --seq 512`,
+throughput. LoRA alpha is 2 --lora-r. bench/pytorch/peft_compare.py prints the same fields for PyTorch + PEFT;
+bench/gpu/compare.sh runs both.`,
+		Example: `  finetune --backend xla:cuda bench step --model vit-b16 --method lora-qv --variant approx-act+ms-norm --batch-size 64
+  finetune --backend xla:cuda bench step --model llama-7b --method qlora --variant plain --batch-size 4 --seq-len 512`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			method, err := bench.GridMethodByName(methodName)
@@ -274,6 +285,9 @@ throughput. bench/pytorch/peft_compare.py prints the same fields for PyTorch + P
 				return usagef("--model is required")
 			}
 			base.LoRAAlpha = float64(2 * base.LoRARank)
+			if err := base.Validate(); err != nil {
+				return usageError{err}
+			}
 			backend, err := opts.NewBackend()
 			if err != nil {
 				return err
@@ -286,11 +300,11 @@ throughput. bench/pytorch/peft_compare.py prints the same fields for PyTorch + P
 				defer os.RemoveAll(workDir)
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "preparing %s ...\n", model)
-			dir, err := bench.PresetCheckpoint(model, labels, workDir)
+			dir, err := bench.PresetCheckpoint(model, numLabels, workDir)
 			if err != nil {
 				return usageError{err}
 			}
-			r, err := bench.RunStep(backend, dir, finetune.Shape{Batch: batch, Seq: seq}, base, method, variant, steps, cmd.ErrOrStderr())
+			r, err := bench.RunStep(backend, dir, finetune.Shape{Batch: batch, Seq: seqLen}, base, method, variant, steps, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -308,15 +322,16 @@ throughput. bench/pytorch/peft_compare.py prints the same fields for PyTorch + P
 	f.StringVar(&model, "model", "", "preset (vit-b16, llama-1b, llama-7b, vit:tiny, llama:tiny, ...) or Hugging Face folder")
 	f.StringVar(&methodName, "method", "lora-all", "lora-qv, lora-all, lora-fa, full or qlora")
 	f.StringVar(&variantName, "variant", "plain", "plain, approx-act, ms-norm, approx-act+ms-norm, grad-ckpt, mesa, ...")
-	f.IntVar(&labels, "labels", 10, "classes of a ViT preset's head")
-	f.IntVar(&batch, "batch", 8, "batch size")
-	f.IntVar(&seq, "seq", 512, "sequence length (LLaMA)")
+	f.IntVar(&numLabels, "num-labels", 10, "classes of a ViT preset's head")
+	f.IntVar(&batch, "batch-size", 8, "examples per step")
+	f.IntVar(&seqLen, "seq-len", 512, "tokens per sequence (LLaMA)")
 	f.IntVar(&steps, "steps", 10, "timed steps after one warm-up step")
-	f.StringVar(&base.ComputeDType, "compute-dtype", "bfloat16", "float32 or bfloat16 (float32 master weights)")
-	f.StringVar(&base.Attention, "attention", "memory-efficient", "standard, memory-efficient or flash")
-	f.IntVar(&base.LoRARank, "lora-r", 8, "LoRA rank (alpha = 2 r)")
+	bindSettings(f, &base, false, "compute_dtype", "attention", "lora_r")
 	f.StringVar(&jsonOut, "json", "", "also write the result to this file")
 	f.StringVar(&workDir, "work-dir", "", "where a preset's random checkpoint is written, or reused when already there (default: a temporary folder, removed after)")
+	alias(f, "num-labels", "labels")
+	alias(f, "batch-size", "batch")
+	alias(f, "seq-len", "seq")
 	return cmd
 }
 

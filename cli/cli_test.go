@@ -20,7 +20,7 @@ func run(t *testing.T, args ...string) (stdout, stderr string, code int) {
 
 // TestBenchBlocks runs the benchmark command at a tiny size and checks the table it prints.
 func TestBenchBlocks(t *testing.T) {
-	out, errOut, code := run(t, "bench", "blocks", "--layers", "1", "--batch", "1", "--tokens", "9", "--hidden", "32",
+	out, errOut, code := run(t, "bench", "blocks", "--layers", "1", "--batch-size", "1", "--seq-len", "9", "--hidden", "32",
 		"--mlp", "128", "--heads", "2", "--steps", "1")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
@@ -51,7 +51,7 @@ func TestSIMDNote(t *testing.T) {
 	if kernels := engine.SIMD(); kernels != "" && !strings.Contains(out, "kernels: "+kernels) {
 		t.Errorf("version does not name the %s kernels: %q", kernels, out)
 	}
-	_, errOut, code = run(t, "bench", "blocks", "--layers", "1", "--batch", "1", "--tokens", "9", "--hidden", "32",
+	_, errOut, code = run(t, "bench", "blocks", "--layers", "1", "--batch-size", "1", "--seq-len", "9", "--hidden", "32",
 		"--mlp", "128", "--heads", "2", "--steps", "1", "--variants", "GELU+LN")
 	if code != 0 {
 		t.Fatalf("bench blocks: exit %d: %s", code, errOut)

@@ -102,8 +102,8 @@ func newEvalMMLUCommand(opts *Options) *cobra.Command {
 		Use:   "mmlu --model DIR --data DIR [--adapter DIR] [--subjects a,b] [--shots 5]",
 		Short: "MMLU k-shot accuracy (log-likelihood of \" A\"..\" D\" and letter argmax), micro and macro",
 		Long: `Scores the MMLU test questions of the chosen subjects (all 57 by default) with the first --shots dev questions
-of each subject as examples, in lm-evaluation-harness' prompt format; prompts longer than --max-len are cut from
-the left. Two scorings are reported: the log-likelihood of the continuations " A".." D" (harness style) and the
+of each subject as examples, in lm-evaluation-harness' prompt format; prompts longer than --seq-len tokens are cut
+from the left. Two scorings are reported: the log-likelihood of the continuations " A".." D" (harness style) and the
 argmax over the letter tokens A..D (QLoRA-script style); each as micro (over questions) and macro (over subjects)
 averages, per subject and per category. --data is a folder with dev/ and test/ CSVs (question,choice0..3,answer
 with an index, or the original layout without header and letter answers). The results JSON goes next to the
@@ -119,7 +119,7 @@ adapter (or the model) as eval-mmlu.json, with the prompt format, shots, averagi
 			case shots < 0:
 				return usagef("--shots %d: give 0 (zero-shot) or more dev questions per subject", shots)
 			case o.MaxLen < 0 || o.MaxLen == 1:
-				return usagef("--max-len %d: give 0 (the model's positions) or at least 2 tokens", o.MaxLen)
+				return usagef("--seq-len %d: give 0 (the model's positions) or at least 2 tokens", o.MaxLen)
 			case o.BatchSize < 1 || o.BatchSize > maxEvalBatch:
 				return usagef("--batch-size %d: give 1 to %d prompts per forward pass", o.BatchSize, maxEvalBatch)
 			case limit < 0:
@@ -145,7 +145,7 @@ adapter (or the model) as eval-mmlu.json, with the prompt format, shots, averagi
 				if positions := l.Config.MaxPositionEmbeddings; o.MaxLen == 0 {
 					o.MaxLen = positions
 				} else if o.MaxLen > positions {
-					return usagef("--max-len %d is more than the model's %d positions (max_position_embeddings)", o.MaxLen, positions)
+					return usagef("--seq-len %d is more than the model's %d positions (max_position_embeddings)", o.MaxLen, positions)
 				}
 			}
 			dev, test, hash, err := evals.ReadMMLU(dataDir, subjects)
@@ -197,11 +197,13 @@ adapter (or the model) as eval-mmlu.json, with the prompt format, shots, averagi
 	f.StringVar(&dataDir, "data", "", "MMLU folder with dev/ and test/")
 	f.StringSliceVar(&subjects, "subjects", nil, "subjects to evaluate (default: all 57)")
 	f.IntVar(&shots, "shots", 5, "dev questions used as examples (0: zero-shot)")
-	f.IntVar(&o.MaxLen, "max-len", 0, "cut prompts longer than this many tokens from the left (default: the model's positions)")
+	f.IntVar(&o.MaxLen, "seq-len", 0, "cut prompts longer than this many tokens from the left (default: the model's positions)")
 	f.IntVar(&o.BatchSize, "batch-size", 8, "prompts per forward pass")
 	f.IntVar(&limit, "limit", 0, "score only the first N test questions of each subject (0: all; the results say so)")
 	f.StringVar(&out, "out", "", "results file (default: eval-mmlu.json next to the adapter or model)")
 	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
+	checksOwnRange(f, "seq-len") // 0 is the model's positions; the command names them
+	alias(f, "seq-len", "max-len")
 	return cmd
 }
 
@@ -249,19 +251,26 @@ func newEvalGLUECommand(opts *Options) *cobra.Command {
 	var seqLen, batch int
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "glue --task cola|sst2|mrpc|stsb|rte --data DIR (--predictions FILE | --model DIR [--adapter DIR])",
+		Use:   "glue --data DIR [--task cola|sst2|mrpc|stsb|rte] (--predictions FILE | --model DIR [--adapter DIR])",
 		Short: "GLUE dev-set metrics of a predictions file or of a LLaMA sequence classifier",
 		Long: `Scores a GLUE task's dev set (../shared/data/glue layout): CoLA Matthews correlation, STS-B Pearson and
 Spearman, MRPC accuracy and F1, SST-2 and RTE accuracy, with the majority-class baseline for the classification
-tasks. --predictions FILE scores a file of one label (or STS-B score) per line in dev-set order, without a model;
+tasks. --data is the GLUE root with --task, or one task's folder (../shared/data/glue/CoLA), which names the task. --predictions FILE scores a file of one label (or STS-B score) per line in dev-set order, without a model;
 --model runs a LLaMA sequence classifier (with --adapter). Results are written as JSON (eval-glue-<task>.json
 next to the adapter or model, or --out).`,
 		Example: `  finetune eval glue --task sst2 --data ../shared/data/glue --predictions preds.txt --json
-  finetune eval glue --task sst2 --data ../shared/data/glue --model runs/sst2/merged`,
+  finetune eval glue --data ../shared/data/glue/SST-2 --model runs/sst2/merged`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if task == "" || dataDir == "" {
-				return usagef("--task and --data are required")
+			if dataDir == "" {
+				return usagef("--data is required (the GLUE root with --task, or a task folder such as glue/CoLA)")
+			}
+			dataDir, task, err := glueData(dataDir, task)
+			if err != nil {
+				return err
+			}
+			if task == "" {
+				return usagef("--task is required with the GLUE root %s (or give a task folder: --data %s)", dataDir, filepath.Join(dataDir, "CoLA"))
 			}
 			info, err := data.GLUETask(task)
 			if err != nil {
@@ -352,8 +361,8 @@ next to the adapter or model, or --out).`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&task, "task", "", "cola, sst2, mrpc, stsb or rte")
-	f.StringVar(&dataDir, "data", "", "GLUE data root (../shared/data/glue layout)")
+	f.StringVar(&task, "task", "", "cola, sst2, mrpc, stsb or rte (default: the task of a --data task folder)")
+	f.StringVar(&dataDir, "data", "", "GLUE data root (../shared/data/glue layout) or one task's folder in it")
 	f.StringVar(&preds, "predictions", "", "file with one label or score per line, in dev-set order")
 	f.StringVar(&model, "model", "", "LLaMA sequence-classification folder")
 	f.StringVar(&adapter, "adapter", "", "PEFT adapter folder to apply")
@@ -363,6 +372,27 @@ next to the adapter or model, or --out).`,
 	f.StringVar(&out, "out", "", "results file")
 	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
 	return cmd
+}
+
+// glueData takes --data and --task of a GLUE command: --data is the GLUE root, or one task's folder in it (the
+// folder names of the ../shared/data/glue layout: CoLA, SST-2, MRPC, STS-B, RTE), which stands for its root and
+// its task. It returns the root and the task; a task folder with a --task of another task is an error.
+func glueData(path, task string) (root, glueTask string, err error) {
+	base := filepath.Base(filepath.Clean(path))
+	for _, t := range data.GLUETasks {
+		info, _ := data.GLUETask(t)
+		if !strings.EqualFold(base, info.Dir) {
+			continue
+		}
+		if st, err := os.Stat(path); err != nil || !st.IsDir() {
+			break // not a folder: the reader names the problem
+		}
+		if task != "" && task != t {
+			return "", "", usagef("--data %s is the GLUE %s folder but --task is %s: give the GLUE root with --task %s, or leave out --task", path, info.Dir, task, task)
+		}
+		return filepath.Dir(filepath.Clean(path)), t, nil
+	}
+	return path, task, nil
 }
 
 // countProgress reports done/total: a progress bar on a terminal, otherwise a line at every tenth of the way.

@@ -30,6 +30,21 @@ func TestEvalGLUEPredictions(t *testing.T) {
 	if r.Metrics["accuracy"] != 444.0/872 || r.Majority != 444.0/872 || len(r.Hash) != 64 {
 		t.Errorf("%+v", r)
 	}
+	// The task folder a user naturally passes stands for the root and the task, with the same result.
+	for _, args := range [][]string{{"--data", filepath.Join(glue, "SST-2")}, {"--data", filepath.Join(glue, "SST-2") + "/", "--task", "sst2"}} {
+		same, errOut, code := run(t, append([]string{"eval", "glue", "--predictions", preds, "--json"}, args...)...)
+		if code != 0 || same != out {
+			t.Errorf("%v: exit %d (%s), output differs from --data ROOT --task sst2:\n%s", args, code, errOut, same)
+		}
+	}
+	_, errOut, code = run(t, "eval", "glue", "--data", filepath.Join(glue, "CoLA"), "--task", "sst2", "--predictions", preds)
+	if lines := strings.Split(strings.TrimSpace(errOut), "\n"); code != 2 || len(lines) != 1 || !strings.Contains(errOut, "is the GLUE CoLA folder but --task is sst2") {
+		t.Errorf("task folder and another --task: exit %d, %q", code, errOut)
+	}
+	_, errOut, code = run(t, "eval", "glue", "--data", glue, "--predictions", preds)
+	if code != 2 || !strings.Contains(errOut, "--task is required") {
+		t.Errorf("root without --task: exit %d, %q", code, errOut)
+	}
 	os.WriteFile(preds, []byte("1\n0\n"), 0o644)
 	_, errOut, code = run(t, "eval", "glue", "--task", "sst2", "--data", glue, "--predictions", preds)
 	if code != 1 || !strings.Contains(errOut, "2 predictions for the 872 examples") {
@@ -73,5 +88,22 @@ func TestEvalMMLUShippedLlama(t *testing.T) {
 	}
 	if r.Micro.LL > 0.5 {
 		t.Errorf("a 1M-parameter model scores %.2f on MMLU: answers leak into the prompt?", r.Micro.LL)
+	}
+}
+
+// TestTrainGLUETaskFolder: train --data-format glue also takes a task folder, which names the task (the dry run
+// prints the resolved root and task), and refuses one that contradicts --task.
+func TestTrainGLUETaskFolder(t *testing.T) {
+	glue := filepath.Join(golden.SharedDir(t), "glue")
+	out, errOut, code := run(t, "train", "--model", "m", "--data", filepath.Join(glue, "CoLA"), "--data-format", "glue",
+		"--out", t.TempDir(), "--dry-run")
+	root, _ := filepath.Abs(glue)
+	if code != 0 || !strings.Contains(out, "data: "+root+"\n") || !strings.Contains(out, "task: cola") {
+		t.Errorf("exit %d (%s), resolved run:\n%s", code, errOut, out)
+	}
+	_, errOut, code = run(t, "train", "--model", "m", "--data", filepath.Join(glue, "CoLA"), "--data-format", "glue",
+		"--task", "rte", "--out", t.TempDir(), "--dry-run")
+	if code != 2 || !strings.Contains(errOut, "is the GLUE CoLA folder but --task is rte") {
+		t.Errorf("CoLA folder with --task rte: exit %d, %q", code, errOut)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/finetune"
@@ -17,7 +16,7 @@ import (
 
 func newMemoryCommand(opts *Options) *cobra.Command {
 	var model, configFile, variantList, budget string
-	var seq, labels, maxBatch, maxSeq int
+	var seqLen, numLabels, maxBatch, maxSeq int
 	var asJSON, compileTime bool
 	flagCfg := finetune.Defaults()
 	cmd := &cobra.Command{
@@ -32,39 +31,24 @@ only config.json is read) in each memory-saving variant and prints, side by side
   - weights, gradients and optimizer state, and the total (peak + optimizer state);
   - ratios to the plain variant.
 --model takes a Hugging Face folder or a preset name (vit: tiny, vit-b16; llama: tiny, llama-1b, llama-7b).
---max-batch N / --max-seq N with --budget search, for each variant, the largest batch or sequence length up to N
-whose total fits the budget (the paper's Table 9). --compile-time instead times building and compiling each
+The flags are the training settings that shape the step (the rest of a training config changes no byte of it);
+--config takes a train config file (YAML, keys as train's flags in snake_case), whose memory-saving options the
+variants replace. --max-batch-size N / --max-seq-len N with --budget search, for each variant, the largest batch
+or sequence length up to N whose total fits the budget (the paper's Table 9). --compile-time instead times building and compiling each
 variant's step programs (the device-resident step's, and the host-side step's for comparison).`,
-		Example: `  finetune memory --model vit-b16 --labels 10 --lora-targets all-linear --batch-size 8
-  finetune memory --model llama-1b --lora-targets all-linear --batch-size 1 --seq 256 --json
-  finetune memory --model llama-7b --compute-dtype bfloat16 --batch-size 1 --max-seq 8192 --budget 24GiB
-  finetune memory --model llama-7b --method qlora --lora-targets all-linear --compute-dtype bfloat16 --batch-size 4 --seq 512 --variants plain,approx-act+ms-norm --compile-time`,
+		Example: `  finetune memory --model vit-b16 --num-labels 10 --lora-targets all-linear --batch-size 8
+  finetune memory --model llama-1b --lora-targets all-linear --batch-size 1 --seq-len 256 --json
+  finetune memory --model llama-7b --compute-dtype bfloat16 --batch-size 1 --max-seq-len 8192 --budget 24GiB
+  finetune memory --model llama-7b --method qlora --lora-targets all-linear --compute-dtype bfloat16 --batch-size 4 \
+    --seq-len 512 --variants plain,approx-act+ms-norm --compile-time`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if model == "" {
 				return usagef("--model is required (a model folder or a preset such as vit-b16 or llama-1b)")
 			}
-			cfg := finetune.Defaults()
-			if configFile != "" {
-				var err error
-				if cfg, err = finetune.ReadConfigFile(configFile, cfg); err != nil {
-					return usageError{err}
-				}
-			}
-			cmd.Flags().Visit(func(f *pflag.Flag) { applyFlag(&cfg, &flagCfg, f.Name) })
-			if gc, err := gpuDefaults(cmd, cfg, configFile, opts); err != nil {
-				return usageError{err}
-			} else {
-				cfg = gc
-			}
-			if cfg.Method == finetune.MethodFull && !cmd.Flags().Changed("lora-r") && !cmd.Flags().Changed("lora-targets") {
-				cfg.LoRARank, cfg.LoRATarget = 0, nil
-			}
-			if err := cfg.Validate(); err != nil {
-				return usageError{err}
-			}
-			if cmd.Flags().Changed("approx-act") || cmd.Flags().Changed("ms-norm") || cmd.Flags().Changed("grad-ckpt") || cmd.Flags().Changed("mesa") {
-				return usagef("memory compares the variants itself: choose them with --variants, not --approx-act/--ms-norm/--grad-ckpt/--mesa")
+			cfg, err := resolveConfig(cmd, flagCfg, configFile, opts)
+			if err != nil {
+				return err
 			}
 			var variants []finetune.Variant
 			for _, name := range strings.Split(variantList, ",") {
@@ -75,27 +59,30 @@ variant's step programs (the device-resident step's, and the host-side step's fo
 				variants = append(variants, v)
 			}
 			if maxBatch > 0 && maxSeq > 0 {
-				return usagef("--max-batch and --max-seq search one axis at a time: give one of them")
+				return usagef("--max-batch-size and --max-seq-len search one axis at a time: give one of them")
 			}
 			if (maxBatch > 0 || maxSeq > 0) != (budget != "") {
-				return usagef("--max-batch / --max-seq and --budget go together")
+				return usagef("--max-batch-size / --max-seq-len and --budget go together")
+			}
+			var budgetBytes int64
+			if budget != "" {
+				if budgetBytes, err = parseBytes(budget); err != nil {
+					return usageError{err}
+				}
 			}
 			backend, err := opts.NewBackend()
 			if err != nil {
 				return err
 			}
 			defer backend.Finalize()
-			in := finetune.Shape{Batch: cfg.BatchSize, Seq: seq}
+			in := finetune.Shape{Batch: cfg.BatchSize, Seq: seqLen}
 			if budget != "" {
 				limit, axis := maxBatch, "batch"
 				if maxSeq > 0 {
 					limit, axis = maxSeq, "seq"
 				}
-				b, err := parseBytes(budget)
-				if err != nil {
-					return usageError{err}
-				}
-				fits, err := finetune.MaxFit(backend, model, cfg, labels, in, axis, b, limit, variants)
+				b := budgetBytes
+				fits, err := finetune.MaxFit(backend, model, cfg, numLabels, in, axis, b, limit, variants)
 				if err != nil {
 					return err
 				}
@@ -118,7 +105,7 @@ variant's step programs (the device-resident step's, and the host-side step's fo
 			if compileTime {
 				for _, v := range variants {
 					vc := v.Apply(cfg)
-					m, shp, err := finetune.ShapeModel(model, vc, labels)
+					m, shp, err := finetune.ShapeModel(model, vc, numLabels)
 					if err != nil {
 						return err
 					}
@@ -137,7 +124,7 @@ variant's step programs (the device-resident step's, and the host-side step's fo
 				}
 				return nil
 			}
-			rep, err := finetune.PlanMemory(backend, model, cfg, labels, in, variants)
+			rep, err := finetune.PlanMemory(backend, model, cfg, numLabels, in, variants)
 			if err != nil {
 				return err
 			}
@@ -149,17 +136,21 @@ variant's step programs (the device-resident step's, and the host-side step's fo
 	}
 	f := cmd.Flags()
 	f.StringVar(&model, "model", "", "model folder (only config.json is read) or preset name")
-	f.StringVar(&configFile, "config", "", "YAML training config (keys as finetune train's flags, snake_case)")
-	f.IntVar(&seq, "seq", 256, "sequence length (LLaMA)")
-	f.IntVar(&labels, "labels", 0, "classes of a preset's classification head (0: ViTModel / causal LM)")
+	f.StringVar(&configFile, "config", "", "YAML training config (keys as train's flags, snake_case); its settings that do not shape the step are ignored")
+	f.IntVar(&seqLen, "seq-len", 256, "tokens per sequence (LLaMA)")
+	f.IntVar(&numLabels, "num-labels", 0, "classes of a preset's classification head (0: ViTModel / causal LM)")
 	f.StringVar(&variantList, "variants", "plain,approx-act,ms-norm,approx-act+ms-norm,grad-ckpt,mesa",
 		"variants to compare, plain first (also: approx-act+ms-norm+mesa-softmax)")
 	f.BoolVar(&asJSON, "json", false, `print one JSON object {"variants": [...]} instead of the table`)
-	f.IntVar(&maxBatch, "max-batch", 0, "search the largest batch size up to N that fits --budget")
-	f.IntVar(&maxSeq, "max-seq", 0, "search the longest sequence up to N that fits --budget (LLaMA)")
-	f.StringVar(&budget, "budget", "", "memory budget for --max-batch/--max-seq, e.g. 24GiB, 80GB, 1.5e9")
+	f.IntVar(&maxBatch, "max-batch-size", 0, "search the largest batch size up to N that fits --budget")
+	f.IntVar(&maxSeq, "max-seq-len", 0, "search the longest sequence up to N that fits --budget (LLaMA)")
+	f.StringVar(&budget, "budget", "", "memory budget for --max-batch-size/--max-seq-len, e.g. 24GiB, 80GB, 1.5e9")
 	f.BoolVar(&compileTime, "compile-time", false, "instead of the memory table, build and compile each variant's step programs (host-side and device-resident) and print how long that took")
-	trainFlags(f, &flagCfg)
+	bindSettings(f, &flagCfg, true, memorySettings...)
+	alias(f, "seq-len", "seq")
+	alias(f, "num-labels", "labels")
+	alias(f, "max-batch-size", "max-batch")
+	alias(f, "max-seq-len", "max-seq")
 	return cmd
 }
 

@@ -14,7 +14,7 @@ func TestMemoryJSON(t *testing.T) {
 	if _, errOut, code := run(t, "init", "--arch", "llama", "--preset", "tiny", "--out", dir); code != 0 {
 		t.Fatalf("init: exit %d: %s", code, errOut)
 	}
-	out, errOut, code := run(t, "memory", "--model", dir, "--lora-targets", "all-linear", "--batch-size", "2", "--seq", "16", "--json")
+	out, errOut, code := run(t, "memory", "--model", dir, "--lora-targets", "all-linear", "--batch-size", "2", "--seq-len", "16", "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -45,7 +45,7 @@ func TestMemoryJSON(t *testing.T) {
 		t.Errorf("saved bytes not ordered as the methods promise: %v", saved)
 	}
 
-	table, errOut, code := run(t, "memory", "--model", "vit:tiny", "--labels", "3", "--batch-size", "2", "--variants", "plain,approx-act+ms-norm")
+	table, errOut, code := run(t, "memory", "--model", "vit:tiny", "--num-labels", "3", "--batch-size", "2", "--variants", "plain,approx-act+ms-norm")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -54,7 +54,7 @@ func TestMemoryJSON(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, table)
 		}
 	}
-	fit, errOut, code := run(t, "memory", "--model", "llama:tiny", "--batch-size", "1", "--max-seq", "512", "--budget", "3MiB", "--json")
+	fit, errOut, code := run(t, "memory", "--model", "llama:tiny", "--batch-size", "1", "--max-seq-len", "512", "--budget", "3MiB", "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -73,9 +73,9 @@ func TestMemoryBadInput(t *testing.T) {
 		{[]string{"memory", "--model", "tiny"}, 1, "write vit:tiny or llama:tiny"},
 		{[]string{"memory", "--model", "vit-b16", "--method", "full", "--lora-r", "8"}, 2, "lora_r"},
 		{[]string{"memory", "--model", "vit-b16", "--variants", "plain,fast"}, 2, "unknown variant"},
-		{[]string{"memory", "--model", "vit-b16", "--max-batch", "64"}, 2, "--budget"},
-		{[]string{"memory", "--model", "vit-b16", "--max-batch", "64", "--budget", "lots"}, 2, "not a size"},
-		{[]string{"memory", "--model", "vit-b16", "--max-seq", "64", "--budget", "1GiB"}, 1, "LLaMA"},
+		{[]string{"memory", "--model", "vit-b16", "--max-batch-size", "64"}, 2, "--budget"},
+		{[]string{"memory", "--model", "vit-b16", "--max-batch-size", "64", "--budget", "lots"}, 2, "not a size"},
+		{[]string{"memory", "--model", "vit-b16", "--max-seq-len", "64", "--budget", "1GiB"}, 1, "LLaMA"},
 		{[]string{"memory"}, 2, "--model is required"},
 	} {
 		_, errOut, code := run(t, tc.args...)
@@ -86,7 +86,7 @@ func TestMemoryBadInput(t *testing.T) {
 }
 
 func TestBenchMemoryGrid(t *testing.T) {
-	out, errOut, code := run(t, "bench", "memory", "--llama", "llama:tiny", "--vit-batch", "2", "--llama-batch", "1", "--llama-seq", "16")
+	out, errOut, code := run(t, "bench", "memory", "--llama", "llama:tiny", "--vit-batch-size", "2", "--llama-batch-size", "1", "--llama-seq-len", "16")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -103,7 +103,7 @@ func TestBenchMemoryGrid(t *testing.T) {
 // TestMemoryCompileTime: memory --compile-time builds each variant's step programs at a preset's shapes (no
 // weights) and prints their compile times, as text and as JSON.
 func TestMemoryCompileTime(t *testing.T) {
-	out, errOut, code := run(t, "memory", "--model", "vit:tiny", "--labels", "3", "--lora-targets", "all-linear", "--batch-size", "2",
+	out, errOut, code := run(t, "memory", "--model", "vit:tiny", "--num-labels", "3", "--lora-targets", "all-linear", "--batch-size", "2",
 		"--variants", "plain,approx-act+ms-norm", "--compile-time")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
@@ -113,7 +113,7 @@ func TestMemoryCompileTime(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	out, errOut, code = run(t, "memory", "--model", "vit:tiny", "--labels", "3", "--batch-size", "2", "--variants", "plain", "--compile-time", "--json")
+	out, errOut, code = run(t, "memory", "--model", "vit:tiny", "--num-labels", "3", "--batch-size", "2", "--variants", "plain", "--compile-time", "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}

@@ -35,7 +35,7 @@ func TestQLoRAAndMesaThroughTheCLI(t *testing.T) {
 		t.Fatalf("logits of the merged QLoRA model: exit %d, %s", code, errOut)
 	}
 	mem, errOut, code := run(t, "memory", "--model", model, "--method", "qlora", "--lora-targets", "all-linear", "--batch-size", "2",
-		"--seq", "32", "--variants", "plain,mesa")
+		"--seq-len", "32", "--variants", "plain,mesa")
 	if code != 0 || !strings.Contains(mem, "NF4 base") || !strings.Contains(mem, "mesa") {
 		t.Errorf("memory --method qlora: exit %d, %s%s", code, mem, errOut)
 	}

@@ -8,19 +8,29 @@ import (
 )
 
 // sizeLimits bounds the integer flags that size tensors or loops, in every command that has them: a typo such as
-// --batch 1000000000 or --hidden 1000000 would otherwise allocate until the machine gives out, and 0 or a
+// --batch-size 1000000000 or --hidden 1000000 would otherwise allocate until the machine gives out, and 0 or a
 // negative number divide by zero or make no sense. Commands check finer limits themselves (the model's positions,
-// the dataset's size, ...).
+// the dataset's size, ...). The keys are canonical flag names: a deprecated spelling sets its canonical flag,
+// which is checked.
 var sizeLimits = map[string]struct{ lo, hi int64 }{
-	"batch": {1, 1 << 20}, "batch-size": {1, 1 << 20}, "vit-batch": {1, 1 << 20}, "llama-batch": {1, 1 << 20},
-	"max-batch": {1, 1 << 20}, "seq": {1, 1 << 20}, "llama-seq": {1, 1 << 20},
-	"max-seq": {1, 1 << 20}, "tokens": {1, 1 << 20}, "hidden": {1, 1 << 16}, "mlp": {1, 1 << 18},
-	"heads": {1, 1 << 12}, "layers": {1, 1 << 12}, "steps": {1, 1 << 40}, "warmup": {0, 1 << 40},
-	"labels": {0, 1_000_000}, "lora-r": {0, 1 << 16}, "train-per-class": {1, 1 << 30},
+	"batch-size": {1, 1 << 20}, "vit-batch-size": {1, 1 << 20}, "llama-batch-size": {1, 1 << 20},
+	"max-batch-size": {1, 1 << 20}, "seq-len": {1, 1 << 20}, "llama-seq-len": {1, 1 << 20}, "max-seq-len": {1, 1 << 20},
+	"hidden": {1, 1 << 16}, "mlp": {1, 1 << 18}, "heads": {1, 1 << 12}, "layers": {1, 1 << 12}, "steps": {1, 1 << 40},
+	"warmup": {0, 1 << 40}, "warmup-steps": {0, 1 << 40}, "num-labels": {0, 1_000_000}, "lora-r": {0, 1 << 16},
+	"train-per-class": {1, 1 << 30},
+}
+
+// ownRange is the annotation of a flag in sizeLimits whose command checks its range itself, with a message that
+// names the real bound (train's --seq-len: the model's positions).
+const ownRange = "memfit-own-range"
+
+// checksOwnRange exempts the flag name of f from the sizeLimits check: the command checks it.
+func checksOwnRange(f *pflag.FlagSet, name string) {
+	_ = f.SetAnnotation(name, ownRange, []string{"true"})
 }
 
 // checkSizeFlags gives every command of the tree under root a pre-run check of the flags in sizeLimits that the
-// user set: one line naming the flag and its range.
+// user set (one line naming the flag and its range), after a note for each deprecated flag spelling given.
 func checkSizeFlags(root *cobra.Command) {
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
@@ -32,10 +42,11 @@ func checkSizeFlags(root *cobra.Command) {
 		}
 		prev := c.PreRunE
 		c.PreRunE = func(cmd *cobra.Command, args []string) error {
+			noteAliases(cmd)
 			var bad error
 			cmd.Flags().Visit(func(f *pflag.Flag) {
 				lim, ok := sizeLimits[f.Name]
-				if !ok || bad != nil {
+				if !ok || bad != nil || len(f.Annotations[ownRange]) > 0 {
 					return
 				}
 				if f.Value.Type() != "int" && f.Value.Type() != "int64" && f.Value.Type() != "uint64" {

@@ -18,7 +18,6 @@ import (
 	"golang.org/x/term"
 	"sigs.k8s.io/yaml"
 
-	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/memory"
 )
@@ -27,38 +26,6 @@ import (
 type usageError struct{ error }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
-
-// trainFlags binds the training config's fields to flags; only flags the user set override the config file.
-func trainFlags(f *pflag.FlagSet, c *finetune.Config) {
-	f.StringVar(&c.Method, "method", c.Method, "full, lora, lora-fa or qlora (LoRA over an NF4 base)")
-	f.IntVar(&c.LoRARank, "lora-r", c.LoRARank, "LoRA rank")
-	f.Float64Var(&c.LoRAAlpha, "lora-alpha", c.LoRAAlpha, "LoRA alpha (scale alpha/r)")
-	f.BoolVar(&c.RSLoRA, "rslora", c.RSLoRA, "rank-stabilised scale alpha/sqrt(r)")
-	f.Float64Var(&c.LoRADropout, "lora-dropout", c.LoRADropout, "dropout on the adapter branch's input")
-	f.StringSliceVar(&c.LoRATarget, "lora-targets", c.LoRATarget, "layers to adapt: q,k,v,o,gate,up,down,attn,mlp, all-linear or module names")
-	f.StringSliceVar(&c.TrainModules, "train-modules", c.TrainModules, "base modules that train next to the adapters (e.g. classifier, score)")
-	f.StringVar(&c.InitAdapter, "init-adapter", c.InitAdapter, "start from this PEFT LoRA adapter folder")
-	f.BoolVar(&c.ApproxAct, "approx-act", c.ApproxAct, "ReGELU2/ReSiLU2: exact activation forward, 2-bit backward")
-	f.BoolVar(&c.MSNorm, "ms-norm", c.MSNorm, "MS-LN/MS-RMSNorm: fold norm affines into the next linear layers")
-	f.BoolVar(&c.GradCkpt, "grad-ckpt", c.GradCkpt, "gradient checkpointing per block (recompute in backward)")
-	f.StringSliceVar(&c.Mesa, "mesa", c.Mesa, "store these saved activations as int8 (Mesa): act, norm, softmax, attn, linear or all")
-	f.StringVar(&c.Attention, "attention", c.Attention, "standard, memory-efficient or flash (the backend's fused attention; memory-efficient where it has none) (default on --backend xla:cuda: flash)")
-	f.StringVar(&c.Optimizer, "optimizer", c.Optimizer, "adamw or sgd")
-	f.Float64Var(&c.LR, "lr", c.LR, "learning rate")
-	f.Float64Var(&c.WeightDecay, "weight-decay", c.WeightDecay, "weight decay (decoupled for adamw)")
-	f.StringVar(&c.Schedule, "schedule", c.Schedule, "constant, linear or cosine")
-	f.IntVar(&c.WarmupSteps, "warmup", c.WarmupSteps, "linear warm-up steps")
-	f.Float64Var(&c.ClipNorm, "clip-norm", c.ClipNorm, "clip the gradients' global norm (0: off)")
-	f.IntVar(&c.Steps, "steps", c.Steps, "optimizer steps")
-	f.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "examples per micro-batch")
-	f.IntVar(&c.AccumSteps, "accum", c.AccumSteps, "micro-batches per optimizer step (gradient accumulation)")
-	f.Uint64Var(&c.Seed, "seed", c.Seed, "random seed (adapter init, data order)")
-	f.StringVar(&c.ComputeDType, "compute-dtype", c.ComputeDType, "float32 or bfloat16 (float32 master weights) (default on --backend xla:cuda: bfloat16)")
-	f.IntVar(&c.LogEvery, "log-every", c.LogEvery, "write a metrics line every N steps")
-	f.IntVar(&c.CheckpointEvery, "checkpoint-every", c.CheckpointEvery, "checkpoint every N steps (0: at the end)")
-	f.IntVar(&c.KeepCheckpoints, "keep-checkpoints", c.KeepCheckpoints, "keep only the newest N checkpoints (0: all)")
-	f.Float64Var(&c.DivergenceFactor, "divergence-factor", c.DivergenceFactor, "stop when a logged loss exceeds this many times its lowest and 3 times its first (0: never)")
-}
 
 func newTrainCommand(opts *Options) *cobra.Command {
 	var model, data, out, configFile string
@@ -75,11 +42,13 @@ func newTrainCommand(opts *Options) *cobra.Command {
   idx          "images.idx[.gz],labels.idx[.gz]" (MNIST, Fashion-MNIST)
   alpaca       Alpaca JSONL (.jsonl): prompt tokens masked from the loss (LLaMA causal LM)
   text         plain text (.txt) packed into --seq-len blocks (LLaMA causal LM)
-  glue         a GLUE data root with --task cola|sst2|mrpc|stsb|rte (LLaMA sequence classification)
+  glue         a GLUE data root with --task cola|sst2|mrpc|stsb|rte, or one task's folder (LLaMA sequence
+               classification)
 Text formats use --tokenizer (default: the model folder). Settings come from the defaults, then --config (YAML
-with the same keys as the flags, snake_case), then the flags given; the whole config is validated and printed
-before any compute. The output folder receives run.yaml, metrics.jsonl (one line per logging step), checkpoints
-(checkpoint-N, "latest") and, for LoRA runs, the PEFT adapter in adapter/. --resume continues the run in --out
+with the same keys as the flags, snake_case: --lora-r is lora_r), then the flags given; the whole config is
+validated before anything is printed, and printed before any compute. The output folder receives run.yaml,
+metrics.jsonl (one line per logging step), checkpoints (checkpoint-N, "latest") and, for LoRA runs, the PEFT
+adapter in adapter/. --resume continues the run in --out
 from its latest checkpoint exactly (weights, optimizer, schedule, step, RNG and data position).
 
 On --backend xla:cuda (a GPU) the defaults are what GPU fine-tuning runs: --compute-dtype bfloat16 (float32 master
@@ -89,7 +58,7 @@ gradients to the host; the loss is read back every --log-every steps.`,
 		Example: `  finetune init --arch vit --preset tiny --num-labels 10 --out /tmp/vit-tiny
   finetune train --model /tmp/vit-tiny --data ../shared/data/cifar10/cifar10-subset-jpg.tar --split train --augment \
     --out runs/vit --method lora --lora-targets q,v --train-modules classifier --approx-act --ms-norm --steps 200
-  finetune train --model runs/llama-sst2-init --data ../shared/data/glue --data-format glue --task sst2 \
+  finetune train --model runs/llama-sst2-init --data ../shared/data/glue/SST-2 --data-format glue \
     --out runs/sst2 --method full --steps 300 --seq-len 64
   finetune train --out runs/vit --resume --steps 400`,
 		Args: cobra.NoArgs,
@@ -106,7 +75,7 @@ gradients to the host; the loss is read back every --log-every steps.`,
 				changed := 0
 				cmd.Flags().Visit(func(f *pflag.Flag) {
 					switch f.Name {
-					case "out", "resume", "backend":
+					case "out", "resume", "backend", "debug":
 					case "steps":
 						spec.Config.Steps = flagCfg.Steps
 					default:
@@ -120,20 +89,18 @@ gradients to the host; the loss is read back every --log-every steps.`,
 				if model == "" || data == "" {
 					return usagef("--model and --data are required (or --resume)")
 				}
-				cfg := finetune.Defaults()
-				if configFile != "" {
+				if finetune.DataFormat(data, dataOpts) == finetune.FormatGLUE {
 					var err error
-					if cfg, err = finetune.ReadConfigFile(configFile, cfg); err != nil {
-						return usageError{err}
+					if data, dataOpts.Task, err = glueData(data, dataOpts.Task); err != nil {
+						return err
 					}
 				}
-				cmd.Flags().Visit(func(f *pflag.Flag) { applyFlag(&cfg, &flagCfg, f.Name) })
-				var err error
-				if cfg, err = gpuDefaults(cmd, cfg, configFile, opts); err != nil {
-					return usageError{err}
+				cfg, err := resolveConfig(cmd, flagCfg, configFile, opts)
+				if err != nil {
+					return err
 				}
-				if cfg.Method == finetune.MethodFull && !cmd.Flags().Changed("lora-r") && !cmd.Flags().Changed("lora-targets") {
-					cfg.LoRARank, cfg.LoRATarget = 0, nil // the LoRA defaults do not apply to full fine-tuning
+				if cfg.InitAdapter != "" {
+					cfg.InitAdapter = abs(cfg.InitAdapter)
 				}
 				spec = finetune.RunSpec{Model: model, Data: data, DataOptions: dataOpts, Config: cfg}.AbsPaths()
 			}
@@ -162,70 +129,11 @@ gradients to the host; the loss is read back every --log-every steps.`,
 	f.StringVar(&dataOpts.Tokenizer, "tokenizer", "", "tokenizer of text data (default: the model folder)")
 	f.IntVar(&dataOpts.SeqLen, "seq-len", 0, "tokens per text example (default 256)")
 	f.BoolVar(&dataOpts.Augment, "augment", false, "random crop and horizontal flip of training images")
-	trainFlags(f, &flagCfg)
+	bindSettings(f, &flagCfg, true)
+	checksOwnRange(f, "seq-len") // the loader names the model's positions
+	alias(f, "warmup-steps", "warmup")
+	alias(f, "accum-steps", "accum")
 	return cmd
-}
-
-// applyFlag copies the flag's field from the flag-bound config into cfg.
-func applyFlag(cfg, flags *finetune.Config, name string) {
-	switch name {
-	case "method":
-		cfg.Method = flags.Method
-	case "lora-r":
-		cfg.LoRARank = flags.LoRARank
-	case "lora-alpha":
-		cfg.LoRAAlpha = flags.LoRAAlpha
-	case "rslora":
-		cfg.RSLoRA = flags.RSLoRA
-	case "lora-dropout":
-		cfg.LoRADropout = flags.LoRADropout
-	case "lora-targets":
-		cfg.LoRATarget = flags.LoRATarget
-	case "train-modules":
-		cfg.TrainModules = flags.TrainModules
-	case "init-adapter":
-		cfg.InitAdapter = abs(flags.InitAdapter)
-	case "approx-act":
-		cfg.ApproxAct = flags.ApproxAct
-	case "ms-norm":
-		cfg.MSNorm = flags.MSNorm
-	case "grad-ckpt":
-		cfg.GradCkpt = flags.GradCkpt
-	case "mesa":
-		cfg.Mesa = flags.Mesa
-	case "attention":
-		cfg.Attention = flags.Attention
-	case "optimizer":
-		cfg.Optimizer = flags.Optimizer
-	case "lr":
-		cfg.LR = flags.LR
-	case "weight-decay":
-		cfg.WeightDecay = flags.WeightDecay
-	case "schedule":
-		cfg.Schedule = flags.Schedule
-	case "warmup":
-		cfg.WarmupSteps = flags.WarmupSteps
-	case "clip-norm":
-		cfg.ClipNorm = flags.ClipNorm
-	case "steps":
-		cfg.Steps = flags.Steps
-	case "batch-size":
-		cfg.BatchSize = flags.BatchSize
-	case "accum":
-		cfg.AccumSteps = flags.AccumSteps
-	case "seed":
-		cfg.Seed = flags.Seed
-	case "compute-dtype":
-		cfg.ComputeDType = flags.ComputeDType
-	case "log-every":
-		cfg.LogEvery = flags.LogEvery
-	case "checkpoint-every":
-		cfg.CheckpointEvery = flags.CheckpointEvery
-	case "keep-checkpoints":
-		cfg.KeepCheckpoints = flags.KeepCheckpoints
-	case "divergence-factor":
-		cfg.DivergenceFactor = flags.DivergenceFactor
-	}
 }
 
 func abs(p string) string {
@@ -386,26 +294,6 @@ func describe(s finetune.StepStats) string {
 		parts = append(parts, fmt.Sprintf("compile %.2fs", s.CompileSeconds))
 	}
 	return strings.Join(parts, " ")
-}
-
-// gpuDefaults applies finetune.GPUDefaults for the command's backend: a setting given as a flag or as a key of
-// the --config file is the user's and stays.
-func gpuDefaults(cmd *cobra.Command, cfg finetune.Config, configFile string, opts *Options) (finetune.Config, error) {
-	inFile := map[string]any{}
-	if configFile != "" {
-		b, err := os.ReadFile(configFile)
-		if err != nil {
-			return cfg, err
-		}
-		if err := yaml.Unmarshal(b, &inFile); err != nil {
-			return cfg, fmt.Errorf("%s: %w", configFile, err)
-		}
-	}
-	explicit := func(key string) bool {
-		_, ok := inFile[key]
-		return ok || cmd.Flags().Changed(strings.ReplaceAll(key, "_", "-"))
-	}
-	return finetune.GPUDefaults(cfg, engine.ChooseSpec(opts.Backend), explicit), nil
 }
 
 // signalContext returns a context cancelled by the first SIGINT or SIGTERM, and a function that tells which

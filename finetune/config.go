@@ -21,7 +21,8 @@ const (
 	MethodCustom = "custom"  // adapters given by the caller (finetune.WithAdapters), the base is frozen
 )
 
-// Config configures training. Its YAML/JSON keys are the snake_case names below.
+// Config configures training. Its YAML/JSON keys are the snake_case names below; Settings describes each field
+// (key, flag, help, range).
 type Config struct {
 	// Method is full, lora, lora-fa or qlora (LoRA over an NF4-quantised base).
 	Method string `json:"method" yaml:"method"`
@@ -92,10 +93,16 @@ func Defaults() Config {
 		KeepCheckpoints: 3, DivergenceFactor: 100}
 }
 
-// Validate checks the whole config; every problem names its key.
+// Validate checks the whole config; every problem names its key. The choices and ranges of single settings come
+// from Settings; the checks across settings are here.
 func (c Config) Validate() error {
 	var errs []string
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
+	for _, s := range Settings {
+		if problem := s.check(c); problem != "" {
+			errs = append(errs, problem)
+		}
+	}
 	switch c.Method {
 	case MethodFull:
 		if c.LoRARank != 0 || len(c.LoRATarget) != 0 || c.LoRADropout != 0 || c.InitAdapter != "" {
@@ -113,7 +120,7 @@ func (c Config) Validate() error {
 			bad("method custom takes its adapters from the caller, not lora_r / lora_targets / init_adapter")
 		}
 	default:
-		bad("method must be full, lora, lora-fa or qlora, got %q", c.Method)
+		bad("method must be %s, got %q", orList(methodChoices), c.Method)
 	}
 	if _, err := quant.ParseMesa(c.Mesa); err != nil {
 		bad("mesa: %v", err)
@@ -124,45 +131,15 @@ func (c Config) Validate() error {
 			bad("adamw needs 0 <= beta1, beta2 < 1 and eps > 0 (got %g, %g, %g)", c.Beta1, c.Beta2, c.Eps)
 		}
 	case "sgd":
-		if c.Momentum < 0 || c.Momentum >= 1 {
+		if !(c.Momentum >= 0 && c.Momentum < 1) {
 			bad("momentum must be in [0, 1), got %g", c.Momentum)
 		}
-	default:
-		bad("optimizer must be adamw or sgd, got %q", c.Optimizer)
 	}
 	if !(c.LR > 0) || math.IsInf(c.LR, 0) {
 		bad("lr must be positive, got %g", c.LR)
 	}
-	if c.WeightDecay < 0 {
-		bad("weight_decay must not be negative, got %g", c.WeightDecay)
-	}
-	switch c.Schedule {
-	case "constant", "linear", "cosine":
-	default:
-		bad("schedule must be constant, linear or cosine, got %q", c.Schedule)
-	}
 	if c.WarmupSteps < 0 || c.WarmupSteps > c.Steps {
 		bad("warmup_steps must be in [0, steps], got %d", c.WarmupSteps)
-	}
-	if c.ClipNorm < 0 {
-		bad("clip_norm must not be negative, got %g", c.ClipNorm)
-	}
-	if c.Steps <= 0 {
-		bad("steps must be positive, got %d", c.Steps)
-	}
-	if c.AccumSteps <= 0 {
-		bad("accum_steps must be positive, got %d", c.AccumSteps)
-	}
-	switch c.ComputeDType {
-	case "float32", "bfloat16":
-	default:
-		bad("compute_dtype must be float32 or bfloat16, got %q", c.ComputeDType)
-	}
-	if c.DivergenceFactor < 0 || math.IsNaN(c.DivergenceFactor) {
-		bad("divergence_factor must not be negative (0 turns the check off)")
-	}
-	if c.LogEvery < 0 || c.CheckpointEvery < 0 || c.KeepCheckpoints < 0 {
-		bad("log_every, checkpoint_every and keep_checkpoints must not be negative")
 	}
 	if _, err := attention.ParseKind(c.Attention); err != nil {
 		bad("attention: %v", err)
@@ -170,14 +147,14 @@ func (c Config) Validate() error {
 	if c.GradCkpt && c.LoRADropout > 0 {
 		bad("lora_dropout cannot be combined with grad_ckpt (the recomputation would draw other dropout masks)")
 	}
-	if c.BatchSize <= 0 {
-		bad("batch_size must be positive, got %d", c.BatchSize)
-	}
 	if len(errs) > 0 {
 		return fmt.Errorf("invalid training config: %s", strings.Join(errs, "; "))
 	}
 	return nil
 }
+
+// methodChoices are the methods a config file or flag takes (MethodCustom is for Go callers).
+var methodChoices = []string{MethodFull, MethodLoRA, MethodLoRAFA, MethodQLoRA}
 
 // LearningRate returns the learning rate for optimizer step (0-based): linear warm-up from lr/warmup over the
 // first WarmupSteps steps, then constant, linear decay to 0, or cosine decay to 0 at Steps.
@@ -200,21 +177,20 @@ func (c Config) LearningRate(step int) float64 {
 }
 
 // GPUDefaults returns cfg with the defaults a GPU user expects when backendSpec is XLA's CUDA plugin
-// ("xla:cuda" or a path to a CUDA PJRT plugin): bfloat16 compute (float32 master weights and optimizer state)
-// and flash attention (attention.Flash: cuDNN's fused attention), each unless explicit reports that the user
-// set it (keys "compute_dtype" and "attention", from a flag or a config file). Any other backend keeps cfg's
-// values: on the pure-Go backend float32 and standard attention are the defaults, and flash would fall back to
-// memory-efficient attention there anyway.
+// ("xla:cuda" or a path to a CUDA PJRT plugin): each setting's GPUDefault (Settings), bfloat16 compute (float32
+// master weights and optimizer state) and flash attention (attention.Flash: cuDNN's fused attention), unless
+// explicit reports that the user set it (by key, "compute_dtype" or "attention", from a flag or a config file).
+// Any other backend keeps cfg's values: on the pure-Go backend float32 and standard attention are the defaults,
+// and flash would fall back to memory-efficient attention there anyway.
 func GPUDefaults(cfg Config, backendSpec string, explicit func(key string) bool) Config {
 	spec, err := engine.ParseSpec(backendSpec)
 	if err != nil || spec.Name != "xla" || !engine.IsCUDAPlugin(spec.Plugin) {
 		return cfg
 	}
-	if !explicit("compute_dtype") {
-		cfg.ComputeDType = "bfloat16"
-	}
-	if !explicit("attention") {
-		cfg.Attention = "flash"
+	for _, s := range Settings {
+		if s.GPUDefault != "" && !explicit(s.Key) {
+			*s.Field(&cfg).(*string) = s.GPUDefault
+		}
 	}
 	return cfg
 }

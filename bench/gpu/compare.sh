@@ -32,7 +32,7 @@ for cfg in "${CONFIGS[@]}"; do
 		[ "$seq" != 0 ] && tag="$tag-s$seq"
 		echo "== $tag" >&2
 		"$BIN" --backend xla:cuda bench step --model "$model" --method "$method" --variant "$variant" \
-			--batch "$batch" --seq "${seq/#0/512}" --steps "$STEPS" --compute-dtype bfloat16 --attention memory-efficient --work-dir "$WORK" \
+			--batch-size "$batch" --seq-len "${seq/#0/512}" --steps "$STEPS" --compute-dtype bfloat16 --attention memory-efficient --work-dir "$WORK" \
 			--json "$OUT/memfit-$tag.json" > /dev/null 2> "$OUT/memfit-$tag.log" || echo "memfit $tag failed (see $OUT/memfit-$tag.log)" >&2
 		"$PY" bench/pytorch/peft_compare.py --model "$model" --method "$method" --variant "$variant" \
 			--batch "$batch" --seq "${seq/#0/512}" --steps "$STEPS" --attention sdpa \

@@ -133,6 +133,9 @@ var CommonIgnored = []string{
 	"use_bfloat16", "quantization_config",
 }
 
+// MaxLabels is the most classes memfit takes in a config's num_labels or id2label.
+const MaxLabels = 1_000_000
+
 // Labels reads id2label / label2id / num_labels and returns the label names in id order (LABEL_i when only
 // num_labels is given).
 func Labels(d *Decoder) []string {
@@ -145,11 +148,11 @@ func Labels(d *Decoder) []string {
 		if !hasNum {
 			return nil
 		}
-		labels := make([]string, numLabels)
-		for i := range labels {
-			labels[i] = fmt.Sprintf("LABEL_%d", i)
+		if numLabels < 0 || numLabels > MaxLabels {
+			d.Fail("field \"num_labels\" is %d: give 0 to %d", numLabels, MaxLabels)
+			return nil
 		}
-		return labels
+		return GenericLabels(numLabels)
 	}
 	labels := make([]string, len(id2label))
 	for k, v := range id2label {
@@ -203,4 +206,83 @@ func Marshal(fields map[string]any) ([]byte, error) {
 		return nil, err
 	}
 	return append(data, '\n'), nil
+}
+
+// ParseWith decodes a config.json object with decode, a model package's decoder of Fields (llama's, vit's).
+func ParseWith[C any](data []byte, decode func(Fields) (C, error)) (C, error) {
+	f, err := Parse(data)
+	if err != nil {
+		var zero C
+		return zero, err
+	}
+	return decode(f)
+}
+
+// LoadWith reads path/config.json (or the file path) and decodes it with decode; a decoding error names the file.
+func LoadWith[C any](path string, decode func(Fields) (C, error)) (C, error) {
+	var zero C
+	f, file, err := Read(path)
+	if err != nil {
+		return zero, err
+	}
+	c, err := decode(f)
+	if err != nil {
+		return zero, fmt.Errorf("%s: %w", file, err)
+	}
+	return c, nil
+}
+
+// ModelType decodes the required field "model_type" and checks that it is want. It returns the error to stop
+// decoding with (nil when the field is want, or when it is missing or mistyped: that is the Decoder's error).
+func ModelType(d *Decoder, want string) error {
+	var modelType string
+	d.Require("model_type", &modelType)
+	if d.Err() == nil && modelType != want {
+		return fmt.Errorf("field \"model_type\" is %q, not %q", modelType, want)
+	}
+	return nil
+}
+
+// Size is a config.json size field: its name, its value and the largest value memfit takes.
+type Size struct {
+	Name       string
+	Value, Max int
+}
+
+// CheckSizes checks that every size is positive and at most its Max; the first that is not gives the error.
+func CheckSizes(sizes ...Size) error {
+	for _, s := range sizes {
+		if s.Value <= 0 {
+			return fmt.Errorf("field %q must be positive, got %d", s.Name, s.Value)
+		}
+		if s.Value > s.Max {
+			return fmt.Errorf("field %q is %d, more than memfit takes (%d): is the config.json right?", s.Name, s.Value, s.Max)
+		}
+	}
+	return nil
+}
+
+// Preset returns presets[name]; an unknown name is an error listing the known ones (kind names the family, e.g.
+// "LLaMA").
+func Preset[C any](presets map[string]C, kind, name string) (C, error) {
+	c, ok := presets[name]
+	if !ok {
+		names := make([]string, 0, len(presets))
+		for n := range presets {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		return c, fmt.Errorf("unknown %s preset %q (have: %s)", kind, name, strings.Join(names, ", "))
+	}
+	return c, nil
+}
+
+// GenericLabels returns n class names LABEL_0 .. LABEL_{n-1}, as transformers names the classes of a config that
+// gives only num_labels.
+func GenericLabels(n int) []string {
+	labels := make([]string, n)
+	for i := range labels {
+		labels[i] = fmt.Sprintf("LABEL_%d", i)
+	}
+	return labels
 }

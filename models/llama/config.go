@@ -6,8 +6,6 @@ package llama
 import (
 	"fmt"
 	"math"
-	"sort"
-	"strings"
 
 	"github.com/memfit/memfit/models/hfconfig"
 )
@@ -51,33 +49,15 @@ type Config struct {
 }
 
 // ParseConfig decodes and validates a LLaMA config.json.
-func ParseConfig(data []byte) (Config, error) {
-	f, err := hfconfig.Parse(data)
-	if err != nil {
-		return Config{}, err
-	}
-	return decode(f)
-}
+func ParseConfig(data []byte) (Config, error) { return hfconfig.ParseWith(data, decode) }
 
 // LoadConfig reads and validates dir/config.json.
-func LoadConfig(dir string) (Config, error) {
-	f, file, err := hfconfig.Read(dir)
-	if err != nil {
-		return Config{}, err
-	}
-	c, err := decode(f)
-	if err != nil {
-		return Config{}, fmt.Errorf("%s: %w", file, err)
-	}
-	return c, nil
-}
+func LoadConfig(dir string) (Config, error) { return hfconfig.LoadWith(dir, decode) }
 
 func decode(f hfconfig.Fields) (Config, error) {
 	d := hfconfig.NewDecoder(f)
-	var modelType string
-	d.Require("model_type", &modelType)
-	if d.Err() == nil && modelType != "llama" {
-		return Config{}, fmt.Errorf("field \"model_type\" is %q, not \"llama\"", modelType)
+	if err := hfconfig.ModelType(d, "llama"); err != nil {
+		return Config{}, err
 	}
 	c := Config{RMSNormEps: 1e-6, RopeTheta: 10000, MaxPositionEmbeddings: 2048, PadTokenID: -1, BOSTokenID: -1, EOSTokenID: -1}
 	d.Require("vocab_size", &c.VocabSize)
@@ -167,19 +147,16 @@ func decodeRopeScaling(d *hfconfig.Decoder, rs map[string]any) *RopeScaling {
 
 // Validate checks the sizes.
 func (c Config) Validate() error {
-	for _, f := range []struct {
-		name    string
-		v, most int
-	}{{"vocab_size", c.VocabSize, 1 << 24}, {"hidden_size", c.HiddenSize, 1 << 16}, {"intermediate_size", c.IntermediateSize, 1 << 18},
-		{"num_hidden_layers", c.NumHiddenLayers, 4096}, {"num_attention_heads", c.NumAttentionHeads, 4096},
-		{"num_key_value_heads", c.NumKeyValueHeads, 4096}, {"head_dim", c.HeadDim, 4096},
-		{"max_position_embeddings", max(c.MaxPositionEmbeddings, 1), 1 << 24}, {"num_labels", max(len(c.Labels), 1), 1_000_000}} {
-		if f.v <= 0 {
-			return fmt.Errorf("field %q must be positive, got %d", f.name, f.v)
-		}
-		if f.v > f.most {
-			return fmt.Errorf("field %q is %d, more than memfit takes (%d): is the config.json right?", f.name, f.v, f.most)
-		}
+	if err := hfconfig.CheckSizes(hfconfig.Size{Name: "vocab_size", Value: c.VocabSize, Max: 1 << 24},
+		hfconfig.Size{Name: "hidden_size", Value: c.HiddenSize, Max: 1 << 16},
+		hfconfig.Size{Name: "intermediate_size", Value: c.IntermediateSize, Max: 1 << 18},
+		hfconfig.Size{Name: "num_hidden_layers", Value: c.NumHiddenLayers, Max: 4096},
+		hfconfig.Size{Name: "num_attention_heads", Value: c.NumAttentionHeads, Max: 4096},
+		hfconfig.Size{Name: "num_key_value_heads", Value: c.NumKeyValueHeads, Max: 4096},
+		hfconfig.Size{Name: "head_dim", Value: c.HeadDim, Max: 4096},
+		hfconfig.Size{Name: "max_position_embeddings", Value: max(c.MaxPositionEmbeddings, 1), Max: 1 << 24},
+		hfconfig.Size{Name: "num_labels", Value: max(len(c.Labels), 1), Max: hfconfig.MaxLabels}); err != nil {
+		return err
 	}
 	if c.NumAttentionHeads%c.NumKeyValueHeads != 0 {
 		return fmt.Errorf("field \"num_attention_heads\" (%d) is not a multiple of \"num_key_value_heads\" (%d)", c.NumAttentionHeads, c.NumKeyValueHeads)
@@ -258,23 +235,16 @@ var Presets = map[string]Config{
 // Preset returns the named preset as a causal LM, or as a sequence classifier with numLabels generic labels
 // (LABEL_i) when numLabels > 0 (pad token 0).
 func Preset(name string, numLabels int) (Config, error) {
-	c, ok := Presets[name]
-	if !ok {
-		names := make([]string, 0, len(Presets))
-		for n := range Presets {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		return Config{}, fmt.Errorf("unknown LLaMA preset %q (have: %s)", name, strings.Join(names, ", "))
+	c, err := hfconfig.Preset(Presets, "LLaMA", name)
+	if err != nil {
+		return Config{}, err
 	}
 	c.PadTokenID, c.BOSTokenID, c.EOSTokenID = -1, 1, 2
 	c.Architecture = ArchCausalLM
 	if numLabels > 0 {
 		c.Architecture = ArchClassification
 		c.PadTokenID = 0
-		for i := 0; i < numLabels; i++ {
-			c.Labels = append(c.Labels, fmt.Sprintf("LABEL_%d", i))
-		}
+		c.Labels = hfconfig.GenericLabels(numLabels)
 	}
 	return c, c.Validate()
 }

@@ -2,8 +2,6 @@ package vit
 
 import (
 	"fmt"
-	"sort"
-	"strings"
 
 	"github.com/memfit/memfit/models/hfconfig"
 )
@@ -38,33 +36,15 @@ type Config struct {
 func (c Config) NumPatches() int { return (c.ImageSize / c.PatchSize) * (c.ImageSize / c.PatchSize) }
 
 // ParseConfig decodes and validates a ViT config.json.
-func ParseConfig(data []byte) (Config, error) {
-	f, err := hfconfig.Parse(data)
-	if err != nil {
-		return Config{}, err
-	}
-	return decode(f)
-}
+func ParseConfig(data []byte) (Config, error) { return hfconfig.ParseWith(data, decode) }
 
 // LoadConfig reads and validates dir/config.json.
-func LoadConfig(dir string) (Config, error) {
-	f, file, err := hfconfig.Read(dir)
-	if err != nil {
-		return Config{}, err
-	}
-	c, err := decode(f)
-	if err != nil {
-		return Config{}, fmt.Errorf("%s: %w", file, err)
-	}
-	return c, nil
-}
+func LoadConfig(dir string) (Config, error) { return hfconfig.LoadWith(dir, decode) }
 
 func decode(f hfconfig.Fields) (Config, error) {
 	d := hfconfig.NewDecoder(f)
-	var modelType string
-	d.Require("model_type", &modelType)
-	if d.Err() == nil && modelType != "vit" {
-		return Config{}, fmt.Errorf("field \"model_type\" is %q, not \"vit\"", modelType)
+	if err := hfconfig.ModelType(d, "vit"); err != nil {
+		return Config{}, err
 	}
 	c := Config{LayerNormEps: 1e-12, NumChannels: 3, QKVBias: true}
 	d.Require("hidden_size", &c.HiddenSize)
@@ -105,18 +85,15 @@ func decode(f hfconfig.Fields) (Config, error) {
 
 // Validate checks the sizes.
 func (c Config) Validate() error {
-	for _, f := range []struct {
-		name    string
-		v, most int
-	}{{"hidden_size", c.HiddenSize, 1 << 16}, {"num_hidden_layers", c.NumHiddenLayers, 4096}, {"num_attention_heads", c.NumAttentionHeads, 4096},
-		{"intermediate_size", c.IntermediateSize, 1 << 18}, {"image_size", c.ImageSize, 1 << 14}, {"patch_size", c.PatchSize, 1 << 14},
-		{"num_channels", c.NumChannels, 64}, {"num_labels", max(len(c.Labels), 1), 1_000_000}} {
-		if f.v <= 0 {
-			return fmt.Errorf("field %q must be positive, got %d", f.name, f.v)
-		}
-		if f.v > f.most {
-			return fmt.Errorf("field %q is %d, more than memfit takes (%d): is the config.json right?", f.name, f.v, f.most)
-		}
+	if err := hfconfig.CheckSizes(hfconfig.Size{Name: "hidden_size", Value: c.HiddenSize, Max: 1 << 16},
+		hfconfig.Size{Name: "num_hidden_layers", Value: c.NumHiddenLayers, Max: 4096},
+		hfconfig.Size{Name: "num_attention_heads", Value: c.NumAttentionHeads, Max: 4096},
+		hfconfig.Size{Name: "intermediate_size", Value: c.IntermediateSize, Max: 1 << 18},
+		hfconfig.Size{Name: "image_size", Value: c.ImageSize, Max: 1 << 14},
+		hfconfig.Size{Name: "patch_size", Value: c.PatchSize, Max: 1 << 14},
+		hfconfig.Size{Name: "num_channels", Value: c.NumChannels, Max: 64},
+		hfconfig.Size{Name: "num_labels", Value: max(len(c.Labels), 1), Max: hfconfig.MaxLabels}); err != nil {
+		return err
 	}
 	if c.HiddenSize%c.NumAttentionHeads != 0 {
 		return fmt.Errorf("field \"hidden_size\" (%d) is not a multiple of \"num_attention_heads\" (%d)", c.HiddenSize, c.NumAttentionHeads)
@@ -172,22 +149,15 @@ var Presets = map[string]Config{
 
 // Preset returns the named preset with numLabels generic labels (LABEL_i); numLabels 0 gives a ViTModel.
 func Preset(name string, numLabels int) (Config, error) {
-	c, ok := Presets[name]
-	if !ok {
-		names := make([]string, 0, len(Presets))
-		for n := range Presets {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		return Config{}, fmt.Errorf("unknown ViT preset %q (have: %s)", name, strings.Join(names, ", "))
+	c, err := hfconfig.Preset(Presets, "ViT", name)
+	if err != nil {
+		return Config{}, err
 	}
 	c.Labels = nil
 	c.Architecture = ArchModel
 	if numLabels > 0 {
 		c.Architecture = ArchClassification
-		for i := 0; i < numLabels; i++ {
-			c.Labels = append(c.Labels, fmt.Sprintf("LABEL_%d", i))
-		}
+		c.Labels = hfconfig.GenericLabels(numLabels)
 	}
 	return c, c.Validate()
 }

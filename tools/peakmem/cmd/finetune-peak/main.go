@@ -3,7 +3,7 @@
 // measured by the counter (memory.MethodPoolCounter) instead of the simulation's estimate. Pass a backend with
 // parallelism=1 (--backend go:parallelism=1) for figures the simulation reproduces to the byte.
 //
-//	cd tools/peakmem && ./setup.sh && go run ./cmd/finetune-peak bench blocks --layers 2 --batch 32
+//	cd tools/peakmem && ./setup.sh && go run ./cmd/finetune-peak bench blocks --layers 2 --batch-size 32
 package main
 
 import (
