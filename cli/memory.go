@@ -151,6 +151,14 @@ variant's step programs (the device-resident step's, and the host-side step's fo
 	alias(f, "num-labels", "labels")
 	alias(f, "max-batch-size", "max-batch")
 	alias(f, "max-seq-len", "max-seq")
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		for _, f := range []string{"--approx-act", "--ms-norm", "--grad-ckpt", "--mesa"} {
+			if strings.Contains(err.Error(), "unknown flag: "+f) {
+				return usagef("%v: memory compares the variants itself, choose them with --variants (e.g. plain,approx-act+ms-norm)", err)
+			}
+		}
+		return usageError{err}
+	})
 	return cmd
 }
 

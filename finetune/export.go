@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -336,7 +337,8 @@ func ReadAdapter(dir string, model Model) (*PEFTAdapter, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %s adapter for %s: %w", dir, format.Name, path, err)
 		}
-		for suffix, want := range fresh {
+		for _, suffix := range slices.Sorted(maps.Keys(fresh)) {
+			want := fresh[suffix]
 			got, ok := out.Set.Params[path+"."+suffix]
 			if !ok {
 				return nil, fmt.Errorf("%s: no tensor %q (a %s adapter of %s has one)", dir, peftPrefix+path+"."+suffix, format.Name, path)

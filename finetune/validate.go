@@ -120,7 +120,7 @@ var ErrNoHead = errors.New("the model is a bare ViTModel with no classification 
 // checkTrainable refuses models that cannot be fine-tuned as they are.
 func checkTrainable(model Model) error {
 	if v, ok := model.(ViT); ok && len(v.Config.Labels) == 0 {
-		return fmt.Errorf("%w: give it one (finetune init --from MODEL --num-labels N; finetune memory --labels N)", ErrNoHead)
+		return fmt.Errorf("%w: give it one (finetune init --from MODEL --num-labels N; finetune memory --num-labels N)", ErrNoHead)
 	}
 	return nil
 }

@@ -14,7 +14,7 @@ SUBJECTS=${SUBJECTS:-}  # e.g. anatomy,virology; empty: all 57
 FT="env GOEXPERIMENT=simd go run ./cmd/finetune"
 $FT train --model "$MODEL" --data "$DATA/alpaca-libre/alpaca_libre_tasks_v1.jsonl" --seq-len 256 --out "$OUT/run" \
   --method lora --lora-targets all-linear --lora-r 8 --lora-alpha 16 --approx-act --ms-norm \
-  --steps "$STEPS" --batch-size 8 --lr 1e-3 --schedule cosine --warmup 20
+  --steps "$STEPS" --batch-size 8 --lr 1e-3 --schedule cosine --warmup-steps 20
 args=(--data "$DATA/mmlu")
 [ -n "$SUBJECTS" ] && args+=(--subjects "$SUBJECTS")
 $FT eval mmlu --model "$MODEL" "${args[@]}" --out "$OUT/mmlu-base.json"

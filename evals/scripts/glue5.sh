@@ -17,6 +17,6 @@ for task in cola sst2 mrpc stsb rte; do
   $FT init --from "$MODEL" --num-labels "$labels" --out "$OUT/$task/init"
   $FT train --model "$OUT/$task/init" --data "$GLUE" --data-format glue --task "$task" --seq-len 128 \
     --out "$OUT/$task/run" --method lora --lora-targets all-linear --train-modules score --lora-r 8 --lora-alpha 16 \
-    --approx-act --ms-norm --steps "$STEPS" --batch-size 16 --lr 1e-3 --schedule cosine --warmup 20
+    --approx-act --ms-norm --steps "$STEPS" --batch-size 16 --lr 1e-3 --schedule cosine --warmup-steps 20
   $FT eval glue --task "$task" --data "$GLUE" --model "$OUT/$task/init" --adapter "$OUT/$task/run/adapter" --seq-len 128
 done

@@ -16,7 +16,7 @@ SEQ=${SEQ:-40}
 FT="env GOEXPERIMENT=simd go run ./cmd/finetune"
 $FT init --from pretrained/llama-tiny --num-labels 2 --out "$OUT/init"
 $FT train --model "$OUT/init" --data "$GLUE" --data-format glue --task sst2 --seq-len "$SEQ" --out "$OUT/run" \
-  --method full --approx-act --ms-norm --steps "$STEPS" --batch-size "$BATCH" --lr "$LR" --schedule cosine --warmup 30 \
+  --method full --approx-act --ms-norm --steps "$STEPS" --batch-size "$BATCH" --lr "$LR" --schedule cosine --warmup-steps 30 \
   --log-every 10 --checkpoint-every 100
 $FT export --run "$OUT/run" --format merged --out "$OUT/merged"
 $FT eval glue --task sst2 --data "$GLUE" --model "$OUT/merged" --tokenizer "$OUT/init" --seq-len "$SEQ"
