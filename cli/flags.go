@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -26,7 +27,7 @@ var memorySettings = []string{"method", "lora_r", "lora_dropout", "lora_targets"
 // config with finetune.Resolve).
 func bindSettings(f *pflag.FlagSet, c *finetune.Config, gpuNote bool, keys ...string) {
 	for _, s := range finetune.Settings {
-		if len(keys) > 0 && !contains(keys, s.Key) {
+		if len(keys) > 0 && !slices.Contains(keys, s.Key) {
 			continue
 		}
 		help := s.Help
@@ -55,15 +56,6 @@ func bindSettings(f *pflag.FlagSet, c *finetune.Config, gpuNote bool, keys ...st
 			panic("bindSettings: unknown setting " + k)
 		}
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // resolveConfig is the training config of a command that bound settings into flagCfg: finetune.Resolve over the
