@@ -109,6 +109,20 @@ type Format struct {
 	New func(cfg PEFTConfig) (func(models.LinearLayer) Adapter, error)
 }
 
+// NewFormat returns the Format named name for the configs match accepts: read parses and checks a config's
+// settings (refusing the ones the adapter does not implement, by key) and newAdapters makes the adapter
+// constructor from them.
+func NewFormat[C any](name string, match func(PEFTConfig) bool, read func(PEFTConfig) (C, error),
+	newAdapters func(C) (func(models.LinearLayer) Adapter, error)) Format {
+	return Format{Name: name, Match: match, New: func(c PEFTConfig) (func(models.LinearLayer) Adapter, error) {
+		settings, err := read(c)
+		if err != nil {
+			return nil, err
+		}
+		return newAdapters(settings)
+	}}
+}
+
 var (
 	formatsMu sync.Mutex
 	formats   []Format

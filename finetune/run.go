@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/memfit/memfit/attention"
+	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/models/auto"
 	"github.com/memfit/memfit/models/llama"
 	"github.com/memfit/memfit/models/vit"
@@ -42,43 +43,53 @@ func LoadModel(dir string, cfg Config) (Model, error) {
 	// builds the model again from the quantised weights; building folds the norms (models.ApplyFolds), into NF4
 	// weights as into float ones.
 	qlora := cfg.Method == MethodQLoRA
-	var model Model
+	var model rebuilder
 	if mt == "vit" {
-		opts := vit.Options{ApproxActivation: cfg.ApproxAct, MSNorm: cfg.MSNorm && !qlora, GradCheckpoint: cfg.GradCkpt, Attention: kind}
-		m, err := vit.Load(dir, opts)
+		m, err := vit.Load(dir, vit.Options{ApproxActivation: cfg.ApproxAct, MSNorm: cfg.MSNorm && !qlora, GradCheckpoint: cfg.GradCkpt, Attention: kind})
 		if err != nil {
 			return nil, err
-		}
-		if qlora {
-			q, err := quant.QuantizeWeights(m.Params, nf4Targets(vit.LinearLayers(m.Config)))
-			if err != nil {
-				return nil, err
-			}
-			opts.MSNorm = cfg.MSNorm
-			if m, err = vit.New(m.Config, q, opts); err != nil {
-				return nil, fmt.Errorf("%s: %w", dir, err)
-			}
 		}
 		model = ViT{Model: m}
 	} else {
-		opts := llama.Options{ApproxActivation: cfg.ApproxAct, MSNorm: cfg.MSNorm && !qlora, GradCheckpoint: cfg.GradCkpt, Attention: kind}
-		m, err := llama.Load(dir, opts)
+		m, err := llama.Load(dir, llama.Options{ApproxActivation: cfg.ApproxAct, MSNorm: cfg.MSNorm && !qlora, GradCheckpoint: cfg.GradCkpt, Attention: kind})
 		if err != nil {
 			return nil, err
 		}
-		if qlora {
-			q, err := quant.QuantizeWeights(m.Params, nf4Targets(llama.LinearLayers(m.Config)))
-			if err != nil {
-				return nil, err
-			}
-			opts.MSNorm = cfg.MSNorm
-			if m, err = llama.New(m.Config, q, opts); err != nil {
-				return nil, fmt.Errorf("%s: %w", dir, err)
-			}
-		}
 		model = Llama{Model: m}
 	}
-	return model, nil
+	if !qlora {
+		return model, nil
+	}
+	q, err := quant.QuantizeWeights(model.Params(), nf4Targets(model.LinearLayers()))
+	if err != nil {
+		return nil, err
+	}
+	quantised, err := model.rebuild(q, cfg.MSNorm)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	return quantised, nil
+}
+
+// rebuilder is a Model that can be built again over other parameters (QLoRA's quantised ones), folding the
+// norms when msNorm: the model's constructor is the one place that folds.
+type rebuilder interface {
+	Model
+	rebuild(params models.Params, msNorm bool) (Model, error)
+}
+
+func (m ViT) rebuild(params models.Params, msNorm bool) (Model, error) {
+	opts := m.Options
+	opts.MSNorm = msNorm
+	v, err := vit.New(m.Config, params, opts)
+	return ViT{Model: v}, err
+}
+
+func (m Llama) rebuild(params models.Params, msNorm bool) (Model, error) {
+	opts := m.Options
+	opts.MSNorm = msNorm
+	l, err := llama.New(m.Config, params, opts)
+	return Llama{Model: l}, err
 }
 
 // LoadExamples reads a dataset stored as a safetensors file: one tensor per model input, the examples on the

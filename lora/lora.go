@@ -253,21 +253,31 @@ func (l *LoRA) PEFTConfig(suffixes []string) map[string]any {
 // FromPEFT reads LoRA's settings from a PEFT adapter_config.json (peft_type LORA without DoRA). Settings memfit
 // does not implement (fan_in_fan_out, DoRA, bias other than "none") are refused by name.
 func FromPEFT(c adapter.PEFTConfig) (Config, error) {
+	if c.Type() != "LORA" {
+		return Config{}, fmt.Errorf("peft_type is %q, want LORA", c.Type())
+	}
+	if on, err := c.Bool("use_dora"); err != nil {
+		return Config{}, err
+	} else if on {
+		return Config{}, fmt.Errorf("use_dora is true: memfit's LoRA does not implement it (see examples/dora)")
+	}
+	return ReadSettings(c)
+}
+
+// ReadSettings reads the LoRA settings of a PEFT LoRA config (r, lora_alpha, use_rslora, lora_dropout, with
+// PEFT's defaults) for LoRA and the adapters built on its settings (DoRA), refusing fan_in_fan_out and a bias
+// other than "none" by name. It does not look at peft_type or use_dora.
+func ReadSettings(c adapter.PEFTConfig) (Config, error) {
 	var cfg Config
 	var err error
 	bad := func(e error) (Config, error) { return Config{}, e }
-	if c.Type() != "LORA" {
-		return bad(fmt.Errorf("peft_type is %q, want LORA", c.Type()))
-	}
-	for _, key := range []string{"use_dora", "fan_in_fan_out"} {
-		if on, err := c.Bool(key); err != nil {
-			return bad(err)
-		} else if on {
-			return bad(fmt.Errorf("%s is true: memfit's LoRA does not implement it", key))
-		}
+	if on, err := c.Bool("fan_in_fan_out"); err != nil {
+		return bad(err)
+	} else if on {
+		return bad(fmt.Errorf("fan_in_fan_out is true: memfit's adapters take weights [out, in] only"))
 	}
 	if b, ok := c["bias"].(string); ok && b != "none" {
-		return bad(fmt.Errorf("bias is %q: memfit's LoRA imports adapters with bias \"none\"", b))
+		return bad(fmt.Errorf("bias is %q: memfit imports adapters with bias \"none\"", b))
 	}
 	if cfg.Rank, err = c.Int("r", 8); err != nil {
 		return bad(err)
@@ -284,19 +294,10 @@ func FromPEFT(c adapter.PEFTConfig) (Config, error) {
 	return cfg, cfg.Validate()
 }
 
-func init() {
-	adapter.Register(adapter.Format{
-		Name: "LoRA",
-		Match: func(c adapter.PEFTConfig) bool {
-			dora, _ := c.Bool("use_dora")
-			return c.Type() == "LORA" && !dora
-		},
-		New: func(c adapter.PEFTConfig) (func(models.LinearLayer) adapter.Adapter, error) {
-			cfg, err := FromPEFT(c)
-			if err != nil {
-				return nil, err
-			}
-			return New(cfg)
-		},
-	})
-}
+// Format is LoRA's import format: PEFT configs with peft_type LORA and no DoRA. init registers it.
+var Format = adapter.NewFormat("LoRA", func(c adapter.PEFTConfig) bool {
+	dora, _ := c.Bool("use_dora")
+	return c.Type() == "LORA" && !dora
+}, FromPEFT, New)
+
+func init() { adapter.Register(Format) }

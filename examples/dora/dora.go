@@ -312,59 +312,30 @@ func (d *DoRA) PEFTConfig([]string) map[string]any {
 		"init_lora_weights": true, "bias": "none", "lora_bias": false}
 }
 
-// FromPEFT reads DoRA's settings from a PEFT adapter_config.json (peft_type LORA, use_dora true). Settings this
-// example does not implement (fan_in_fan_out, a bias other than "none", lora_bias) are refused by name.
+// FromPEFT reads DoRA's settings from a PEFT adapter_config.json (peft_type LORA, use_dora true): LoRA's settings
+// (lora.ReadSettings, which refuses fan_in_fan_out and a bias other than "none"); lora_bias, which this example
+// does not implement, is refused.
 func FromPEFT(c adapter.PEFTConfig) (lora.Config, error) {
-	bad := func(err error) (lora.Config, error) { return lora.Config{}, err }
 	if c.Type() != "LORA" {
-		return bad(fmt.Errorf("peft_type is %q, want LORA", c.Type()))
+		return lora.Config{}, fmt.Errorf("peft_type is %q, want LORA", c.Type())
 	}
 	if on, err := c.Bool("use_dora"); err != nil {
-		return bad(err)
+		return lora.Config{}, err
 	} else if !on {
-		return bad(fmt.Errorf("use_dora is false: a plain LoRA adapter (package lora reads it)"))
+		return lora.Config{}, fmt.Errorf("use_dora is false: a plain LoRA adapter (package lora reads it)")
 	}
-	for _, key := range []string{"fan_in_fan_out", "lora_bias"} {
-		if on, err := c.Bool(key); err != nil {
-			return bad(err)
-		} else if on {
-			return bad(fmt.Errorf("%s is true: the DoRA example does not implement it", key))
-		}
+	if on, err := c.Bool("lora_bias"); err != nil {
+		return lora.Config{}, err
+	} else if on {
+		return lora.Config{}, fmt.Errorf("lora_bias is true: the DoRA example does not implement it")
 	}
-	if b, ok := c["bias"].(string); ok && b != "none" {
-		return bad(fmt.Errorf("bias is %q: the DoRA example imports adapters with bias \"none\"", b))
-	}
-	var cfg lora.Config
-	var err error
-	if cfg.Rank, err = c.Int("r", 8); err != nil { // PEFT's defaults
-		return bad(err)
-	}
-	if cfg.Alpha, err = c.Float("lora_alpha", 8); err != nil {
-		return bad(err)
-	}
-	if cfg.RSLoRA, err = c.Bool("use_rslora"); err != nil {
-		return bad(err)
-	}
-	if cfg.Dropout, err = c.Float("lora_dropout", 0); err != nil {
-		return bad(err)
-	}
-	return cfg, cfg.Validate()
+	return lora.ReadSettings(c)
 }
 
 // Format is DoRA's import format: PEFT configs with peft_type LORA and use_dora true. init registers it.
-var Format = adapter.Format{
-	Name: "DoRA",
-	Match: func(c adapter.PEFTConfig) bool {
-		on, _ := c.Bool("use_dora")
-		return c.Type() == "LORA" && on
-	},
-	New: func(c adapter.PEFTConfig) (func(models.LinearLayer) adapter.Adapter, error) {
-		cfg, err := FromPEFT(c)
-		if err != nil {
-			return nil, err
-		}
-		return New(cfg)
-	},
-}
+var Format = adapter.NewFormat("DoRA", func(c adapter.PEFTConfig) bool {
+	on, _ := c.Bool("use_dora")
+	return c.Type() == "LORA" && on
+}, FromPEFT, New)
 
 func init() { adapter.Register(Format) }

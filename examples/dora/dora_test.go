@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -302,7 +303,7 @@ func TestDoRATrainsAndExports(t *testing.T) {
 		t.Errorf("adapter file has %d tensors, want %d", len(shapes), len(want))
 	}
 	for k, dims := range want {
-		if got, ok := shapes[k]; !ok || !equalDims(got, dims) {
+		if got, ok := shapes[k]; !ok || !slices.Equal(got, dims) {
 			t.Errorf("%s: shape %v (present %v), want %v", k, got, ok, dims)
 		}
 	}
@@ -313,18 +314,6 @@ func TestDoRATrainsAndExports(t *testing.T) {
 	if _, err := finetune.ReadAdapter(dir, folded); err == nil || !strings.Contains(err.Error(), "merged") {
 		t.Errorf("reading DoRA into an MS-norm model with non-trivial norms: %v, want a refusal", err)
 	}
-}
-
-func equalDims(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestDoRAWithMSNorm: trained on an MS-norm model, DoRA exports as PEFT when the folded norms have no shift:

@@ -292,16 +292,6 @@ func FromPEFT(c adapter.PEFTConfig) (Config, error) {
 }
 
 // Format is IA3's import format (peft_type IA3). init registers it.
-var Format = adapter.Format{
-	Name:  "IA3",
-	Match: func(c adapter.PEFTConfig) bool { return c.Type() == "IA3" },
-	New: func(c adapter.PEFTConfig) (func(models.LinearLayer) adapter.Adapter, error) {
-		cfg, err := FromPEFT(c)
-		if err != nil {
-			return nil, err
-		}
-		return New(cfg)
-	},
-}
+var Format = adapter.NewFormat("IA3", func(c adapter.PEFTConfig) bool { return c.Type() == "IA3" }, FromPEFT, New)
 
 func init() { adapter.Register(Format) }
