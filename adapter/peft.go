@@ -40,6 +40,21 @@ func (c PEFTConfig) Bool(key string) (bool, error) {
 	return false, fmt.Errorf("%s is %v, want true or false", key, c[key])
 }
 
+// Refuse returns an error naming the first of the boolean keys that is true: settings an adapter does not
+// implement (what names the adapter in the message).
+func (c PEFTConfig) Refuse(what string, keys ...string) error {
+	for _, key := range keys {
+		on, err := c.Bool(key)
+		if err != nil {
+			return err
+		}
+		if on {
+			return fmt.Errorf("%s is true: %s does not implement it", key, what)
+		}
+	}
+	return nil
+}
+
 // Float returns the number at key, def when absent or null.
 func (c PEFTConfig) Float(key string, def float64) (float64, error) {
 	switch v := c[key].(type) {

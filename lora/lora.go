@@ -146,6 +146,25 @@ func (l *LoRA) matrices(layer models.LinearLayer, p models.Params) (a, b, bb []f
 	return
 }
 
+// DeltaWeight returns s B A [out, in] in float64 for A [rank, in] and B [out, rank] (PEFT's get_delta_weight),
+// for LoRA's merge and the adapters built on it (DoRA's W + s B A).
+func DeltaWeight(a, b []float32, out, in, rank int, scale float64) []float64 {
+	d := make([]float64, out*in)
+	for o := 0; o < out; o++ {
+		row := d[o*in : (o+1)*in]
+		for k := 0; k < rank; k++ {
+			bk := scale * float64(b[o*rank+k])
+			if bk == 0 {
+				continue
+			}
+			for i, av := range a[k*in : (k+1)*in] {
+				row[i] += bk * float64(av)
+			}
+		}
+	}
+	return d
+}
+
 // delta returns s (B A) [out, in] in float64, and s b_B (nil without it): PEFT's get_delta_weight.
 func (l *LoRA) delta(layer models.LinearLayer, p models.Params) ([]float64, []float64, error) {
 	a, b, bb, rank, err := l.matrices(layer, p)
@@ -153,19 +172,7 @@ func (l *LoRA) delta(layer models.LinearLayer, p models.Params) ([]float64, []fl
 		return nil, nil, err
 	}
 	scale := l.Config.Scale()
-	d := make([]float64, layer.Out*layer.In)
-	for o := 0; o < layer.Out; o++ {
-		row := d[o*layer.In : (o+1)*layer.In]
-		for k := 0; k < rank; k++ {
-			bk := scale * float64(b[o*rank+k])
-			if bk == 0 {
-				continue
-			}
-			for i, av := range a[k*layer.In : (k+1)*layer.In] {
-				row[i] += bk * float64(av)
-			}
-		}
-	}
+	d := DeltaWeight(a, b, layer.Out, layer.In, rank, scale)
 	var db []float64
 	if bb != nil {
 		db = make([]float64, layer.Out)
@@ -256,10 +263,8 @@ func FromPEFT(c adapter.PEFTConfig) (Config, error) {
 	if c.Type() != "LORA" {
 		return Config{}, fmt.Errorf("peft_type is %q, want LORA", c.Type())
 	}
-	if on, err := c.Bool("use_dora"); err != nil {
+	if err := c.Refuse("memfit's LoRA (see examples/dora)", "use_dora"); err != nil {
 		return Config{}, err
-	} else if on {
-		return Config{}, fmt.Errorf("use_dora is true: memfit's LoRA does not implement it (see examples/dora)")
 	}
 	return ReadSettings(c)
 }
@@ -271,10 +276,8 @@ func ReadSettings(c adapter.PEFTConfig) (Config, error) {
 	var cfg Config
 	var err error
 	bad := func(e error) (Config, error) { return Config{}, e }
-	if on, err := c.Bool("fan_in_fan_out"); err != nil {
+	if err := c.Refuse("memfit (weights are [out, in])", "fan_in_fan_out"); err != nil {
 		return bad(err)
-	} else if on {
-		return bad(fmt.Errorf("fan_in_fan_out is true: memfit's adapters take weights [out, in] only"))
 	}
 	if b, ok := c["bias"].(string); ok && b != "none" {
 		return bad(fmt.Errorf("bias is %q: memfit imports adapters with bias \"none\"", b))

@@ -169,26 +169,14 @@ func (d *DoRA) tensorsOf(layer models.LinearLayer, p models.Params) (a, b, m []f
 
 // directions returns V = W + s B A [out, in] in float64 and its row norms n (PEFT's get_weight_norm).
 func (d *DoRA) directions(layer models.LinearLayer, w []float32, a, b []float32, rank int) ([]float64, []float64) {
-	s := d.Config.Scale()
-	v := make([]float64, layer.Out*layer.In)
+	v := lora.DeltaWeight(a, b, layer.Out, layer.In, rank, d.Config.Scale())
 	n := make([]float64, layer.Out)
 	for o := 0; o < layer.Out; o++ {
 		row := v[o*layer.In : (o+1)*layer.In]
-		for i := range row {
-			row[i] = float64(w[o*layer.In+i])
-		}
-		for k := 0; k < rank; k++ {
-			bk := s * float64(b[o*rank+k])
-			if bk == 0 {
-				continue
-			}
-			for i, av := range a[k*layer.In : (k+1)*layer.In] {
-				row[i] += bk * float64(av)
-			}
-		}
 		sum := 0.0
-		for _, x := range row {
-			sum += x * x
+		for i := range row {
+			row[i] += float64(w[o*layer.In+i])
+			sum += row[i] * row[i]
 		}
 		n[o] = math.Sqrt(sum)
 	}
@@ -324,10 +312,8 @@ func FromPEFT(c adapter.PEFTConfig) (lora.Config, error) {
 	} else if !on {
 		return lora.Config{}, fmt.Errorf("use_dora is false: a plain LoRA adapter (package lora reads it)")
 	}
-	if on, err := c.Bool("lora_bias"); err != nil {
+	if err := c.Refuse("the DoRA example", "lora_bias"); err != nil {
 		return lora.Config{}, err
-	} else if on {
-		return lora.Config{}, fmt.Errorf("lora_bias is true: the DoRA example does not implement it")
 	}
 	return lora.ReadSettings(c)
 }

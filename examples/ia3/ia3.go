@@ -272,10 +272,8 @@ func FromPEFT(c adapter.PEFTConfig) (Config, error) {
 	if c.Type() != "IA3" {
 		return Config{}, fmt.Errorf("peft_type is %q, want IA3", c.Type())
 	}
-	if on, err := c.Bool("fan_in_fan_out"); err != nil {
+	if err := c.Refuse("the IA3 example", "fan_in_fan_out"); err != nil {
 		return Config{}, err
-	} else if on {
-		return Config{}, fmt.Errorf("fan_in_fan_out is true: the IA3 example does not implement it")
 	}
 	var cfg Config
 	if s, ok := c["feedforward_modules"].(string); ok {
