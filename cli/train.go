@@ -172,7 +172,7 @@ func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out s
 	if err != nil {
 		return err
 	}
-	if err := finetune.CheckFitsMachine(backend, spec, loader); err != nil {
+	if err := finetune.CheckFitsMachine(backend, model, spec.Config, loader); err != nil {
 		return err
 	}
 	var tr *finetune.Trainer

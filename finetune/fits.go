@@ -8,13 +8,13 @@ import (
 	"github.com/memfit/memfit/memory"
 )
 
-// CheckFitsMachine plans the training step of spec (the way `finetune memory` does, without weights) and refuses
+// CheckFitsMachine plans the training step of cfg on the loaded model (the way `finetune memory` does, from shapes) and refuses
 // it, naming both figures, when its planned total -- the step's peak with the weights, gradients and the
 // optimizer state -- is larger than the memory of this machine (memory.MachineBytes: physical memory or the
 // cgroup limit, or $MEMFIT_MEMORY_LIMIT). It checks the pure-Go backend only, whose step runs in this process's
 // memory and whose plan is exact (a simulation of its buffer pool); on XLA the device's memory is the limit and
 // the plugin reports running out itself. data gives the batch's sequence length when it is a Loader of text.
-func CheckFitsMachine(backend compute.Backend, spec RunSpec, data Iterator) error {
+func CheckFitsMachine(backend compute.Backend, model Model, cfg Config, data Iterator) error {
 	if backend.Name() == "xla" {
 		return nil
 	}
@@ -22,21 +22,17 @@ func CheckFitsMachine(backend compute.Backend, spec RunSpec, data Iterator) erro
 	if err != nil || !ok {
 		return err
 	}
-	in := Shape{Batch: spec.Config.BatchSize}
+	in := Shape{Batch: cfg.BatchSize}
 	if l, isLoader := data.(*Loader); isLoader {
 		if ids, found := l.Data["input_ids"]; found && ids.Rank() == 2 {
 			in.Seq = ids.Shape().Dim(1)
 		}
 	}
-	// A model or config the plan cannot be built for is left to New, which names the cause.
-	model, shapes, err := ShapeModel(spec.Model, spec.Config, 0)
-	if err != nil {
-		return nil
-	}
 	if _, isViT := model.(ViT); !isViT && in.Seq == 0 {
 		return nil // a LLaMA run whose sequence length is not known before its data is read
 	}
-	plan, err := PlanStep(backend, model, shapes, spec.Config, in)
+	// A config the plan cannot be built for is left to New, which names the cause.
+	plan, err := PlanStep(backend, model, planShapes(model, cfg), cfg, in)
 	if err != nil {
 		return nil
 	}
@@ -49,5 +45,5 @@ func CheckFitsMachine(backend compute.Backend, spec RunSpec, data Iterator) erro
 	}
 	return fmt.Errorf("the training step needs %s (planned: the step's peak %s with the weights, plus %s of optimizer state; %s, method %s, %s) but this machine has %s: lower --batch-size or the sequence length, or use a lighter method or the memory-saving options (finetune memory compares them); $%s sets the limit",
 		memory.FormatBytes(plan.TotalBytes), memory.FormatBytes(plan.PeakBytes), memory.FormatBytes(plan.OptimizerBytes),
-		what, spec.Config.Method, spec.Config.ComputeDType, memory.FormatBytes(limit), memory.LimitEnv)
+		what, cfg.Method, cfg.ComputeDType, memory.FormatBytes(limit), memory.LimitEnv)
 }

@@ -167,19 +167,22 @@ func ShapeModel(dir string, cfg Config, labels int) (Model, map[string][]int, er
 				strings.Join(sortedKeys(vit.Presets), ", "), strings.Join(sortedKeys(llama.Presets), ", "))
 		}
 	}
-	var folds []models.Fold
 	switch m := model.(type) {
 	case ViT:
 		m.Options = vit.Options{ApproxActivation: cfg.ApproxAct, MSNorm: cfg.MSNorm, GradCheckpoint: cfg.GradCkpt, Attention: kind}
 	case Llama:
 		m.Options = llama.Options{ApproxActivation: cfg.ApproxAct, MSNorm: cfg.MSNorm, GradCheckpoint: cfg.GradCkpt, Attention: kind}
 	}
-	shp := model.Shapes()
+	return model, planShapes(model, cfg), nil
+}
+
+// planShapes returns the parameter shapes a plan of cfg builds model's step over: the architecture's, folded
+// when cfg.MSNorm (QLoRA's NF4 tensors are PlanStep's to add).
+func planShapes(model Model, cfg Config) map[string][]int {
 	if cfg.MSNorm {
-		folds = model.Folds()
-		shp = models.FoldedShapes(shp, folds)
+		return models.FoldedShapes(model.Shapes(), model.Folds())
 	}
-	return model, shp, nil
+	return model.Shapes()
 }
 
 // MaxPlanSeq is the longest sequence PlanStep plans for: building a step allocates host constants sized by the
