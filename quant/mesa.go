@@ -62,18 +62,37 @@ const MesaGroups = 8
 type Mesa struct {
 	Kinds map[string]bool
 	RNG   *engine.RNG
-	// Names, In and Out are the state parameters and their updates, in creation order.
+	// MesaState holds the range states of every view of this Mesa (Only).
+	*MesaState
+}
+
+// MesaState is the running-range state of a step's Mesa: the state parameters and their updates, in creation
+// order, shared by a Mesa and its views.
+type MesaState struct {
 	Names   []string
 	In, Out []*graph.Node
 }
 
 // NewMesa returns a Mesa over the given kinds drawing rounding noise from rng.
 func NewMesa(kinds []string, rng *engine.RNG) *Mesa {
-	m := &Mesa{Kinds: map[string]bool{}, RNG: rng}
-	for _, k := range kinds {
-		m.Kinds[k] = true
+	return &Mesa{Kinds: kindSet(kinds), RNG: rng, MesaState: &MesaState{}}
+}
+
+// Only returns a view of m that stores the given kinds (a block's own choice in a per-block memory plan); its
+// range states join m's. A nil m gives nil.
+func (m *Mesa) Only(kinds []string) *Mesa {
+	if m == nil {
+		return nil
 	}
-	return m
+	return &Mesa{Kinds: kindSet(kinds), RNG: m.RNG, MesaState: m.MesaState}
+}
+
+func kindSet(kinds []string) map[string]bool {
+	out := map[string]bool{}
+	for _, k := range kinds {
+		out[k] = true
+	}
+	return out
 }
 
 // Enabled reports whether kind is stored as int8.

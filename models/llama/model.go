@@ -51,6 +51,9 @@ type Options struct {
 	// GradCheckpoint recomputes each decoder layer in the backward pass instead of keeping its activations
 	// (gradient checkpointing per block; only the layers' inputs are kept).
 	GradCheckpoint bool
+	// Blocks, when not nil, is a per-block memory plan (one mode per decoder layer) that replaces
+	// ApproxActivation, GradCheckpoint and the step's Mesa kinds inside the layers.
+	Blocks []models.BlockMode
 }
 
 // Model is a LLaMA (LlamaForCausalLM or LlamaForSequenceClassification) ready to be built into graphs.
@@ -135,6 +138,9 @@ func New(cfg Config, params models.Params, opts Options) (*Model, error) {
 	if err := models.CheckShapes(params, Shapes(cfg)); err != nil {
 		return nil, err
 	}
+	if opts.Blocks != nil && len(opts.Blocks) != cfg.NumHiddenLayers {
+		return nil, fmt.Errorf("the per-block memory plan has %d blocks, the model %d", len(opts.Blocks), cfg.NumHiddenLayers)
+	}
 	m := &Model{Config: cfg, Options: opts, Params: params, Folded: models.Params{}}
 	if opts.MSNorm {
 		var err error
@@ -213,11 +219,10 @@ func (m *Model) Forward(b models.Bound, inputIDs, attentionMask *graph.Node) Out
 	mask := attention.Mask{Causal: true, KeyPadding: attentionMask}
 	for i := 0; i < cfg.NumHiddenLayers; i++ {
 		prefix := LayerPrefix(i)
-		if m.Options.GradCheckpoint {
-			x = b.Checkpointed(prefix, x, func(b models.Bound, x *graph.Node) *graph.Node { return m.layer(b, prefix, x, rope, mask) })
-		} else {
-			x = m.layer(b, prefix, x, rope, mask)
-		}
+		mode, perBlock := models.Mode(m.Options.Blocks, i, m.Options.ApproxActivation, m.Options.GradCheckpoint)
+		x = b.ApplyBlock(prefix, x, mode, perBlock, func(b models.Bound, x *graph.Node) *graph.Node {
+			return m.layer(b, prefix, x, rope, mask, mode.ApproxActivation)
+		})
 		if i < cfg.NumHiddenLayers-1 {
 			out.Hidden = append(out.Hidden, x)
 		}
@@ -261,7 +266,7 @@ func (m *Model) Forward(b models.Bound, inputIDs, attentionMask *graph.Node) Out
 //
 //	h = x + o_proj(Attention(RoPE(q_proj(n1)), RoPE(k_proj(n1)), v_proj(n1)))   n1 = RMSNorm(x)
 //	y = h + down_proj(SiLU(gate_proj(n2)) * up_proj(n2))                          n2 = RMSNorm(h)
-func (m *Model) layer(b models.Bound, pre string, x *graph.Node, rope rotary, mask attention.Mask) *graph.Node {
+func (m *Model) layer(b models.Bound, pre string, x *graph.Node, rope rotary, mask attention.Mask, approx bool) *graph.Node {
 	cfg := m.Config
 	node := func(name string) *graph.Node { return b.Node(pre + name) }
 	lin := func(in *graph.Node, name string) *graph.Node { return b.ApplyLinear(pre+name, in) }
@@ -283,7 +288,7 @@ func (m *Model) layer(b models.Bound, pre string, x *graph.Node, rope rotary, ma
 
 	n2 := norm(h, PostNorm)
 	act := approxbp.SiLU
-	if m.Options.ApproxActivation {
+	if approx {
 		act = approxbp.ReSiLU2
 	}
 	s, u := act(b.Keep(quant.MesaActivation, lin(n2, GateProj), -1)), lin(n2, UpProj)
@@ -293,7 +298,7 @@ func (m *Model) layer(b models.Bound, pre string, x *graph.Node, rope rotary, ma
 		fs, fu := engine.Fresh(s), engine.Fresh(u)
 		return []*graph.Node{graph.Mul(v, fu), graph.Mul(v, fs)}
 	})
-	if m.Options.ApproxActivation {
+	if approx {
 		// Memory sharing in the gated product: the product's own backward keeps its factors s = SiLU(gate) and
 		// u = up, and ReSiLU2 keeps only 2-bit codes of the gate, so the down projection's input s*u is rebuilt
 		// from those two saved tensors when its backward needs it (one elementwise multiply) instead of being

@@ -221,3 +221,56 @@ func TestTiedHead(t *testing.T) {
 		t.Errorf("checkpoint with a stored tied lm_head: %v", err)
 	}
 }
+
+// TestBlockPlan: a per-block plan giving every layer the model-wide mode builds the same step (same saved
+// bytes, same values), and a mixed plan keeps an amount strictly between the two uniform ones, equal to the sum
+// of its blocks' shares, with the same loss.
+func TestBlockPlan(t *testing.T) {
+	cfg, _ := llama.Preset("tiny", 0)
+	if cfg.NumHiddenLayers < 2 {
+		t.Fatalf("the tiny preset has %d layers, the test needs 2", cfg.NumHiddenLayers)
+	}
+	params := randomish(cfg, 5)
+	ids, mask, labels := tinyInputs()
+	saved := func(opts llama.Options) (int64, []float32) {
+		r := step(t, cfg, params, opts, ids, mask, labels)
+		s, err := memory.Saved(r.g, r.outputs...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Total, r.values[1]
+	}
+	n := cfg.NumHiddenLayers
+	plan := func(p string) []models.BlockMode {
+		modes, err := models.ParseBlockPlan(p, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return modes
+	}
+	plain, lossPlain := saved(llama.Options{})
+	for _, c := range []struct {
+		mode   string
+		global llama.Options
+	}{{"approx-act", llama.Options{ApproxActivation: true}}, {"grad-ckpt", llama.Options{GradCheckpoint: true}}} {
+		uniform, _ := saved(c.global)
+		perBlock, loss := saved(llama.Options{Blocks: plan(fmt.Sprintf("%s*%d", c.mode, n))})
+		if perBlock != uniform {
+			t.Errorf("%s on every block keeps %d bytes, the model-wide option %d", c.mode, perBlock, uniform)
+		}
+		if d := gtest.MaxRelDiff(loss, lossPlain, 1); d > 1e-6 {
+			t.Errorf("%s plan: loss differs by %g", c.mode, d)
+		}
+		// The first block in this mode, the others plain: one block's share of the saving.
+		mixed, _ := saved(llama.Options{Blocks: plan(fmt.Sprintf("%s,plain*%d", c.mode, n-1))})
+		if !(uniform < mixed && mixed < plain) {
+			t.Errorf("%s on one block keeps %d bytes, want between %d and %d", c.mode, mixed, uniform, plain)
+		}
+		if c.mode == "approx-act" && plain-mixed != (plain-uniform)/int64(n) {
+			t.Errorf("approx-act on one block saves %d bytes, want 1/%d of %d", plain-mixed, n, plain-uniform)
+		}
+	}
+	if _, err := llama.New(cfg, params, llama.Options{Blocks: plan(fmt.Sprintf("plain*%d", n))[:n-1]}); err == nil {
+		t.Error("a plan shorter than the model must be refused")
+	}
+}

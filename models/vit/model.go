@@ -42,6 +42,9 @@ type Options struct {
 	// GradCheckpoint recomputes each encoder layer in the backward pass instead of keeping its activations
 	// (gradient checkpointing per block; only the layers' inputs are kept).
 	GradCheckpoint bool
+	// Blocks, when not nil, is a per-block memory plan (one mode per encoder layer) that replaces
+	// ApproxActivation, GradCheckpoint and the step's Mesa kinds inside the layers.
+	Blocks []models.BlockMode
 }
 
 // Model is a ViT (ViTModel or ViTForImageClassification) ready to be built into graphs.
@@ -109,6 +112,9 @@ func New(cfg Config, params models.Params, opts Options) (*Model, error) {
 	}
 	if err := models.CheckShapes(params, Shapes(cfg)); err != nil {
 		return nil, err
+	}
+	if opts.Blocks != nil && len(opts.Blocks) != cfg.NumHiddenLayers {
+		return nil, fmt.Errorf("the per-block memory plan has %d blocks, the model %d", len(opts.Blocks), cfg.NumHiddenLayers)
 	}
 	m := &Model{Config: cfg, Options: opts, Params: params, Folded: models.Params{}}
 	if opts.MSNorm {
@@ -195,11 +201,10 @@ func (m *Model) Forward(b models.Bound, pixels *graph.Node) Outputs {
 		MSNorm: m.Options.MSNorm, Attention: m.Options.Attention}
 	for i := 0; i < cfg.NumHiddenLayers; i++ {
 		prefix := LayerPrefix(i)
-		if m.Options.GradCheckpoint {
-			x = b.Checkpointed(prefix, x, func(b models.Bound, x *graph.Node) *graph.Node { return Block(x, b, prefix, opt) })
-		} else {
-			x = Block(x, b, prefix, opt)
-		}
+		mode, perBlock := models.Mode(m.Options.Blocks, i, m.Options.ApproxActivation, m.Options.GradCheckpoint)
+		blockOpt := opt
+		blockOpt.ApproxActivation = mode.ApproxActivation
+		x = b.ApplyBlock(prefix, x, mode, perBlock, func(b models.Bound, x *graph.Node) *graph.Node { return Block(x, b, prefix, blockOpt) })
 		out.Hidden = append(out.Hidden, x)
 	}
 	if gamma := b.Node(FinalNormWeight); gamma != nil {
