@@ -10,6 +10,7 @@ import (
 	"github.com/memfit/memfit/attention"
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/lora"
+	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/quant"
 )
 
@@ -82,6 +83,9 @@ type Config struct {
 	// Mesa lists the saved-activation kinds stored as int8 (act, norm, softmax, attn, linear; "all"), with
 	// running per-group ranges kept in the trainer's state.
 	Mesa []string `json:"mesa,omitempty" yaml:"mesa,omitempty"`
+	// BlockPlan is a per-block memory plan (models.ParseBlockPlan: "grad-ckpt*4,approx-act+mesa-softmax*8", one
+	// mode per transformer block in order) applied instead of ApproxAct, GradCkpt and Mesa; MSNorm stays global.
+	BlockPlan string `json:"block_plan,omitempty" yaml:"block_plan,omitempty"`
 }
 
 // Defaults returns a config with the usual settings: LoRA r=8, alpha=16 on q,v; AdamW lr 1e-4, betas
@@ -147,10 +151,32 @@ func (c Config) Validate() error {
 	if c.GradCkpt && c.LoRADropout > 0 {
 		bad("lora_dropout cannot be combined with grad_ckpt (the recomputation would draw other dropout masks)")
 	}
+	if modes, err := models.BlockPlanModes(c.BlockPlan); err != nil {
+		bad("block_plan: %v", err)
+	} else if modes != nil {
+		if c.ApproxAct || c.GradCkpt || len(c.Mesa) > 0 {
+			bad("block_plan sets approx_act, grad_ckpt and mesa per block: leave those off")
+		}
+		for _, m := range modes {
+			if m.GradCheckpoint && c.LoRADropout > 0 {
+				bad("lora_dropout cannot be combined with a grad-ckpt block (the recomputation would draw other dropout masks)")
+				break
+			}
+		}
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("invalid training config: %s", strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// blockModes returns cfg's per-block plan for a model of the given number of blocks (nil without one).
+func (c Config) blockModes(blocks int) ([]models.BlockMode, error) {
+	modes, err := models.ParseBlockPlan(c.BlockPlan, blocks)
+	if err != nil {
+		return nil, fmt.Errorf("block_plan: %w", err)
+	}
+	return modes, nil
 }
 
 // methodChoices are the methods a config file or flag takes (MethodCustom is for Go callers).

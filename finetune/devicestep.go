@@ -260,6 +260,7 @@ func (t *Trainer) stepSpec(b Batch) stepSpec {
 		spec.train[n] = v.Shape()
 	}
 	spec.mesa, _ = quant.ParseMesa(t.Config.Mesa)
+	spec.blockMesa = usesBlockMesa(t.Model)
 	return spec
 }
 

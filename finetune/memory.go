@@ -173,6 +173,9 @@ func ShapeModel(dir string, cfg Config, labels int) (Model, map[string][]int, er
 	case Llama:
 		m.Options = llama.Options{ApproxActivation: cfg.ApproxAct, MSNorm: cfg.MSNorm, GradCheckpoint: cfg.GradCkpt, Attention: kind}
 	}
+	if err := applyBlockPlan(model, cfg); err != nil {
+		return nil, nil, err
+	}
 	return model, planShapes(model, cfg), nil
 }
 
@@ -284,6 +287,7 @@ func planGraph(backend compute.Backend, model Model, paramShapes map[string][]in
 		}
 	}
 	spec.mesa, _ = quant.ParseMesa(cfg.Mesa)
+	spec.blockMesa = usesBlockMesa(model)
 	g, outputs, _, err := buildGradStep(backend, spec)
 	if err != nil {
 		return fail(err)

@@ -57,6 +57,9 @@ func LoadModel(dir string, cfg Config) (Model, error) {
 		}
 		model = Llama{Model: m}
 	}
+	if err := applyBlockPlan(model, cfg); err != nil {
+		return nil, err
+	}
 	if !qlora {
 		return model, nil
 	}
@@ -76,6 +79,55 @@ func LoadModel(dir string, cfg Config) (Model, error) {
 type rebuilder interface {
 	Model
 	rebuild(params models.Params, msNorm bool) (Model, error)
+}
+
+// blockPlanned is a Model whose options can hold a per-block memory plan (ViT, Llama).
+type blockPlanned interface {
+	blocks() (modes []models.BlockMode, count int)
+	setBlocks(modes []models.BlockMode)
+}
+
+func (m ViT) blocks() ([]models.BlockMode, int) {
+	return m.Options.Blocks, m.Config.NumHiddenLayers
+}
+func (m ViT) setBlocks(modes []models.BlockMode) { m.Options.Blocks = modes }
+func (m Llama) blocks() ([]models.BlockMode, int) {
+	return m.Options.Blocks, m.Config.NumHiddenLayers
+}
+func (m Llama) setBlocks(modes []models.BlockMode) { m.Options.Blocks = modes }
+
+// applyBlockPlan gives model the per-block plan of cfg when cfg has one (a model built with its own
+// Options.Blocks and a config without a plan keeps them).
+func applyBlockPlan(model Model, cfg Config) error {
+	if cfg.BlockPlan == "" {
+		return nil
+	}
+	bp, ok := model.(blockPlanned)
+	if !ok {
+		return fmt.Errorf("block_plan: model %T has no per-block options", model)
+	}
+	_, n := bp.blocks()
+	modes, err := cfg.blockModes(n)
+	if err != nil {
+		return err
+	}
+	bp.setBlocks(modes)
+	return nil
+}
+
+// usesBlockMesa reports whether model's per-block plan stores some block's activations with Mesa.
+func usesBlockMesa(model Model) bool {
+	bp, ok := model.(blockPlanned)
+	if !ok {
+		return false
+	}
+	modes, _ := bp.blocks()
+	for _, m := range modes {
+		if len(m.Mesa) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func (m ViT) rebuild(params models.Params, msNorm bool) (Model, error) {

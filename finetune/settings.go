@@ -56,6 +56,8 @@ var Settings = []Setting{
 	{Key: "grad_ckpt", Help: "gradient checkpointing per block (recompute in backward)", Field: func(c *Config) any { return &c.GradCkpt }},
 	{Key: "mesa", Help: "store these saved activations as int8 (Mesa): act, norm, softmax, attn, linear or all",
 		Field: func(c *Config) any { return &c.Mesa }},
+	{Key: "block_plan", Help: "per-block memory plan in block order, e.g. grad-ckpt*4,approx-act+mesa-softmax*8 (instead of --approx-act, --grad-ckpt, --mesa)",
+		Field: func(c *Config) any { return &c.BlockPlan }},
 	{Key: "attention", Help: "standard, memory-efficient or flash (the backend's fused attention; memory-efficient where it has none)",
 		GPUDefault: "flash", Field: func(c *Config) any { return &c.Attention }},
 	{Key: "optimizer", Help: "adamw or sgd", Choices: []string{"adamw", "sgd"}, Field: func(c *Config) any { return &c.Optimizer }},

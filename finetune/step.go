@@ -27,6 +27,9 @@ type stepSpec struct {
 	// mesa lists the int8-stored kinds (quant.Mesa); their running-range states become extra parameters after
 	// the trainable ones and extra outputs after the RNG state.
 	mesa []string
+	// blockMesa is set when a per-block plan stores some block's activations with Mesa (its own kinds, on a view
+	// of the step's Mesa), so the step has a Mesa even when mesa is empty.
+	blockMesa bool
 }
 
 // gradParts is the gradient computation of a stepSpec built into a graph.
@@ -72,7 +75,7 @@ func buildGrad(g *graph.Graph, spec stepSpec) gradParts {
 	}
 	bound.Weights = nf4Hook(spec.model.LinearLayers(), spec.compute)
 	var mesa *quant.Mesa
-	if len(spec.mesa) > 0 {
+	if len(spec.mesa) > 0 || spec.blockMesa {
 		mesa = quant.NewMesa(spec.mesa, rng)
 		bound.Mesa = mesa
 	}

@@ -180,7 +180,8 @@ func WithAdapters(set *adapter.Set) Option { return func(o *options) { o.adapter
 
 // New prepares training of model with cfg on backend: adapters are created and initialised from cfg.Seed
 // (lora, lora-fa) or taken from WithAdapters (custom), trainable tensors are chosen, the frozen ones converted
-// to the compute dtype, and the optimizer state zeroed.
+// to the compute dtype, and the optimizer state zeroed. A config with a block_plan sets the model's per-block
+// options (ViT, Llama) to it.
 func New(model Model, cfg Config, backend compute.Backend, opts ...Option) (*Trainer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -190,6 +191,9 @@ func New(model Model, cfg Config, backend compute.Backend, opts ...Option) (*Tra
 		opt(&o)
 	}
 	if err := checkTrainable(model); err != nil {
+		return nil, err
+	}
+	if err := applyBlockPlan(model, cfg); err != nil {
 		return nil, err
 	}
 	if (cfg.Method == MethodCustom) != (o.adapters != nil) {

@@ -45,6 +45,18 @@ func (m BlockMode) String() string {
 // a kind of quant.MesaKinds, mesa for all of them) optionally followed by "*N" for N blocks in a row, e.g.
 // "grad-ckpt*4,approx-act+mesa-softmax*8". The entries must cover the blocks exactly. An empty plan is nil.
 func ParseBlockPlan(plan string, blocks int) ([]BlockMode, error) {
+	out, err := BlockPlanModes(plan)
+	if err != nil || out == nil {
+		return nil, err
+	}
+	if len(out) != blocks {
+		return nil, fmt.Errorf("block plan %q covers %d blocks, the model has %d", plan, len(out), blocks)
+	}
+	return out, nil
+}
+
+// BlockPlanModes reads a plan's modes without a model to check their count against (ParseBlockPlan does).
+func BlockPlanModes(plan string) ([]BlockMode, error) {
 	if strings.TrimSpace(plan) == "" {
 		return nil, nil
 	}
@@ -63,15 +75,12 @@ func ParseBlockPlan(plan string, blocks int) ([]BlockMode, error) {
 		if err != nil {
 			return nil, fmt.Errorf("block plan entry %q: %w", entry, err)
 		}
-		if len(out)+count > blocks {
-			return nil, fmt.Errorf("block plan %q covers more than the model's %d blocks", plan, blocks)
+		if len(out)+count > 1<<16 {
+			return nil, fmt.Errorf("block plan %q covers more than %d blocks", plan, 1<<16)
 		}
 		for range count {
 			out = append(out, mode)
 		}
-	}
-	if len(out) != blocks {
-		return nil, fmt.Errorf("block plan %q covers %d blocks, the model has %d", plan, len(out), blocks)
 	}
 	return out, nil
 }

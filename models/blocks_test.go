@@ -31,7 +31,7 @@ func TestBlockPlanSyntax(t *testing.T) {
 	}
 	for plan, want := range map[string]string{
 		"plain*4":              "covers 4 blocks, the model has 5",
-		"plain*6":              "more than the model's 5 blocks",
+		"plain*6":              "covers 6 blocks, the model has 5",
 		"plain*0,plain*5":      "positive number",
 		"fast*5":               `unknown option "fast"`,
 		"mesa-weights*5":       "unknown Mesa kind",
