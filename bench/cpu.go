@@ -156,7 +156,7 @@ func WriteCPUBatch(c CPUCase, s CPUSettings, path string) error {
 	if err != nil {
 		return fmt.Errorf("case %s: %w", c.Key, err)
 	}
-	b := randomBatch(model, finetune.Shape{Batch: c.Batch, Seq: c.Seq}, s.Seed)
+	b := finetune.RandomBatch(model, finetune.Shape{Batch: c.Batch, Seq: c.Seq}, s.Seed)
 	if b == nil {
 		return fmt.Errorf("case %s: no random batch for this model", c.Key)
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"path/filepath"
 	"sort"
 	"text/tabwriter"
@@ -76,36 +75,6 @@ type TimedCell struct {
 	TimeRatio  float64 `json:"time_ratio"`
 }
 
-// randomBatch makes one batch of random inputs for model.
-func randomBatch(model finetune.Model, shape finetune.Shape, seed uint64) finetune.Batch {
-	r := rand.New(rand.NewPCG(seed, 7))
-	switch m := model.(type) {
-	case finetune.ViT:
-		c := m.Config
-		px := make([]float32, shape.Batch*c.NumChannels*c.ImageSize*c.ImageSize)
-		for i := range px {
-			px[i] = float32(r.NormFloat64())
-		}
-		labels := make([]int32, shape.Batch)
-		for i := range labels {
-			labels[i] = int32(r.IntN(max(1, len(c.Labels))))
-		}
-		return finetune.Batch{"pixel_values": tensors.FromFlatDataAndDimensions(px, shape.Batch, c.NumChannels, c.ImageSize, c.ImageSize),
-			"labels": tensors.FromFlatDataAndDimensions(labels, shape.Batch)}
-	case finetune.Llama:
-		n := shape.Batch * shape.Seq
-		ids := make([]int32, n)
-		mask := make([]int32, n)
-		for i := range ids {
-			ids[i], mask[i] = int32(r.IntN(m.Config.VocabSize)), 1
-		}
-		return finetune.Batch{"input_ids": tensors.FromFlatDataAndDimensions(ids, shape.Batch, shape.Seq),
-			"attention_mask": tensors.FromFlatDataAndDimensions(mask, shape.Batch, shape.Seq),
-			"labels":         tensors.FromFlatDataAndDimensions(append([]int32(nil), ids...), shape.Batch, shape.Seq)}
-	}
-	return nil
-}
-
 // TimeGrid trains every model x method x variant for steps timed optimizer steps after one warm-up step, the
 // variants of one model and method interleaved round by round (the order rotated each round) so that machine
 // drift hits them alike, and reports memory, median step time, throughput and matmul GFLOP/s.
@@ -136,7 +105,7 @@ func TimeGrid(backend compute.Backend, tms []TimedModel, methods []GridMethod, v
 				if err != nil {
 					return nil, fmt.Errorf("%s %s %s: %w", tm.Name, method.Name, v.Name, err)
 				}
-				b := randomBatch(model, tm.Shape, 1)
+				b := finetune.RandomBatch(model, tm.Shape, 1)
 				st, err := tr.TrainStep([]finetune.Batch{b}) // warm-up: builds and compiles the step
 				if err != nil {
 					return nil, fmt.Errorf("%s %s %s: %w", tm.Name, method.Name, v.Name, err)

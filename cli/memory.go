@@ -17,7 +17,8 @@ import (
 func newMemoryCommand(opts *Options) *cobra.Command {
 	var model, configFile, variantList, budget string
 	var seqLen, numLabels, maxBatch, maxSeq int
-	var asJSON, compileTime bool
+	var asJSON, compileTime, autoplan bool
+	var budgetMargin float64
 	flagCfg := finetune.Defaults()
 	cmd := &cobra.Command{
 		Use:   "memory --model DIR|PRESET [flags]",
@@ -61,8 +62,11 @@ variant's step programs (the device-resident step's, and the host-side step's fo
 			if maxBatch > 0 && maxSeq > 0 {
 				return usagef("--max-batch-size and --max-seq-len search one axis at a time: give one of them")
 			}
-			if (maxBatch > 0 || maxSeq > 0) != (budget != "") {
-				return usagef("--max-batch-size / --max-seq-len and --budget go together")
+			if autoplan && (maxBatch > 0 || maxSeq > 0 || budget == "") {
+				return usagef("--plan chooses a per-block plan for --budget, without --max-batch-size / --max-seq-len")
+			}
+			if !autoplan && (maxBatch > 0 || maxSeq > 0) != (budget != "") {
+				return usagef("--max-batch-size / --max-seq-len and --budget go together (or --budget with --plan)")
 			}
 			var budgetBytes int64
 			if budget != "" {
@@ -76,6 +80,28 @@ variant's step programs (the device-resident step's, and the host-side step's fo
 			}
 			defer backend.Finalize()
 			in := finetune.Shape{Batch: cfg.BatchSize, Seq: seqLen}
+			if autoplan {
+				m, _, err := finetune.ShapeModel(model, cfg, numLabels)
+				if err != nil {
+					return err
+				}
+				if _, isViT := m.(finetune.ViT); isViT {
+					in.Seq = 0
+				}
+				rm, err := finetune.WithRandomWeights(m, cfg, 1)
+				if err != nil {
+					return err
+				}
+				p, err := finetune.Autopilot(backend, rm, cfg, finetune.RandomBatch(rm, in, 1), in, budgetBytes, budgetMargin, calibrationSteps, finetune.DefaultCalibrationCache())
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return writeJSON(cmd.OutOrStdout(), map[string]any{"budget_bytes": budgetBytes, "margin": budgetMargin, "shape": in,
+						"method": cfg.Method, "backend": backend.Name(), "autoplan": p, "bytes": "total_bytes = step peak + optimizer state (exact planner)"})
+				}
+				return printAutoplan(cmd.OutOrStdout(), p, blocksOf(p), budgetBytes, budgetMargin)
+			}
 			if budget != "" {
 				limit, axis := maxBatch, "batch"
 				if maxSeq > 0 {
@@ -144,7 +170,9 @@ variant's step programs (the device-resident step's, and the host-side step's fo
 	f.BoolVar(&asJSON, "json", false, `print one JSON object {"variants": [...]} instead of the table`)
 	f.IntVar(&maxBatch, "max-batch-size", 0, "search the largest batch size up to N that fits --budget")
 	f.IntVar(&maxSeq, "max-seq-len", 0, "search the longest sequence up to N that fits --budget (LLaMA)")
-	f.StringVar(&budget, "budget", "", "memory budget for --max-batch-size/--max-seq-len, e.g. 24GiB, 80GB, 1.5e9")
+	f.StringVar(&budget, "budget", "", "memory budget for --max-batch-size/--max-seq-len or --plan, e.g. 24GiB, 80GB, 1.5e9")
+	f.BoolVar(&autoplan, "plan", false, "with --budget: the memory autopilot's per-block plan (approx-act, Mesa, gradient checkpointing) that fits and runs fastest, its modes timed on this backend")
+	f.Float64Var(&budgetMargin, "budget-margin", 0.05, "fraction of --budget kept free (with --plan)")
 	f.BoolVar(&compileTime, "compile-time", false, "instead of the memory table, build and compile each variant's step programs (host-side and device-resident) and print how long that took")
 	bindSettings(f, &flagCfg, true, memorySettings...)
 	alias(f, "seq-len", "seq")

@@ -31,6 +31,8 @@ func newTrainCommand(opts *Options) *cobra.Command {
 	var model, data, out, configFile string
 	var dataOpts finetune.DataOptions
 	var resume, overwrite, dryRun bool
+	var budget string
+	var budgetMargin float64
 	flagCfg := finetune.Defaults()
 	cmd := &cobra.Command{
 		Use:   "train --model DIR --data FILE --out DIR [flags]",
@@ -112,7 +114,15 @@ gradients to the host; the loss is read back every --log-every steps.`,
 				_, err := cmd.OutOrStdout().Write(resolved)
 				return err
 			}
-			return runTraining(cmd, opts, spec, out, resume, overwrite)
+			var ap *autopilotRequest
+			if budget != "" {
+				b, err := parseBytes(budget)
+				if err != nil {
+					return usagef("--budget: %v", err)
+				}
+				ap = &autopilotRequest{budget: b, margin: budgetMargin}
+			}
+			return runTraining(cmd, opts, spec, out, resume, overwrite, ap)
 		},
 	}
 	f := cmd.Flags()
@@ -121,6 +131,8 @@ gradients to the host; the loss is read back every --log-every steps.`,
 	f.StringVar(&out, "out", "", "output folder")
 	f.StringVar(&configFile, "config", "", "YAML config file (keys as the flags, snake_case)")
 	f.BoolVar(&resume, "resume", false, "continue the run in --out from its latest checkpoint")
+	f.StringVar(&budget, "budget", "", "memory budget (e.g. 24GiB): the memory autopilot chooses a per-block plan of approx-act, Mesa and gradient checkpointing that fits it and runs fastest (saved as block_plan)")
+	f.Float64Var(&budgetMargin, "budget-margin", 0.05, "fraction of --budget kept free")
 	f.BoolVar(&dryRun, "dry-run", false, "print the resolved run (run.yaml: flags over --config over defaults) and exit without loading anything")
 	f.BoolVar(&overwrite, "overwrite", false, "start a new run in an --out that holds one, deleting its checkpoints, metrics and adapter")
 	f.StringVar(&dataOpts.Format, "data-format", "", "safetensors, images, image-tar, idx, alpaca, text or glue (default: from the path)")
@@ -143,7 +155,33 @@ func abs(p string) string {
 	return p
 }
 
-func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out string, resume, overwrite bool) error {
+// autopilotRequest is train --budget: the budget in bytes and the fraction of it kept free.
+type autopilotRequest struct {
+	budget int64
+	margin float64
+}
+
+// peekBatch returns the loader's next batch and its shape without moving the loader.
+func peekBatch(loader finetune.Iterator) (finetune.Batch, finetune.Shape, error) {
+	state, err := loader.State()
+	if err != nil {
+		return nil, finetune.Shape{}, err
+	}
+	b, err := loader.Next()
+	if err != nil {
+		return nil, finetune.Shape{}, err
+	}
+	if err := loader.Restore(state); err != nil {
+		return nil, finetune.Shape{}, err
+	}
+	in := finetune.Shape{Batch: b.Size()}
+	if ids, ok := b["input_ids"]; ok && ids.Rank() == 2 {
+		in.Seq = ids.Shape().Dim(1)
+	}
+	return b, in, nil
+}
+
+func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out string, resume, overwrite bool, ap *autopilotRequest) error {
 	unlock, err := finetune.LockRun(out)
 	if err != nil {
 		return err
@@ -171,6 +209,21 @@ func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out s
 	backend, err := opts.NewBackend()
 	if err != nil {
 		return err
+	}
+	if ap != nil {
+		batch, in, err := peekBatch(loader)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "memory autopilot: planning and timing %d modes (%d steps each, cached)\n", len(finetune.AutopilotModes), calibrationSteps)
+		plan, err := finetune.Autopilot(backend, model, spec.Config, batch, in, ap.budget, ap.margin, calibrationSteps, finetune.DefaultCalibrationCache())
+		if err != nil {
+			return err
+		}
+		if err := printAutoplan(cmd.ErrOrStderr(), plan, blocksOf(plan), ap.budget, ap.margin); err != nil {
+			return err
+		}
+		spec.Config.BlockPlan = plan.Plan
 	}
 	if err := finetune.CheckFitsMachine(backend, model, spec.Config, loader); err != nil {
 		return err

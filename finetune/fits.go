@@ -32,6 +32,9 @@ func CheckFitsMachine(backend compute.Backend, model Model, cfg Config, data Ite
 		return nil // a LLaMA run whose sequence length is not known before its data is read
 	}
 	// A config the plan cannot be built for is left to New, which names the cause.
+	if err := applyBlockPlan(model, cfg); err != nil {
+		return nil
+	}
 	plan, err := PlanStep(backend, model, planShapes(model, cfg), cfg, in)
 	if err != nil {
 		return nil

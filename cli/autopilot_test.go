@@ -1,0 +1,88 @@
+package cli_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/memfit/memfit/finetune"
+)
+
+// TestMemoryPlan: memory --budget --plan prints the modes' figures and a plan whose exact total fits the budget
+// less its margin; the JSON form carries the same plan; a second run reads the calibration from the cache.
+func TestMemoryPlan(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	args := []string{"memory", "--model", "vit:tiny", "--num-labels", "10", "--lora-targets", "q,v", "--train-modules", "classifier",
+		"--batch-size", "4", "--budget", "1.2MiB", "--plan"}
+	out, stderr, code := run(t, args...)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr)
+	}
+	for _, want := range []string{"memory autopilot: budget 1.200 MiB less 5% margin", "approx-act+mesa", "grad-ckpt", "plan: "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	js, stderr, code := run(t, append(args, "--json")...)
+	if code != 0 {
+		t.Fatalf("--json: exit %d\n%s", code, stderr)
+	}
+	var got struct {
+		Autoplan finetune.Autoplan `json:"autoplan"`
+	}
+	if err := json.Unmarshal([]byte(js), &got); err != nil {
+		t.Fatal(err)
+	}
+	p := got.Autoplan
+	if p.PlannedBytes > p.Limit || p.Limit != limitOf(1.2*(1<<20), 0.05) || !strings.Contains(out, "plan: "+p.Plan+"\n") {
+		t.Errorf("plan %q: planned %d, limit %d", p.Plan, p.PlannedBytes, p.Limit)
+	}
+	if _, stderr, code := run(t, "memory", "--model", "vit:tiny", "--plan"); code != 2 || !strings.Contains(stderr, "--budget") {
+		t.Errorf("--plan without --budget: exit %d %s", code, stderr)
+	}
+	if _, stderr, code := run(t, append(args[:len(args)-3], "--budget", "10KiB", "--plan")...); code != 1 || !strings.Contains(stderr, "smallest total reachable") {
+		t.Errorf("an impossible budget: exit %d %s", code, stderr)
+	}
+}
+
+// TestTrainBudget: train --budget chooses the per-block plan before training, prints it, saves it as block_plan
+// in run.yaml, and trains with it; --budget with a model-wide option it would choose is refused.
+func TestTrainBudget(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	tmp, model, data := vitFixture(t)
+	out := filepath.Join(tmp, "run")
+	_, stderr, code := run(t, "train", "--model", model, "--data", data, "--out", out, "--steps", "2", "--batch-size", "4",
+		"--train-modules", "classifier", "--budget", "1.2MiB")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr)
+	}
+	if !strings.Contains(stderr, "memory autopilot: budget 1.200 MiB") || !strings.Contains(stderr, "plan: ") {
+		t.Errorf("the plan is not printed:\n%s", stderr)
+	}
+	raw, err := os.ReadFile(filepath.Join(out, finetune.RunFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec finetune.RunSpec
+	if err := yaml.Unmarshal(raw, &spec); err != nil {
+		t.Fatal(err)
+	}
+	if spec.Config.BlockPlan == "" || !strings.Contains(stderr, "plan: "+spec.Config.BlockPlan+"\n") {
+		t.Errorf("run.yaml block_plan %q is not the printed plan", spec.Config.BlockPlan)
+	}
+	_, stderr, code = run(t, "train", "--model", model, "--data", data, "--out", filepath.Join(tmp, "run2"), "--steps", "1",
+		"--budget", "1.2MiB", "--approx-act")
+	if code == 0 || !strings.Contains(stderr, "leave --approx-act") {
+		t.Errorf("--budget with --approx-act: exit %d %s", code, stderr)
+	}
+}
+
+// limitOf is the autopilot's limit for a budget and margin, computed as it does.
+func limitOf(budget float64, margin float64) int64 {
+	b := int64(budget)
+	return int64(float64(b) * (1 - margin))
+}

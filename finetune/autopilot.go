@@ -1,0 +1,426 @@
+package finetune
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/gomlx/compute"
+	"github.com/gomlx/gomlx/core/tensors"
+
+	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/models"
+	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/vit"
+	"github.com/memfit/memfit/quant"
+)
+
+// AutopilotModes are the block modes the memory autopilot chooses among for each transformer block (MS-norm is
+// model-wide and free: it is the config's own setting). approx-act trades no time for memory, Mesa a little
+// quantisation work, gradient checkpointing a recomputation of the block.
+var AutopilotModes = []string{"plain", "approx-act", "approx-act+mesa", "grad-ckpt"}
+
+// ModeCost is what one mode costs when every block takes it: the exact planner's total (the step's peak plus the
+// optimizer state, PlanStep) and the step time measured on the backend (CalibrateModes).
+type ModeCost struct {
+	Mode        string  `json:"mode"`
+	TotalBytes  int64   `json:"total_bytes"`
+	StepSeconds float64 `json:"step_seconds"`
+}
+
+// Autoplan is the autopilot's choice for a budget.
+type Autoplan struct {
+	// Plan is the chosen per-block plan (Config.BlockPlan).
+	Plan string `json:"block_plan"`
+	// Counts are how many blocks take each mode of Costs.
+	Counts []int `json:"counts"`
+	// Costs are the modes' measured uniform figures the choice was made from.
+	Costs []ModeCost `json:"costs"`
+	// Limit is the budget less the margin: what the plan's total must not exceed.
+	Limit int64 `json:"limit_bytes"`
+	// PredictedBytes and PredictedSeconds are the additive model's figures for the plan; PlannedBytes is the exact
+	// planner's total of the plan itself (what was checked against Limit).
+	PredictedBytes   int64   `json:"predicted_total_bytes"`
+	PlannedBytes     int64   `json:"planned_total_bytes"`
+	PredictedSeconds float64 `json:"predicted_step_seconds"`
+}
+
+// candidate is one count vector of the search with its additive figures.
+type candidate struct {
+	counts  []int
+	bytes   float64
+	seconds float64
+}
+
+// ChooseBlockPlan picks the per-block plan of the given number of blocks with the lowest step time whose total
+// fits limit. The model is additive over blocks: a block in mode o saves (T_plain - T_o)/blocks bytes and costs
+// (s_o - s_plain)/blocks seconds, T and s from costs (every block in one mode; costs[0] must be plain). The blocks
+// of one model are identical, so a plan is fixed, for both figures, by how many blocks take each mode; the search
+// enumerates every such count vector (C(blocks+k-1, k-1) of them: 2,925 for 24 blocks and 4 modes), so its
+// choice is the optimum of that model, not a heuristic. Candidates are then taken in order of predicted time
+// and each is checked with verify (the exact planner on the plan itself); the first whose exact total fits is
+// returned. When none fits, the error names the smallest total reachable (exact) and what to change.
+func ChooseBlockPlan(costs []ModeCost, blocks int, limit int64, verify func(plan string) (int64, error)) (*Autoplan, error) {
+	if len(costs) == 0 || costs[0].Mode != "plain" || blocks <= 0 {
+		return nil, fmt.Errorf("autopilot: the costs must start with plain, for a model with blocks")
+	}
+	k := len(costs)
+	saving := make([]float64, k)
+	slower := make([]float64, k)
+	for i, c := range costs {
+		saving[i] = float64(costs[0].TotalBytes-c.TotalBytes) / float64(blocks)
+		slower[i] = (c.StepSeconds - costs[0].StepSeconds) / float64(blocks)
+	}
+	var all []candidate
+	counts := make([]int, k)
+	var walk func(i, left int)
+	walk = func(i, left int) {
+		if i == k-1 {
+			counts[i] = left
+			c := candidate{counts: slices.Clone(counts), bytes: float64(costs[0].TotalBytes), seconds: costs[0].StepSeconds}
+			for j, n := range counts {
+				c.bytes -= float64(n) * saving[j]
+				c.seconds += float64(n) * slower[j]
+			}
+			all = append(all, c)
+			return
+		}
+		for n := 0; n <= left; n++ {
+			counts[i] = n
+			walk(i+1, left-n)
+		}
+	}
+	walk(0, blocks)
+	sort.SliceStable(all, func(a, b int) bool {
+		if all[a].seconds != all[b].seconds {
+			return all[a].seconds < all[b].seconds
+		}
+		return all[a].bytes < all[b].bytes
+	})
+	const tries = 32
+	tried := 0
+	for _, c := range all {
+		if c.bytes > float64(limit) {
+			continue
+		}
+		plan := planOf(costs, c.counts)
+		exact, err := verify(plan)
+		if err != nil {
+			return nil, err
+		}
+		if exact <= limit {
+			return &Autoplan{Plan: plan, Counts: c.counts, Costs: costs, Limit: limit, PredictedBytes: int64(math.Round(c.bytes)),
+				PlannedBytes: exact, PredictedSeconds: c.seconds}, nil
+		}
+		if tried++; tried == tries {
+			break
+		}
+	}
+	smallest := all[0]
+	for _, c := range all {
+		if c.bytes < smallest.bytes {
+			smallest = c
+		}
+	}
+	plan := planOf(costs, smallest.counts)
+	exact, err := verify(plan)
+	if err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("no per-block plan fits %s: the smallest total reachable is %s (%s); lower --batch-size or the sequence length, or use qlora or bfloat16",
+		memory.FormatBytes(limit), memory.FormatBytes(exact), plan)
+}
+
+// planOf writes the plan giving counts[i] blocks mode costs[i].Mode, the modes in the order of costs.
+func planOf(costs []ModeCost, counts []int) string {
+	var parts []string
+	for i, n := range counts {
+		if n > 0 {
+			parts = append(parts, fmt.Sprintf("%s*%d", costs[i].Mode, n))
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// uniformPlan is the plan giving every one of blocks the mode.
+func uniformPlan(mode string, blocks int) string { return fmt.Sprintf("%s*%d", mode, blocks) }
+
+// PlanModeCosts returns the exact planner's total of each mode on every block, for model at the batch shape in;
+// cfg must have no per-block plan nor approx_act, grad_ckpt or mesa (the modes set them). StepSeconds is left 0.
+func PlanModeCosts(backend compute.Backend, model Model, cfg Config, in Shape, modes []string) ([]ModeCost, error) {
+	blocks, err := blockCount(model)
+	if err != nil {
+		return nil, err
+	}
+	var out []ModeCost
+	for _, mode := range modes {
+		total, err := PlanTotal(backend, model, cfg, in, uniformPlan(mode, blocks))
+		if err != nil {
+			return nil, fmt.Errorf("planning %s: %w", mode, err)
+		}
+		out = append(out, ModeCost{Mode: mode, TotalBytes: total})
+	}
+	return out, nil
+}
+
+// PlanTotal is the exact planner's total (step peak + optimizer state) of cfg with the per-block plan on model.
+func PlanTotal(backend compute.Backend, model Model, cfg Config, in Shape, plan string) (int64, error) {
+	if bp, ok := model.(blockPlanned); ok {
+		saved, _ := bp.blocks()
+		defer bp.setBlocks(saved) // the model keeps its own options
+	}
+	c := cfg
+	c.BlockPlan = plan
+	if err := applyBlockPlan(model, c); err != nil {
+		return 0, err
+	}
+	mv, err := PlanStep(backend, model, planShapes(model, c), c, in)
+	if err != nil {
+		return 0, err
+	}
+	return mv.TotalBytes, nil
+}
+
+// blockCount returns the number of transformer blocks of model.
+func blockCount(model Model) (int, error) {
+	bp, ok := model.(blockPlanned)
+	if !ok {
+		return 0, fmt.Errorf("model %T has no per-block options", model)
+	}
+	_, n := bp.blocks()
+	return n, nil
+}
+
+// CalibrateModes measures the step time of each mode on every block: a trainer of cfg with that uniform plan
+// on model runs batch for one warm-up step (compilation) and then steps timed steps; the median is kept. The
+// model's own per-block options are restored afterwards.
+func CalibrateModes(backend compute.Backend, model Model, cfg Config, batch Batch, costs []ModeCost, steps int) error {
+	blocks, err := blockCount(model)
+	if err != nil {
+		return err
+	}
+	saved, _ := model.(blockPlanned).blocks()
+	defer model.(blockPlanned).setBlocks(saved)
+	for i := range costs {
+		c := cfg
+		c.BlockPlan = uniformPlan(costs[i].Mode, blocks)
+		tr, err := New(model, c, backend)
+		if err != nil {
+			return fmt.Errorf("calibrating %s: %w", costs[i].Mode, err)
+		}
+		var times []float64
+		for s := 0; s <= steps; s++ {
+			st, err := tr.TrainStep([]Batch{batch})
+			if err != nil {
+				return fmt.Errorf("calibrating %s: %w", costs[i].Mode, err)
+			}
+			if s > 0 {
+				times = append(times, st.Seconds)
+			}
+		}
+		slices.Sort(times)
+		costs[i].StepSeconds = times[len(times)/2]
+	}
+	return nil
+}
+
+// BlockModesOf returns the modes of plan for model (ParseBlockPlan with its block count).
+func BlockModesOf(model Model, plan string) ([]models.BlockMode, error) {
+	n, err := blockCount(model)
+	if err != nil {
+		return nil, err
+	}
+	return models.ParseBlockPlan(plan, n)
+}
+
+// RandomBatch makes one batch of random inputs of the given shape for model (calibration and benchmarks:
+// step times do not depend on the values).
+func RandomBatch(model Model, shape Shape, seed uint64) Batch {
+	r := rand.New(rand.NewPCG(seed, 7))
+	switch m := model.(type) {
+	case ViT:
+		c := m.Config
+		px := make([]float32, shape.Batch*c.NumChannels*c.ImageSize*c.ImageSize)
+		for i := range px {
+			px[i] = float32(r.NormFloat64())
+		}
+		labels := make([]int32, shape.Batch)
+		for i := range labels {
+			labels[i] = int32(r.IntN(max(1, len(c.Labels))))
+		}
+		return Batch{"pixel_values": tensors.FromFlatDataAndDimensions(px, shape.Batch, c.NumChannels, c.ImageSize, c.ImageSize),
+			"labels": tensors.FromFlatDataAndDimensions(labels, shape.Batch)}
+	case Llama:
+		n := shape.Batch * shape.Seq
+		ids := make([]int32, n)
+		mask := make([]int32, n)
+		for i := range ids {
+			ids[i], mask[i] = int32(r.IntN(m.Config.VocabSize)), 1
+		}
+		return Batch{"input_ids": tensors.FromFlatDataAndDimensions(ids, shape.Batch, shape.Seq),
+			"attention_mask": tensors.FromFlatDataAndDimensions(mask, shape.Batch, shape.Seq),
+			"labels":         tensors.FromFlatDataAndDimensions(append([]int32(nil), ids...), shape.Batch, shape.Seq)}
+	}
+	return nil
+}
+
+// WithRandomWeights returns model (as ShapeModel gives it, without weights) with random weights in cfg's form
+// (quantised for QLoRA, folded with MS-norm), for calibrating step times at a model's shape.
+func WithRandomWeights(model Model, cfg Config, seed uint64) (Model, error) {
+	var out rebuilder
+	switch m := model.(type) {
+	case ViT:
+		opts := m.Options
+		opts.MSNorm = false
+		v, err := vit.New(m.Config, vit.RandomParams(m.Config, seed), opts)
+		if err != nil {
+			return nil, err
+		}
+		out = ViT{Model: v}
+	case Llama:
+		opts := m.Options
+		opts.MSNorm = false
+		l, err := llama.New(m.Config, llama.RandomParams(m.Config, seed), opts)
+		if err != nil {
+			return nil, err
+		}
+		out = Llama{Model: l}
+	default:
+		return nil, fmt.Errorf("model %T", model)
+	}
+	params := out.Params()
+	if cfg.Method == MethodQLoRA {
+		q, err := quant.QuantizeWeights(params, nf4Targets(out.LinearLayers()))
+		if err != nil {
+			return nil, err
+		}
+		params = q
+	}
+	return out.rebuild(params, cfg.MSNorm)
+}
+
+// Autopilot chooses the per-block plan of cfg on model for the budget less margin (a fraction): the modes'
+// totals from the exact planner (PlanModeCosts), their step times measured on backend with batch
+// (CalibrateModes, calibSteps timed steps each, cached by calibration key in cache when it is not nil), and the
+// search of ChooseBlockPlan, each candidate checked with the exact planner. cfg must leave approx_act,
+// grad_ckpt, mesa and block_plan to it.
+func Autopilot(backend compute.Backend, model Model, cfg Config, batch Batch, in Shape, budget int64, margin float64, calibSteps int, cache *CalibrationCache) (*Autoplan, error) {
+	if cfg.ApproxAct || cfg.GradCkpt || len(cfg.Mesa) > 0 || cfg.BlockPlan != "" {
+		return nil, fmt.Errorf("--budget chooses approx-act, grad-ckpt and mesa per block: leave --approx-act, --grad-ckpt, --mesa and --block-plan off")
+	}
+	if !(margin >= 0 && margin < 1) {
+		return nil, fmt.Errorf("the budget margin must be in [0, 1), got %g", margin)
+	}
+	blocks, err := blockCount(model)
+	if err != nil {
+		return nil, err
+	}
+	costs, err := PlanModeCosts(backend, model, cfg, in, AutopilotModes)
+	if err != nil {
+		return nil, err
+	}
+	key, err := calibrationKey(backend, model, cfg, in, calibSteps)
+	if err != nil {
+		return nil, err
+	}
+	if !cache.lookup(key, costs) {
+		if backend.Name() != "xla" {
+			if limit, ok, err := memory.MachineBytes(); err == nil && ok && costs[0].TotalBytes > limit {
+				return nil, fmt.Errorf("timing the modes runs the step at this shape, which needs %s (planned, plain) but this machine has %s: choose the plan where the step runs (a GPU), or at a smaller shape",
+					memory.FormatBytes(costs[0].TotalBytes), memory.FormatBytes(limit))
+			}
+		}
+		if err := CalibrateModes(backend, model, cfg, batch, costs, calibSteps); err != nil {
+			return nil, err
+		}
+		if err := cache.store(key, costs); err != nil {
+			return nil, err
+		}
+	}
+	limit := int64(float64(budget) * (1 - margin))
+	return ChooseBlockPlan(costs, blocks, limit, func(plan string) (int64, error) { return PlanTotal(backend, model, cfg, in, plan) })
+}
+
+// CalibrationCache keeps measured mode step times in a JSON file, by a key of the backend, the model's
+// config, the training settings that shape the step and the batch shape, so that a second plan of the same
+// step does not time it again.
+type CalibrationCache struct {
+	// Path is the JSON file.
+	Path string
+}
+
+// DefaultCalibrationCache is the cache under the user's cache folder ($XDG_CACHE_HOME/memfit/calibration.json on
+// Linux), or nil when there is none.
+func DefaultCalibrationCache() *CalibrationCache {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return nil
+	}
+	return &CalibrationCache{Path: filepath.Join(dir, "memfit", "calibration.json")}
+}
+
+func (c *CalibrationCache) read() map[string][]ModeCost {
+	out := map[string][]ModeCost{}
+	if c == nil {
+		return out
+	}
+	if raw, err := os.ReadFile(c.Path); err == nil {
+		_ = json.Unmarshal(raw, &out) // a damaged cache is measured again and rewritten
+	}
+	return out
+}
+
+// lookup fills costs' step times from the cache; false when the key or a mode is missing.
+func (c *CalibrationCache) lookup(key string, costs []ModeCost) bool {
+	saved, ok := c.read()[key]
+	if !ok {
+		return false
+	}
+	byMode := map[string]float64{}
+	for _, s := range saved {
+		byMode[s.Mode] = s.StepSeconds
+	}
+	for _, m := range costs {
+		if byMode[m.Mode] <= 0 {
+			return false
+		}
+	}
+	for i := range costs {
+		costs[i].StepSeconds = byMode[costs[i].Mode]
+	}
+	return true
+}
+
+func (c *CalibrationCache) store(key string, costs []ModeCost) error {
+	if c == nil {
+		return nil
+	}
+	all := c.read()
+	all[key] = costs
+	if err := os.MkdirAll(filepath.Dir(c.Path), 0o755); err != nil {
+		return err
+	}
+	return writeJSON(c.Path, all)
+}
+
+// calibrationKey identifies a calibration: the backend, the model's config.json, the settings that shape the
+// step, the batch shape and the number of timed steps.
+func calibrationKey(backend compute.Backend, model Model, cfg Config, in Shape, steps int) (string, error) {
+	conf, err := model.ConfigJSON()
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%s|%s|%s|%d|%s|%v|%s|%s|%v|%s|%v|%d|%d|%d", backend.Name(), conf, cfg.Method, cfg.LoRARank,
+		strings.Join(cfg.LoRATarget, ","), cfg.TrainModules, cfg.Optimizer, cfg.ComputeDType, cfg.MSNorm, cfg.Attention,
+		AutopilotModes, in.Batch, in.Seq, steps)
+	return hex.EncodeToString(h.Sum(nil))[:20], nil
+}
