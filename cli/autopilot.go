@@ -30,6 +30,9 @@ func printAutoplan(w io.Writer, p *finetune.Autoplan, blocks int, budget int64, 
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if p.BatchSize > 0 {
+		fmt.Fprintf(w, "micro-batch %d x %d accumulation steps\n", p.BatchSize, p.AccumSteps)
+	}
 	_, err := fmt.Fprintf(w, "plan: %s\n  total %s (exact plan: step peak + optimizer state; additive prediction %s), predicted step %s\n",
 		p.Plan, memory.FormatBytes(p.PlannedBytes), memory.FormatBytes(p.PredictedBytes), time.Duration(p.PredictedSeconds*float64(time.Second)).Round(time.Microsecond))
 	return err

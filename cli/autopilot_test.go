@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -73,6 +74,23 @@ func TestTrainBudget(t *testing.T) {
 	}
 	if spec.Config.BlockPlan == "" || !strings.Contains(stderr, "plan: "+spec.Config.BlockPlan+"\n") {
 		t.Errorf("run.yaml block_plan %q is not the printed plan", spec.Config.BlockPlan)
+	}
+	out3 := filepath.Join(tmp, "run3")
+	_, stderr, code = run(t, "train", "--model", model, "--data", data, "--out", out3, "--steps", "1", "--batch-size", "4",
+		"--train-modules", "classifier", "--budget", "1.2MiB", "--budget-batch")
+	if code != 0 {
+		t.Fatalf("--budget-batch: exit %d\n%s", code, stderr)
+	}
+	raw, _ = os.ReadFile(filepath.Join(out3, finetune.RunFile))
+	var spec3 finetune.RunSpec
+	if err := yaml.Unmarshal(raw, &spec3); err != nil {
+		t.Fatal(err)
+	}
+	if c := spec3.Config; c.BatchSize*c.AccumSteps != 4 || !strings.Contains(stderr, fmt.Sprintf("micro-batch %d x %d", c.BatchSize, c.AccumSteps)) {
+		t.Errorf("--budget-batch saved micro-batch %d x %d, printed:\n%s", c.BatchSize, c.AccumSteps, stderr)
+	}
+	if _, stderr, code := run(t, "train", "--model", model, "--data", data, "--out", filepath.Join(tmp, "run4"), "--budget-batch"); code != 2 || !strings.Contains(stderr, "go with --budget") {
+		t.Errorf("--budget-batch without --budget: exit %d %s", code, stderr)
 	}
 	_, stderr, code = run(t, "train", "--model", model, "--data", data, "--out", filepath.Join(tmp, "run2"), "--steps", "1",
 		"--budget", "1.2MiB", "--approx-act")

@@ -19,6 +19,7 @@ func newMemoryCommand(opts *Options) *cobra.Command {
 	var seqLen, numLabels, maxBatch, maxSeq int
 	var asJSON, compileTime, autoplan bool
 	var budgetMargin float64
+	var budgetBatch bool
 	flagCfg := finetune.Defaults()
 	cmd := &cobra.Command{
 		Use:   "memory --model DIR|PRESET [flags]",
@@ -92,7 +93,12 @@ variant's step programs (the device-resident step's, and the host-side step's fo
 				if err != nil {
 					return err
 				}
-				p, err := finetune.Autopilot(backend, rm, cfg, finetune.RandomBatch(rm, in, 1), in, budgetBytes, budgetMargin, calibrationSteps, finetune.DefaultCalibrationCache())
+				var p *finetune.Autoplan
+				if budgetBatch {
+					p, err = finetune.AutopilotBatch(backend, rm, cfg, in.Seq, budgetBytes, budgetMargin, calibrationSteps, finetune.DefaultCalibrationCache())
+				} else {
+					p, err = finetune.Autopilot(backend, rm, cfg, finetune.RandomBatch(rm, in, 1), in, budgetBytes, budgetMargin, calibrationSteps, finetune.DefaultCalibrationCache())
+				}
 				if err != nil {
 					return err
 				}
@@ -173,6 +179,7 @@ variant's step programs (the device-resident step's, and the host-side step's fo
 	f.StringVar(&budget, "budget", "", "memory budget for --max-batch-size/--max-seq-len or --plan, e.g. 24GiB, 80GB, 1.5e9")
 	f.BoolVar(&autoplan, "plan", false, "with --budget: the memory autopilot's per-block plan (approx-act, Mesa, gradient checkpointing) that fits and runs fastest, its modes timed on this backend")
 	f.Float64Var(&budgetMargin, "budget-margin", 0.05, "fraction of --budget kept free (with --plan)")
+	f.BoolVar(&budgetBatch, "budget-batch", false, "with --plan: also choose the micro-batch (a divisor of --batch-size, the effective batch, with accumulation making up the rest) that runs fastest")
 	f.BoolVar(&compileTime, "compile-time", false, "instead of the memory table, build and compile each variant's step programs (host-side and device-resident) and print how long that took")
 	bindSettings(f, &flagCfg, true, memorySettings...)
 	alias(f, "seq-len", "seq")

@@ -33,6 +33,7 @@ func newTrainCommand(opts *Options) *cobra.Command {
 	var resume, overwrite, dryRun bool
 	var budget string
 	var budgetMargin float64
+	var budgetBatch bool
 	flagCfg := finetune.Defaults()
 	cmd := &cobra.Command{
 		Use:   "train --model DIR --data FILE --out DIR [flags]",
@@ -120,7 +121,9 @@ gradients to the host; the loss is read back every --log-every steps.`,
 				if err != nil {
 					return usagef("--budget: %v", err)
 				}
-				ap = &autopilotRequest{budget: b, margin: budgetMargin}
+				ap = &autopilotRequest{budget: b, margin: budgetMargin, batch: budgetBatch}
+			} else if budgetBatch || cmd.Flags().Changed("budget-margin") {
+				return usagef("--budget-batch and --budget-margin go with --budget")
 			}
 			return runTraining(cmd, opts, spec, out, resume, overwrite, ap)
 		},
@@ -133,6 +136,7 @@ gradients to the host; the loss is read back every --log-every steps.`,
 	f.BoolVar(&resume, "resume", false, "continue the run in --out from its latest checkpoint")
 	f.StringVar(&budget, "budget", "", "memory budget (e.g. 24GiB): the memory autopilot chooses a per-block plan of approx-act, Mesa and gradient checkpointing that fits it and runs fastest (saved as block_plan)")
 	f.Float64Var(&budgetMargin, "budget-margin", 0.05, "fraction of --budget kept free")
+	f.BoolVar(&budgetBatch, "budget-batch", false, "with --budget: also choose the micro-batch (a divisor of --batch-size x --accum-steps, with accumulation keeping that effective batch) that runs fastest")
 	f.BoolVar(&dryRun, "dry-run", false, "print the resolved run (run.yaml: flags over --config over defaults) and exit without loading anything")
 	f.BoolVar(&overwrite, "overwrite", false, "start a new run in an --out that holds one, deleting its checkpoints, metrics and adapter")
 	f.StringVar(&dataOpts.Format, "data-format", "", "safetensors, images, image-tar, idx, alpaca, text or glue (default: from the path)")
@@ -159,6 +163,7 @@ func abs(p string) string {
 type autopilotRequest struct {
 	budget int64
 	margin float64
+	batch  bool // --budget-batch: the micro-batch is the autopilot's to choose too
 }
 
 // peekBatch returns the loader's next batch and its shape without moving the loader.
@@ -216,7 +221,12 @@ func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out s
 			return err
 		}
 		fmt.Fprintf(cmd.ErrOrStderr(), "memory autopilot: planning and timing %d modes (%d steps each, cached)\n", len(finetune.AutopilotModes), calibrationSteps)
-		plan, err := finetune.Autopilot(backend, model, spec.Config, batch, in, ap.budget, ap.margin, calibrationSteps, finetune.DefaultCalibrationCache())
+		var plan *finetune.Autoplan
+		if ap.batch {
+			plan, err = finetune.AutopilotBatch(backend, model, spec.Config, in.Seq, ap.budget, ap.margin, calibrationSteps, finetune.DefaultCalibrationCache())
+		} else {
+			plan, err = finetune.Autopilot(backend, model, spec.Config, batch, in, ap.budget, ap.margin, calibrationSteps, finetune.DefaultCalibrationCache())
+		}
 		if err != nil {
 			return err
 		}
@@ -224,6 +234,12 @@ func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out s
 			return err
 		}
 		spec.Config.BlockPlan = plan.Plan
+		if plan.BatchSize != spec.Config.BatchSize {
+			spec.Config.BatchSize, spec.Config.AccumSteps = plan.BatchSize, plan.AccumSteps
+			if loader, err = finetune.OpenData(spec.Data, spec.DataOptions, model, spec.Model, spec.Config.BatchSize, spec.Config.Seed); err != nil {
+				return err
+			}
+		}
 	}
 	if err := finetune.CheckFitsMachine(backend, model, spec.Config, loader); err != nil {
 		return err

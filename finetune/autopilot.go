@@ -51,6 +51,10 @@ type Autoplan struct {
 	PredictedBytes   int64   `json:"predicted_total_bytes"`
 	PlannedBytes     int64   `json:"planned_total_bytes"`
 	PredictedSeconds float64 `json:"predicted_step_seconds"`
+	// BatchSize and AccumSteps are the micro-batch and accumulation the plan is for (AutopilotBatch may change
+	// them, keeping their product, the effective batch).
+	BatchSize  int `json:"batch_size"`
+	AccumSteps int `json:"accum_steps"`
 }
 
 // candidate is one count vector of the search with its additive figures.
@@ -346,7 +350,56 @@ func Autopilot(backend compute.Backend, model Model, cfg Config, batch Batch, in
 		}
 	}
 	limit := int64(float64(budget) * (1 - margin))
-	return ChooseBlockPlan(costs, blocks, limit, func(plan string) (int64, error) { return PlanTotal(backend, model, cfg, in, plan) })
+	p, err := ChooseBlockPlan(costs, blocks, limit, func(plan string) (int64, error) { return PlanTotal(backend, model, cfg, in, plan) })
+	if err != nil {
+		return nil, err
+	}
+	p.BatchSize, p.AccumSteps = in.Batch, cfg.AccumSteps
+	return p, nil
+}
+
+// AutopilotBatch is Autopilot that may also change the micro-batch (--budget-batch): for every micro-batch size b
+// dividing the effective batch E = batch_size x accum_steps, with E/b accumulation steps, it chooses the plan
+// (batches of random inputs of that shape time the modes) and keeps the one with the highest predicted throughput,
+// b examples per predicted micro-batch step time. A size for which even the lightest mode on every block does not
+// fit is skipped before any timing. seq is the sequence length (0 for ViT).
+func AutopilotBatch(backend compute.Backend, model Model, cfg Config, seq int, budget int64, margin float64, calibSteps int, cache *CalibrationCache) (*Autoplan, error) {
+	effective := cfg.BatchSize * cfg.AccumSteps
+	limit := int64(float64(budget) * (1 - margin))
+	var best *Autoplan
+	var lastErr error
+	for b := effective; b >= 1; b-- {
+		if effective%b != 0 {
+			continue
+		}
+		c := cfg
+		c.BatchSize, c.AccumSteps = b, effective/b
+		in := Shape{Batch: b, Seq: seq}
+		costs, err := PlanModeCosts(backend, model, c, in, AutopilotModes)
+		if err != nil {
+			return nil, err
+		}
+		lightest := costs[0].TotalBytes
+		for _, m := range costs {
+			lightest = min(lightest, m.TotalBytes)
+		}
+		if lightest > limit {
+			lastErr = fmt.Errorf("micro-batch %d: the lightest mode on every block needs %s", b, memory.FormatBytes(lightest))
+			continue
+		}
+		p, err := Autopilot(backend, model, c, RandomBatch(model, in, 1), in, budget, margin, calibSteps, cache)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		if best == nil || float64(p.BatchSize)/p.PredictedSeconds > float64(best.BatchSize)/best.PredictedSeconds {
+			best = p
+		}
+	}
+	if best == nil {
+		return nil, fmt.Errorf("no micro-batch dividing the effective batch %d fits %s: %v", effective, memory.FormatBytes(limit), lastErr)
+	}
+	return best, nil
 }
 
 // CalibrationCache keeps measured mode step times in a JSON file, by a key of the backend, the model's

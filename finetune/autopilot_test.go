@@ -124,3 +124,42 @@ func TestAutopilotOnThePlanner(t *testing.T) {
 		t.Errorf("an impossible budget: %v", err)
 	}
 }
+
+// TestAutopilotBatch: with a budget that no plan of the full micro-batch fits but a smaller one does, the
+// autopilot takes a divisor of the effective batch with accumulation making up the rest, and its plan fits.
+func TestAutopilotBatch(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	model, _ := imageTask(t, vit.Options{})
+	cfg := config(finetune.MethodLoRA, 1)
+	cfg.TrainModules = []string{"classifier"}
+	cfg.BatchSize = 12
+	backend := gtest.Backend(t)
+	lightest := func(b int) int64 {
+		c := cfg
+		c.BatchSize = b
+		costs, err := finetune.PlanModeCosts(backend, model, c, finetune.Shape{Batch: b}, finetune.AutopilotModes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := costs[0].TotalBytes
+		for _, m := range costs {
+			out = min(out, m.TotalBytes)
+		}
+		return out
+	}
+	full, half := lightest(12), lightest(6)
+	if half >= full {
+		t.Fatalf("a micro-batch of 6 plans %d bytes at the least, 12 plans %d", half, full)
+	}
+	budget := (full + half) / 2 // margin 0: the limit is the budget
+	p, err := finetune.AutopilotBatch(backend, model, cfg, 0, budget, 0, 1, finetune.DefaultCalibrationCache())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.BatchSize >= 12 || 12%p.BatchSize != 0 || p.BatchSize*p.AccumSteps != 12 || p.PlannedBytes > budget {
+		t.Errorf("micro-batch %d x %d, plan %s planned %d bytes, budget %d", p.BatchSize, p.AccumSteps, p.Plan, p.PlannedBytes, budget)
+	}
+	if _, err := finetune.AutopilotBatch(backend, model, cfg, 0, lightest(1)/2, 0, 1, nil); err == nil || !strings.Contains(err.Error(), "no micro-batch dividing the effective batch 12") {
+		t.Errorf("an impossible budget: %v", err)
+	}
+}
