@@ -22,6 +22,8 @@ type StepResult struct {
 	Batch   int    `json:"batch"`
 	Seq     int    `json:"seq,omitempty"`
 	Compute string `json:"compute_dtype"`
+	// BlockPlan is the per-block memory plan the step ran with ("" for the variant alone).
+	BlockPlan string `json:"block_plan,omitempty"`
 	// DevicePeakBytes is the device's peak bytes in use over the whole process (memory.XLADeviceStats), on XLA
 	// only; DevicePeakMethod says how it was measured.
 	DevicePeakBytes  int64  `json:"device_peak_bytes,omitempty"`
@@ -70,7 +72,7 @@ func RunStep(backend compute.Backend, dir string, shape finetune.Shape, base fin
 	if err != nil {
 		return StepResult{}, err
 	}
-	r := StepResult{TimedCell: cells[0], Backend: backend.Name(), Batch: shape.Batch, Seq: shape.Seq, Compute: base.ComputeDType}
+	r := StepResult{TimedCell: cells[0], Backend: backend.Name(), Batch: shape.Batch, Seq: shape.Seq, Compute: base.ComputeDType, BlockPlan: base.BlockPlan}
 	if st, err := memory.XLADeviceStats(backend, 0); err == nil && st.Peak >= 0 {
 		r.DevicePeakBytes, r.DevicePeakMethod = st.Peak, string(memory.MethodXLADevice)
 	}

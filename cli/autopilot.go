@@ -10,8 +10,9 @@ import (
 	"github.com/memfit/memfit/memory"
 )
 
-// calibrationSteps is how many timed steps each mode runs in the autopilot's calibration (after a warm-up).
-const calibrationSteps = 3
+// calibrationSteps is how many timed steps each mode runs in the autopilot's calibration (in two passes over the
+// modes, each after a warm-up step).
+const calibrationSteps = 6
 
 // printAutoplan writes the autopilot's choice: per mode, the blocks that take it, what each such block saves and
 // costs against plain (from the exact planner and the measured uniform steps), then the plan and its figures.
@@ -19,13 +20,17 @@ func printAutoplan(w io.Writer, p *finetune.Autoplan, blocks int, budget int64, 
 	fmt.Fprintf(w, "memory autopilot: budget %s less %.0f%% margin = %s; %d blocks\n", memory.FormatBytes(budget), 100*margin,
 		memory.FormatBytes(p.Limit), blocks)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "mode\tblocks\tsaves per block\ttime per block\tall blocks: total\tall blocks: step\t\n")
+	fmt.Fprintf(tw, "mode\tblocks\tsaves per block\ttime per block\tall blocks: total\tall blocks: step\tmeasured range\t\n")
 	plain := p.Costs[0]
 	for i, c := range p.Costs {
 		save := float64(plain.TotalBytes-c.TotalBytes) / float64(blocks)
 		cost := (c.StepSeconds - plain.StepSeconds) / float64(blocks)
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%+.2f ms\t%s\t%.1f ms\t\n", c.Mode, p.Counts[i], memory.FormatBytes(int64(save)), 1e3*cost,
-			memory.FormatBytes(c.TotalBytes), 1e3*c.StepSeconds)
+		rng := fmt.Sprintf("%.1f-%.1f ms", 1e3*c.StepMin, 1e3*c.StepMax)
+		if i > 0 && c.StepSeconds == plain.StepSeconds {
+			rng += " (overlaps plain's: a tie)"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%+.2f ms\t%s\t%.1f ms\t%s\t\n", c.Mode, p.Counts[i], memory.FormatBytes(int64(save)), 1e3*cost,
+			memory.FormatBytes(c.TotalBytes), 1e3*c.StepSeconds, rng)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -61,7 +61,7 @@ its ratio to GELU+LN.`,
 	f.StringVar(&variants, "variants", "", "comma-separated subset of "+variantNames()+" (default all; the first is the baseline for ratios)")
 	alias(f, "batch-size", "batch")
 	alias(f, "seq-len", "tokens")
-	cmd.AddCommand(blocks, newBenchMemoryCommand(opts), newBenchGridCommand(opts), newBenchStepCommand(opts), newBenchCompareCommand(), newBenchCPUCommand(opts))
+	cmd.AddCommand(blocks, newBenchMemoryCommand(opts), newBenchGridCommand(opts), newBenchStepCommand(opts), newBenchCompareCommand(), newBenchCPUCommand(opts), newBenchAutopilotCommand(opts))
 	return cmd
 }
 
@@ -326,7 +326,7 @@ bench/gpu/compare.sh runs both.`,
 	f.IntVar(&batch, "batch-size", 8, "examples per step")
 	f.IntVar(&seqLen, "seq-len", 512, "tokens per sequence (LLaMA)")
 	f.IntVar(&steps, "steps", 10, "timed steps after one warm-up step")
-	bindSettings(f, &base, false, "compute_dtype", "attention", "lora_r")
+	bindSettings(f, &base, false, "compute_dtype", "attention", "lora_r", "block_plan")
 	f.StringVar(&jsonOut, "json", "", "also write the result to this file")
 	f.StringVar(&workDir, "work-dir", "", "where a preset's random checkpoint is written, or reused when already there (default: a temporary folder, removed after)")
 	alias(f, "num-labels", "labels")

@@ -60,9 +60,10 @@ func bindSettings(f *pflag.FlagSet, c *finetune.Config, gpuNote bool, keys ...st
 
 // resolveConfig is the training config of a command that bound settings into flagCfg: finetune.Resolve over the
 // defaults, the --config file, the setting flags the user set (by their canonical or deprecated spelling) and the
-// backend's GPU defaults, validated. Any error is the user's (a usage error).
-func resolveConfig(cmd *cobra.Command, flagCfg finetune.Config, configFile string, opts *Options) (finetune.Config, error) {
-	cfg, err := finetune.Resolve(finetune.Sources{File: configFile, Flags: flagCfg, Backend: engine.ChooseSpec(opts.Backend),
+// backend's GPU defaults, validated; autopilot (a --budget plan) turns MS-norm on unless the file or a flag gave
+// ms_norm. Any error is the user's (a usage error).
+func resolveConfig(cmd *cobra.Command, flagCfg finetune.Config, configFile string, opts *Options, autopilot bool) (finetune.Config, error) {
+	cfg, err := finetune.Resolve(finetune.Sources{File: configFile, Flags: flagCfg, Backend: engine.ChooseSpec(opts.Backend), Autopilot: autopilot,
 		FlagSet: func(key string) bool {
 			s, _ := finetune.SettingByKey(key)
 			fl := cmd.Flags().Lookup(s.Flag())

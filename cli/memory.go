@@ -48,7 +48,7 @@ variant's step programs (the device-resident step's, and the host-side step's fo
 			if model == "" {
 				return usagef("--model is required (a model folder or a preset such as vit-b16 or llama-1b)")
 			}
-			cfg, err := resolveConfig(cmd, flagCfg, configFile, opts)
+			cfg, err := resolveConfig(cmd, flagCfg, configFile, opts, autoplan)
 			if err != nil {
 				return err
 			}
@@ -177,7 +177,7 @@ variant's step programs (the device-resident step's, and the host-side step's fo
 	f.IntVar(&maxBatch, "max-batch-size", 0, "search the largest batch size up to N that fits --budget")
 	f.IntVar(&maxSeq, "max-seq-len", 0, "search the longest sequence up to N that fits --budget (LLaMA)")
 	f.StringVar(&budget, "budget", "", "memory budget for --max-batch-size/--max-seq-len or --plan, e.g. 24GiB, 80GB, 1.5e9")
-	f.BoolVar(&autoplan, "plan", false, "with --budget: the memory autopilot's per-block plan (approx-act, Mesa, gradient checkpointing) that fits and runs fastest, its modes timed on this backend")
+	f.BoolVar(&autoplan, "plan", false, "with --budget: the memory autopilot's per-block plan (approx-act, Mesa, gradient checkpointing) that fits and runs fastest, its modes timed on this backend (MS-norm on unless the --config file sets ms_norm: false)")
 	f.Float64Var(&budgetMargin, "budget-margin", 0.05, "fraction of --budget kept free (with --plan)")
 	f.BoolVar(&budgetBatch, "budget-batch", false, "with --plan: also choose the micro-batch (a divisor of --batch-size, the effective batch, with accumulation making up the rest) that runs fastest")
 	f.BoolVar(&compileTime, "compile-time", false, "instead of the memory table, build and compile each variant's step programs (host-side and device-resident) and print how long that took")

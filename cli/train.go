@@ -98,7 +98,7 @@ gradients to the host; the loss is read back every --log-every steps.`,
 						return err
 					}
 				}
-				cfg, err := resolveConfig(cmd, flagCfg, configFile, opts)
+				cfg, err := resolveConfig(cmd, flagCfg, configFile, opts, budget != "")
 				if err != nil {
 					return err
 				}
@@ -134,7 +134,7 @@ gradients to the host; the loss is read back every --log-every steps.`,
 	f.StringVar(&out, "out", "", "output folder")
 	f.StringVar(&configFile, "config", "", "YAML config file (keys as the flags, snake_case)")
 	f.BoolVar(&resume, "resume", false, "continue the run in --out from its latest checkpoint")
-	f.StringVar(&budget, "budget", "", "memory budget (e.g. 24GiB): the memory autopilot chooses a per-block plan of approx-act, Mesa and gradient checkpointing that fits it and runs fastest (saved as block_plan)")
+	f.StringVar(&budget, "budget", "", "memory budget (e.g. 24GiB): the memory autopilot chooses a per-block plan of approx-act, Mesa and gradient checkpointing that fits it and runs fastest (saved as block_plan), with MS-norm on unless --ms-norm=false")
 	f.Float64Var(&budgetMargin, "budget-margin", 0.05, "fraction of --budget kept free")
 	f.BoolVar(&budgetBatch, "budget-batch", false, "with --budget: also choose the micro-batch (a divisor of --batch-size x --accum-steps, with accumulation keeping that effective batch) that runs fastest")
 	f.BoolVar(&dryRun, "dry-run", false, "print the resolved run (run.yaml: flags over --config over defaults) and exit without loading anything")

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -34,6 +35,25 @@ type ModeCost struct {
 	Mode        string  `json:"mode"`
 	TotalBytes  int64   `json:"total_bytes"`
 	StepSeconds float64 `json:"step_seconds"`
+	// StepMin and StepMax are the range of the timed calibration steps (StepSeconds is their median).
+	StepMin float64 `json:"step_seconds_min,omitempty"`
+	StepMax float64 `json:"step_seconds_max,omitempty"`
+}
+
+// settleTies returns costs with the step time of every mode whose calibration range overlaps plain's set to
+// plain's: a difference within the calibration's own spread is no evidence that a mode is slower or faster, and
+// the search then prefers, among plans of equal predicted time, the one that keeps least. (ReGELU2/ReSiLU2 cost
+// about nothing on a GPU; on a busy CPU their measured difference to plain is often noise of either sign.)
+func settleTies(costs []ModeCost) []ModeCost {
+	out := slices.Clone(costs)
+	p := out[0]
+	for i := 1; i < len(out); i++ {
+		c := out[i]
+		if p.StepMax > 0 && c.StepMax > 0 && c.StepMin <= p.StepMax && p.StepMin <= c.StepMax {
+			out[i].StepSeconds = p.StepSeconds
+		}
+	}
+	return out
 }
 
 // Autoplan is the autopilot's choice for a budget.
@@ -57,6 +77,19 @@ type Autoplan struct {
 	AccumSteps int `json:"accum_steps"`
 }
 
+// ErrNoPlanFits is wrapped by the autopilot's error when no per-block plan fits the budget (the message names the
+// smallest total reachable and what to change).
+var ErrNoPlanFits = errors.New("no per-block plan fits")
+
+// verifySlack and verifyTries bound the exact checks of ChooseBlockPlan: a mixed plan's exact total differs from
+// the additive prediction (the step's peak depends on which blocks take which mode, see planOf), so candidates
+// predicted up to verifySlack over the limit are checked too, at most verifyTries of them; uniform plans need no
+// check and are always considered.
+const (
+	verifySlack = 0.10
+	verifyTries = 48
+)
+
 // candidate is one count vector of the search with its additive figures.
 type candidate struct {
 	counts  []int
@@ -70,8 +103,9 @@ type candidate struct {
 // of one model are identical, so a plan is fixed, for both figures, by how many blocks take each mode; the search
 // enumerates every such count vector (C(blocks+k-1, k-1) of them: 2,925 for 24 blocks and 4 modes), so its
 // choice is the optimum of that model, not a heuristic. Candidates are then taken in order of predicted time
-// and each is checked with verify (the exact planner on the plan itself); the first whose exact total fits is
-// returned. When none fits, the error names the smallest total reachable (exact) and what to change.
+// and each is checked with verify (the exact planner on the plan itself; those predicted up to verifySlack over
+// the limit too, since a mixed plan's exact peak differs from the prediction both ways); the first whose exact
+// total fits is returned. When none fits, the error names the smallest total reachable (exact) and what to change.
 func ChooseBlockPlan(costs []ModeCost, blocks int, limit int64, verify func(plan string) (int64, error)) (*Autoplan, error) {
 	if len(costs) == 0 || costs[0].Mode != "plain" || blocks <= 0 {
 		return nil, fmt.Errorf("autopilot: the costs must start with plain, for a model with blocks")
@@ -109,23 +143,24 @@ func ChooseBlockPlan(costs []ModeCost, blocks int, limit int64, verify func(plan
 		}
 		return all[a].bytes < all[b].bytes
 	})
-	const tries = 32
 	tried := 0
 	for _, c := range all {
-		if c.bytes > float64(limit) {
+		uniform := slices.Contains(c.counts, blocks)
+		if c.bytes > float64(limit)*(1+verifySlack) || (tried >= verifyTries && !uniform) {
 			continue
 		}
 		plan := planOf(costs, c.counts)
-		exact, err := verify(plan)
-		if err != nil {
-			return nil, err
+		exact := int64(math.Round(c.bytes)) // a uniform plan's prediction is its exact total
+		if !uniform {
+			var err error
+			if exact, err = verify(plan); err != nil {
+				return nil, err
+			}
+			tried++
 		}
 		if exact <= limit {
 			return &Autoplan{Plan: plan, Counts: c.counts, Costs: costs, Limit: limit, PredictedBytes: int64(math.Round(c.bytes)),
 				PlannedBytes: exact, PredictedSeconds: c.seconds}, nil
-		}
-		if tried++; tried == tries {
-			break
 		}
 	}
 	smallest := all[0]
@@ -139,16 +174,25 @@ func ChooseBlockPlan(costs []ModeCost, blocks int, limit int64, verify func(plan
 	if err != nil {
 		return nil, err
 	}
-	return nil, fmt.Errorf("no per-block plan fits %s: the smallest total reachable is %s (%s); lower --batch-size or the sequence length, or use qlora or bfloat16",
-		memory.FormatBytes(limit), memory.FormatBytes(exact), plan)
+	return nil, fmt.Errorf("%w %s: the smallest total reachable is %s (%s); lower --batch-size or the sequence length, or use qlora or bfloat16",
+		ErrNoPlanFits, memory.FormatBytes(limit), memory.FormatBytes(exact), plan)
 }
 
-// planOf writes the plan giving counts[i] blocks mode costs[i].Mode, the modes in the order of costs.
+// planOf writes the plan giving counts[i] blocks mode costs[i].Mode. The blocks that keep least (the modes in
+// order of increasing uniform total, gradient checkpointing first) come first: the backward reaches the first
+// blocks last, so a recomputed block rebuilds its activations when the later blocks' saved activations have
+// been freed, instead of on top of them. Which blocks take a mode changes nothing in the additive model (the
+// saved bytes are the same) but does change the step's peak, which the exact planner checks.
 func planOf(costs []ModeCost, counts []int) string {
+	order := make([]int, len(costs))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return costs[order[a]].TotalBytes < costs[order[b]].TotalBytes })
 	var parts []string
-	for i, n := range counts {
-		if n > 0 {
-			parts = append(parts, fmt.Sprintf("%s*%d", costs[i].Mode, n))
+	for _, i := range order {
+		if counts[i] > 0 {
+			parts = append(parts, fmt.Sprintf("%s*%d", costs[i].Mode, counts[i]))
 		}
 	}
 	return strings.Join(parts, ",")
@@ -193,6 +237,9 @@ func PlanTotal(backend compute.Backend, model Model, cfg Config, in Shape, plan 
 	return mv.TotalBytes, nil
 }
 
+// BlockCount returns the number of transformer blocks of model (what a block plan covers).
+func BlockCount(model Model) (int, error) { return blockCount(model) }
+
 // blockCount returns the number of transformer blocks of model.
 func blockCount(model Model) (int, error) {
 	bp, ok := model.(blockPlanned)
@@ -204,8 +251,10 @@ func blockCount(model Model) (int, error) {
 }
 
 // CalibrateModes measures the step time of each mode on every block: a trainer of cfg with that uniform plan
-// on model runs batch for one warm-up step (compilation) and then steps timed steps; the median is kept. The
-// model's own per-block options are restored afterwards.
+// on model runs batch for one warm-up step (compilation) and then steps timed steps, in two passes over the modes
+// in opposite orders (so a drift of the machine's speed during the calibration falls on every mode alike); the
+// median of each mode's timed steps is kept, with their range. One trainer exists at a time. The model's own
+// per-block options are restored afterwards.
 func CalibrateModes(backend compute.Backend, model Model, cfg Config, batch Batch, costs []ModeCost, steps int) error {
 	blocks, err := blockCount(model)
 	if err != nil {
@@ -213,25 +262,34 @@ func CalibrateModes(backend compute.Backend, model Model, cfg Config, batch Batc
 	}
 	saved, _ := model.(blockPlanned).blocks()
 	defer model.(blockPlanned).setBlocks(saved)
-	for i := range costs {
-		c := cfg
-		c.BlockPlan = uniformPlan(costs[i].Mode, blocks)
-		tr, err := New(model, c, backend)
-		if err != nil {
-			return fmt.Errorf("calibrating %s: %w", costs[i].Mode, err)
-		}
-		var times []float64
-		for s := 0; s <= steps; s++ {
-			st, err := tr.TrainStep([]Batch{batch})
+	times := make([][]float64, len(costs))
+	perPass := max(1, (steps+1)/2)
+	for pass := 0; pass < 2; pass++ {
+		for k := range costs {
+			i := k
+			if pass == 1 {
+				i = len(costs) - 1 - k
+			}
+			c := cfg
+			c.BlockPlan = uniformPlan(costs[i].Mode, blocks)
+			tr, err := New(model, c, backend)
 			if err != nil {
 				return fmt.Errorf("calibrating %s: %w", costs[i].Mode, err)
 			}
-			if s > 0 {
-				times = append(times, st.Seconds)
+			for s := 0; s <= perPass; s++ {
+				st, err := tr.TrainStep([]Batch{batch})
+				if err != nil {
+					return fmt.Errorf("calibrating %s: %w", costs[i].Mode, err)
+				}
+				if s > 0 {
+					times[i] = append(times[i], st.Seconds)
+				}
 			}
 		}
-		slices.Sort(times)
-		costs[i].StepSeconds = times[len(times)/2]
+	}
+	for i := range costs {
+		slices.Sort(times[i])
+		costs[i].StepSeconds, costs[i].StepMin, costs[i].StepMax = times[i][len(times[i])/2], times[i][0], times[i][len(times[i])-1]
 	}
 	return nil
 }
@@ -350,7 +408,7 @@ func Autopilot(backend compute.Backend, model Model, cfg Config, batch Batch, in
 		}
 	}
 	limit := int64(float64(budget) * (1 - margin))
-	p, err := ChooseBlockPlan(costs, blocks, limit, func(plan string) (int64, error) { return PlanTotal(backend, model, cfg, in, plan) })
+	p, err := ChooseBlockPlan(settleTies(costs), blocks, limit, func(plan string) (int64, error) { return PlanTotal(backend, model, cfg, in, plan) })
 	if err != nil {
 		return nil, err
 	}
@@ -437,17 +495,18 @@ func (c *CalibrationCache) lookup(key string, costs []ModeCost) bool {
 	if !ok {
 		return false
 	}
-	byMode := map[string]float64{}
+	byMode := map[string]ModeCost{}
 	for _, s := range saved {
-		byMode[s.Mode] = s.StepSeconds
+		byMode[s.Mode] = s
 	}
 	for _, m := range costs {
-		if byMode[m.Mode] <= 0 {
+		if byMode[m.Mode].StepSeconds <= 0 {
 			return false
 		}
 	}
 	for i := range costs {
-		costs[i].StepSeconds = byMode[costs[i].Mode]
+		m := byMode[costs[i].Mode]
+		costs[i].StepSeconds, costs[i].StepMin, costs[i].StepMax = m.StepSeconds, m.StepMin, m.StepMax
 	}
 	return true
 }

@@ -166,11 +166,14 @@ type Sources struct {
 	FlagSet func(key string) bool
 	// Backend is the backend spec (e.g. "xla:cuda"), for GPUDefaults.
 	Backend string
+	// Autopilot says the memory autopilot chooses the per-block modes (a --budget plan): then MS-norm, the free
+	// model-wide saving, is on unless the file or a flag gave ms_norm.
+	Autopilot bool
 }
 
 // Resolve builds a training config from src: Defaults(), then the keys of src.File, then the settings whose flags
 // the user set, then GPUDefaults for src.Backend (for compute_dtype and attention when neither the file nor a flag
-// gave them); the LoRA defaults (lora_r, lora_targets) are dropped for method full unless the file or a flag gave
+// gave them), ms_norm on for Autopilot when neither gave it; the LoRA defaults (lora_r, lora_targets) are dropped for method full unless the file or a flag gave
 // one. The result is validated: an error is one line naming the problem.
 func Resolve(src Sources) (Config, error) {
 	flagSet := src.FlagSet
@@ -202,6 +205,9 @@ func Resolve(src Sources) (Config, error) {
 		return ok || flagSet(key)
 	}
 	cfg = GPUDefaults(cfg, src.Backend, given)
+	if src.Autopilot && !given("ms_norm") {
+		cfg.MSNorm = true
+	}
 	if cfg.Method == MethodFull && !given("lora_r") && !given("lora_targets") {
 		cfg.LoRARank, cfg.LoRATarget = 0, nil // the LoRA defaults do not apply to full fine-tuning
 	}

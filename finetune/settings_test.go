@@ -123,6 +123,20 @@ func TestResolve(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "takes no lora_r") {
 		t.Errorf("full with --lora-r: %v", err)
 	}
+	// The autopilot turns MS-norm on, unless the file or a flag says otherwise.
+	if cfg, err := finetune.Resolve(finetune.Sources{Autopilot: true}); err != nil || !cfg.MSNorm {
+		t.Errorf("autopilot: ms_norm %v (%v), want on", cfg.MSNorm, err)
+	}
+	if cfg, err := finetune.Resolve(finetune.Sources{Autopilot: true, Flags: finetune.Defaults(), FlagSet: func(k string) bool { return k == "ms_norm" }}); err != nil || cfg.MSNorm {
+		t.Errorf("autopilot with --ms-norm=false: ms_norm %v (%v)", cfg.MSNorm, err)
+	}
+	os.WriteFile(file, []byte("ms_norm: false\n"), 0o644)
+	if cfg, err := finetune.Resolve(finetune.Sources{Autopilot: true, File: file}); err != nil || cfg.MSNorm {
+		t.Errorf("autopilot with ms_norm: false in the file: ms_norm %v (%v)", cfg.MSNorm, err)
+	}
+	if cfg, err := finetune.Resolve(finetune.Sources{}); err != nil || cfg.MSNorm {
+		t.Errorf("no autopilot: ms_norm %v (%v), want the default off", cfg.MSNorm, err)
+	}
 	os.WriteFile(file, []byte("no_such_key: 1\n"), 0o644)
 	if _, err := finetune.Resolve(finetune.Sources{File: file}); err == nil || !strings.Contains(err.Error(), "no_such_key") {
 		t.Errorf("unknown key: %v", err)
