@@ -204,8 +204,17 @@ func shapeModels(c AutopilotCase) (map[bool]finetune.Model, error) {
 	return out, nil
 }
 
-// plannedOptions fills the global options' block plans and exact totals.
-func plannedOptions(o AutopilotOptions, c AutopilotCase, models map[bool]finetune.Model, blocks int) ([]AutopilotMeasure, error) {
+// planGlobalOptions returns c's shape models (shapeModels), its block count and the global options with their
+// block plans and exact totals.
+func planGlobalOptions(o AutopilotOptions, c AutopilotCase) (map[bool]finetune.Model, int, []AutopilotMeasure, error) {
+	models, err := shapeModels(c)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	blocks, err := finetune.BlockCount(models[true])
+	if err != nil {
+		return nil, 0, nil, err
+	}
 	var out []AutopilotMeasure
 	for _, g := range GlobalOptions {
 		cfg := c.Config
@@ -213,24 +222,16 @@ func plannedOptions(o AutopilotOptions, c AutopilotCase, models map[bool]finetun
 		plan := fmt.Sprintf("%s*%d", g.Mode, blocks)
 		total, err := finetune.PlanTotal(o.Backend, models[g.MSNorm], cfg, c.Shape, plan)
 		if err != nil {
-			return nil, fmt.Errorf("planning %s: %w", g.Name, err)
+			return nil, 0, nil, fmt.Errorf("planning %s: %w", g.Name, err)
 		}
 		out = append(out, AutopilotMeasure{Name: g.Name, MSNorm: g.MSNorm, BlockPlan: plan, PlannedBytes: total})
 	}
-	return out, nil
+	return models, blocks, out, nil
 }
 
 func runAutopilotCase(o AutopilotOptions, c AutopilotCase) (*AutopilotResult, error) {
 	logf(o.Log, "%s: planning the global options", c.Name)
-	shaped, err := shapeModels(c)
-	if err != nil {
-		return nil, err
-	}
-	blocks, err := finetune.BlockCount(shaped[true])
-	if err != nil {
-		return nil, err
-	}
-	opts, err := plannedOptions(o, c, shaped, blocks)
+	_, blocks, opts, err := planGlobalOptions(o, c)
 	if err != nil {
 		return nil, err
 	}
@@ -346,15 +347,7 @@ func compareRow(row *AutopilotRow, options []AutopilotMeasure, planned bool) {
 // units of the ms-norm step.
 func planAutopilotCase(o AutopilotOptions, c AutopilotCase, sib *AutopilotResult) (*AutopilotResult, error) {
 	logf(o.Log, "%s: planning (step times: %s's measured ratios)", c.Name, sib.Case.Name)
-	shaped, err := shapeModels(c)
-	if err != nil {
-		return nil, err
-	}
-	blocks, err := finetune.BlockCount(shaped[true])
-	if err != nil {
-		return nil, err
-	}
-	opts, err := plannedOptions(o, c, shaped, blocks)
+	shaped, blocks, opts, err := planGlobalOptions(o, c)
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -451,21 +452,7 @@ with GOEXPERIMENT=simd and runs this with GODEBUG=cpu.fma=off.`,
 				return err
 			}
 			run.Command = invocation
-			var table bytes.Buffer
-			if err := bench.WriteCPURun(&table, run); err != nil {
-				return err
-			}
-			cmd.OutOrStdout().Write(table.Bytes())
-			if err := writeFileAtomic(filepath.Join(out, "cpu-compare.txt"), table.Bytes()); err != nil {
-				return err
-			}
-			if err := writeResult(filepath.Join(out, "cpu-compare.json"), run); err != nil {
-				return err
-			}
-			if len(run.Problems) > 0 {
-				return fmt.Errorf("%d problem(s), the first: %s", len(run.Problems), run.Problems[0])
-			}
-			return nil
+			return writeBenchRun(cmd, filepath.Join(out, "cpu-compare"), run, run.Problems, func(w io.Writer) error { return bench.WriteCPURun(w, run) })
 		},
 	}
 	f := cmd.Flags()
@@ -542,4 +529,24 @@ initial adapter tensors go to the spec's init file, for the reference to start f
 	f.BoolVar(&writeInit, "write-init", false, "write the initial adapter tensors to the spec's init file")
 	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile (pprof) of the timed steps to this file")
 	return cmd
+}
+
+// writeBenchRun prints a benchmark run's table (write), saves it as base.txt and the run as base.json, and fails
+// when the run found problems (after both are written).
+func writeBenchRun(cmd *cobra.Command, base string, run any, problems []string, write func(io.Writer) error) error {
+	var table bytes.Buffer
+	if err := write(&table); err != nil {
+		return err
+	}
+	cmd.OutOrStdout().Write(table.Bytes())
+	if err := writeFileAtomic(base+".txt", table.Bytes()); err != nil {
+		return err
+	}
+	if err := writeResult(base+".json", run); err != nil {
+		return err
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%d problem(s), the first: %s", len(problems), problems[0])
+	}
+	return nil
 }

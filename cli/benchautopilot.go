@@ -1,8 +1,8 @@
 package cli
 
 import (
-	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -117,21 +117,7 @@ Writes DIR/autopilot.txt, DIR/autopilot.json and each process's JSON and log und
 				invocation = "finetune " + strings.Join(os.Args[1:], " ")
 			}
 			run.Command = invocation
-			var table bytes.Buffer
-			if err := bench.WriteAutopilotRun(&table, run); err != nil {
-				return err
-			}
-			cmd.OutOrStdout().Write(table.Bytes())
-			if err := writeFileAtomic(filepath.Join(out, "autopilot.txt"), table.Bytes()); err != nil {
-				return err
-			}
-			if err := writeResult(filepath.Join(out, "autopilot.json"), run); err != nil {
-				return err
-			}
-			if len(run.Problems) > 0 {
-				return fmt.Errorf("%d problem(s), the first: %s", len(run.Problems), run.Problems[0])
-			}
-			return nil
+			return writeBenchRun(cmd, filepath.Join(out, "autopilot"), run, run.Problems, func(w io.Writer) error { return bench.WriteAutopilotRun(w, run) })
 		},
 	}
 	f := cmd.Flags()
