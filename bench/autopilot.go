@@ -245,18 +245,15 @@ func runAutopilotCase(o AutopilotOptions, c AutopilotCase) (*AutopilotResult, er
 	batch := finetune.RandomBatch(model, c.Shape, 1)
 	plain := opts[0].PlannedBytes
 	for _, f := range o.Fractions {
-		budget := int64(f * float64(plain))
-		logf(o.Log, "%s: the autopilot at %.0f%% of plain (%s)", c.Name, 100*f, memory.FormatBytes(budget))
-		row := AutopilotRow{Fraction: f, BudgetBytes: budget, LimitBytes: int64(float64(budget) * (1 - o.Margin))}
-		p, err := finetune.Autopilot(o.Backend, model, cfg, batch, c.Shape, budget, o.Margin, o.CalibSteps, o.Cache)
-		switch {
-		case errors.Is(err, finetune.ErrNoPlanFits):
-			row.NoFit = err.Error()
-		case err != nil:
+		row, p, err := budgetRow(f, plain, o.Margin, func(budget, _ int64) (*finetune.Autoplan, error) {
+			logf(o.Log, "%s: the autopilot at %.0f%% of plain (%s)", c.Name, 100*f, memory.FormatBytes(budget))
+			return finetune.Autopilot(o.Backend, model, cfg, batch, c.Shape, budget, o.Margin, o.CalibSteps, o.Cache)
+		})
+		if err != nil {
 			return nil, err
-		default:
+		}
+		if p != nil {
 			res.Costs = p.Costs
-			row.Plan, row.PlannedBytes, row.PredictedBytes, row.PredictedSeconds = p.Plan, p.PlannedBytes, p.PredictedBytes, p.PredictedSeconds
 		}
 		res.Rows = append(res.Rows, row)
 	}
@@ -299,6 +296,24 @@ func runAutopilotCase(o AutopilotOptions, c AutopilotCase) (*AutopilotResult, er
 		compareRow(&res.Rows[i], res.Options, false)
 	}
 	return res, nil
+}
+
+// budgetRow is the row of the budget at fraction f of plain's total: choose gets the budget and the limit (the
+// budget less margin) and returns the autopilot's plan, which fills the row; when no plan fits, the row holds the
+// autopilot's one line and the plan is nil.
+func budgetRow(f float64, plain int64, margin float64, choose func(budget, limit int64) (*finetune.Autoplan, error)) (AutopilotRow, *finetune.Autoplan, error) {
+	budget := int64(f * float64(plain))
+	row := AutopilotRow{Fraction: f, BudgetBytes: budget, LimitBytes: int64(float64(budget) * (1 - margin))}
+	p, err := choose(budget, row.LimitBytes)
+	switch {
+	case errors.Is(err, finetune.ErrNoPlanFits):
+		row.NoFit = err.Error()
+		return row, nil, nil
+	case err != nil:
+		return row, nil, err
+	}
+	row.Plan, row.PlannedBytes, row.PredictedBytes, row.PredictedSeconds = p.Plan, p.PlannedBytes, p.PredictedBytes, p.PredictedSeconds
+	return row, p, nil
 }
 
 // findMeasure returns the index of the configuration with that MS-norm setting and block plan, or -1.
@@ -371,23 +386,18 @@ func planAutopilotCase(o AutopilotOptions, c AutopilotCase, sib *AutopilotResult
 	res := &AutopilotResult{Case: c, Blocks: blocks, Costs: costs, Options: opts}
 	plain := opts[0].PlannedBytes
 	for _, f := range o.Fractions {
-		budget := int64(f * float64(plain))
-		row := AutopilotRow{Fraction: f, BudgetBytes: budget, LimitBytes: int64(float64(budget) * (1 - o.Margin))}
-		logf(o.Log, "%s: the autopilot's search at %.0f%% of plain (%s)", c.Name, 100*f, memory.FormatBytes(budget))
-		p, err := finetune.ChooseBlockPlan(costs, blocks, row.LimitBytes, func(plan string) (int64, error) {
-			return finetune.PlanTotal(o.Backend, shaped[true], cfg, c.Shape, plan)
+		row, p, err := budgetRow(f, plain, o.Margin, func(budget, limit int64) (*finetune.Autoplan, error) {
+			logf(o.Log, "%s: the autopilot's search at %.0f%% of plain (%s)", c.Name, 100*f, memory.FormatBytes(budget))
+			return finetune.ChooseBlockPlan(costs, blocks, limit, func(plan string) (int64, error) {
+				return finetune.PlanTotal(o.Backend, shaped[true], cfg, c.Shape, plan)
+			})
 		})
-		switch {
-		case errors.Is(err, finetune.ErrNoPlanFits):
-			row.NoFit = err.Error()
-		case err != nil:
+		if err != nil {
 			return nil, err
-		default:
-			row.Plan, row.PlannedBytes, row.PredictedBytes, row.PredictedSeconds = p.Plan, p.PlannedBytes, p.PredictedBytes, p.PredictedSeconds
-			if findMeasure(res.Options, true, p.Plan) < 0 {
-				res.Options = append(res.Options, AutopilotMeasure{Name: "plan " + p.Plan, MSNorm: true, BlockPlan: p.Plan,
-					PlannedBytes: p.PlannedBytes, StepSeconds: p.PredictedSeconds, Predicted: true})
-			}
+		}
+		if p != nil && findMeasure(res.Options, true, p.Plan) < 0 {
+			res.Options = append(res.Options, AutopilotMeasure{Name: "plan " + p.Plan, MSNorm: true, BlockPlan: p.Plan,
+				PlannedBytes: p.PlannedBytes, StepSeconds: p.PredictedSeconds, Predicted: true})
 		}
 		res.Rows = append(res.Rows, row)
 	}
