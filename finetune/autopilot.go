@@ -83,8 +83,10 @@ var ErrNoPlanFits = errors.New("no per-block plan fits")
 
 // verifySlack and verifyTries bound the exact checks of ChooseBlockPlan: a mixed plan's exact total differs from
 // the additive prediction (the step's peak depends on which blocks take which mode, see planOf), so candidates
-// predicted up to verifySlack over the limit are checked too, at most verifyTries of them; uniform plans need no
-// check and are always considered.
+// predicted up to verifySlack over the limit are checked too, at most verifyTries of them, and as many of the
+// candidates predicted to fit (two separate allowances: the faster candidates just over the limit must not use
+// up the checks of those predicted to fit; measured on llama-1b at 80% of plain, 48 checks of candidates
+// predicted over the limit left only the uniform plans). Uniform plans need no check and are always considered.
 const (
 	verifySlack = 0.10
 	verifyTries = 48
@@ -143,10 +145,15 @@ func ChooseBlockPlan(costs []ModeCost, blocks int, limit int64, verify func(plan
 		}
 		return all[a].bytes < all[b].bytes
 	})
-	tried := 0
+	triedOver, triedFit := 0, 0
 	for _, c := range all {
 		uniform := slices.Contains(c.counts, blocks)
-		if c.bytes > float64(limit)*(1+verifySlack) || (tried >= verifyTries && !uniform) {
+		over := c.bytes > float64(limit)
+		switch {
+		case c.bytes > float64(limit)*(1+verifySlack):
+			continue
+		case uniform:
+		case over && triedOver >= verifyTries, !over && triedFit >= verifyTries:
 			continue
 		}
 		plan := planOf(costs, c.counts)
@@ -156,7 +163,11 @@ func ChooseBlockPlan(costs []ModeCost, blocks int, limit int64, verify func(plan
 			if exact, err = verify(plan); err != nil {
 				return nil, err
 			}
-			tried++
+			if over {
+				triedOver++
+			} else {
+				triedFit++
+			}
 		}
 		if exact <= limit {
 			return &Autoplan{Plan: plan, Counts: c.counts, Costs: costs, Limit: limit, PredictedBytes: int64(math.Round(c.bytes)),
