@@ -90,8 +90,12 @@ func ParseKind(s string) (Kind, error) {
 
 // Mask says which keys each query may attend to. The zero value lets every query see every key.
 type Mask struct {
-	// Causal lets query i see only keys j <= i (queries and keys are the same positions).
+	// Causal lets query i see only keys j <= i (queries and keys are the same positions), or j <= Offset + i
+	// when Offset is set.
 	Causal bool
+	// Offset, when not nil, is a scalar integer: the key position of the first query. Decoding with a key/value
+	// cache sets it, the queries being the last tokens written into a cache of more keys than queries.
+	Offset *graph.Node
 	// KeyPadding, if not nil, is [B, M] with a non-zero value for real keys and 0 for padding; padding keys are
 	// hidden from every query.
 	KeyPadding *graph.Node
@@ -106,6 +110,9 @@ type Mask struct {
 func (m Mask) recomputed() Mask {
 	if m.KeyPadding != nil {
 		m.KeyPadding = engine.Recompute(m.KeyPadding)[0]
+	}
+	if m.Offset != nil {
+		m.Offset = engine.Recompute(m.Offset)[0]
 	}
 	return m
 }
@@ -125,11 +132,14 @@ const maskValue = -1e9
 func (m Mask) additive(g *graph.Graph, dtype dtypes.DType, n, keys int) *graph.Node {
 	var allowed *graph.Node // boolean, broadcastable to [B, 1, N, M]
 	if m.Causal {
-		if n != keys {
-			panic(fmt.Sprintf("attention: a causal mask needs as many queries as keys, got %d and %d", n, keys))
-		}
 		shape := shapes.Make(dtypes.Int32, 1, 1, n, keys)
-		allowed = graph.LessOrEqual(graph.Iota(g, shape, 3), graph.Iota(g, shape, 2))
+		query := graph.Iota(g, shape, 2)
+		if m.Offset != nil {
+			query = graph.Add(query, graph.ConvertDType(m.Offset, dtypes.Int32))
+		} else if n != keys {
+			panic(fmt.Sprintf("attention: a causal mask needs as many queries as keys (or an offset), got %d and %d", n, keys))
+		}
+		allowed = graph.LessOrEqual(graph.Iota(g, shape, 3), query)
 	}
 	if m.KeyPadding != nil {
 		kp := m.KeyPadding

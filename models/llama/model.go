@@ -221,24 +221,17 @@ func (m *Model) Forward(b models.Bound, inputIDs, attentionMask *graph.Node) Out
 		prefix := LayerPrefix(i)
 		mode, perBlock := models.Mode(m.Options.Blocks, i, m.Options.ApproxActivation, m.Options.GradCheckpoint)
 		x = b.ApplyBlock(prefix, x, mode, perBlock, func(b models.Bound, x *graph.Node) *graph.Node {
-			return m.layer(b, prefix, x, rope, mask, mode.ApproxActivation)
+			attend := func(q, k, v *graph.Node) *graph.Node {
+				mask := mask
+				mask.Keep = b.AttentionKeep()
+				q, k = rope.apply(q, cfg.NumAttentionHeads), rope.apply(k, cfg.NumKeyValueHeads)
+				return attention.Attention(m.Options.Attention, q, k, v, cfg.NumAttentionHeads, cfg.NumKeyValueHeads, mask)
+			}
+			return m.layer(b, prefix, x, attend, mode.ApproxActivation)
 		})
 		if i < cfg.NumHiddenLayers-1 {
 			out.Hidden = append(out.Hidden, x)
 		}
-	}
-	head := cfg.head()
-	folded := m.Options.MSNorm && head != EmbedTokens
-	if folded {
-		out.Hidden = append(out.Hidden, nil)
-	} else {
-		out.Hidden = append(out.Hidden, msnorm.RMSNorm(x, b.Node(FinalNorm), cfg.RMSNormEps, false))
-	}
-	finalNorm := func(x *graph.Node) *graph.Node {
-		if folded {
-			return msnorm.MSRMSNorm(x, cfg.RMSNormEps)
-		}
-		return msnorm.RMSNorm(x, b.Node(FinalNorm), cfg.RMSNormEps, false)
 	}
 	if cfg.Architecture == ArchClassification {
 		// The head reads one token per row, and the norm and the head act per token: pool first.
@@ -246,27 +239,56 @@ func (m *Model) Forward(b models.Bound, inputIDs, attentionMask *graph.Node) Out
 		out.PooledPositions = pos
 		onehot := graph.InsertAxes(graph.OneHot(pos, seq, x.DType()), -1) // [B, T, 1]
 		pooled := graph.ReduceSum(graph.Mul(x, onehot), 1)
-		out.Logits = b.ApplyLinear("score", finalNorm(pooled))
+		out.Hidden = append(out.Hidden, m.hiddenAfterNorm(b, x))
+		normed, _ := m.finalNorm(b, pooled)
+		out.Logits = b.ApplyLinear("score", normed)
 		return out
 	}
-	normed := out.Hidden[len(out.Hidden)-1]
+	normed, folded := m.finalNorm(b, x)
 	if folded {
-		normed = finalNorm(x)
-	}
-	if head == EmbedTokens {
-		// Tied head: the embedding table is not a linear layer of its own, adapters do not apply.
-		out.Logits = engine.Linear(normed, b.Node(EmbedTokens), nil)
+		out.Hidden = append(out.Hidden, nil)
 	} else {
-		out.Logits = b.ApplyLinear("lm_head", normed)
+		out.Hidden = append(out.Hidden, normed)
 	}
+	out.Logits = m.head(b, normed)
 	return out
+}
+
+// finalNorm applies model.norm to x (MS-RMSNorm without its affine when that was folded into the head, which
+// folded reports).
+func (m *Model) finalNorm(b models.Bound, x *graph.Node) (normed *graph.Node, folded bool) {
+	cfg := m.Config
+	if m.Options.MSNorm && cfg.head() != EmbedTokens {
+		return msnorm.MSRMSNorm(x, cfg.RMSNormEps), true
+	}
+	return msnorm.RMSNorm(x, b.Node(FinalNorm), cfg.RMSNormEps, false), false
+}
+
+// hiddenAfterNorm is the last hidden state of transformers' convention: the final norm of x, nil when folded.
+func (m *Model) hiddenAfterNorm(b models.Bound, x *graph.Node) *graph.Node {
+	if m.Options.MSNorm && m.Config.head() != EmbedTokens {
+		return nil
+	}
+	return msnorm.RMSNorm(x, b.Node(FinalNorm), m.Config.RMSNormEps, false)
+}
+
+// head applies the causal LM's output projection to the normed hidden states.
+func (m *Model) head(b models.Bound, normed *graph.Node) *graph.Node {
+	if m.Config.head() == EmbedTokens {
+		// Tied head: the embedding table is not a linear layer of its own, adapters do not apply.
+		return engine.Linear(normed, b.Node(EmbedTokens), nil)
+	}
+	return b.ApplyLinear("lm_head", normed)
 }
 
 // layer applies decoder layer pre to x:
 //
 //	h = x + o_proj(Attention(RoPE(q_proj(n1)), RoPE(k_proj(n1)), v_proj(n1)))   n1 = RMSNorm(x)
 //	y = h + down_proj(SiLU(gate_proj(n2)) * up_proj(n2))                          n2 = RMSNorm(h)
-func (m *Model) layer(b models.Bound, pre string, x *graph.Node, rope rotary, mask attention.Mask, approx bool) *graph.Node {
+//
+// attend takes the projections q [B, T, H*Dh], k and v [B, T, Hkv*Dh] before rotary embeddings and returns the
+// attention's context [B, T, H*Dh]: training attends within the sequence, decoding through a key/value cache.
+func (m *Model) layer(b models.Bound, pre string, x *graph.Node, attend func(q, k, v *graph.Node) *graph.Node, approx bool) *graph.Node {
 	cfg := m.Config
 	node := func(name string) *graph.Node { return b.Node(pre + name) }
 	lin := func(in *graph.Node, name string) *graph.Node { return b.ApplyLinear(pre+name, in) }
@@ -278,12 +300,8 @@ func (m *Model) layer(b models.Bound, pre string, x *graph.Node, rope rotary, ma
 		}
 		return b.Keep(quant.MesaLinear, msnorm.Affine(z, node(gamma), nil, false), -1)
 	}
-	mask.Keep = b.AttentionKeep()
 	n1 := norm(x, InputNorm)
-	q := rope.apply(lin(n1, QProj), cfg.NumAttentionHeads)
-	k := rope.apply(lin(n1, KProj), cfg.NumKeyValueHeads)
-	v := lin(n1, VProj)
-	ctx := attention.Attention(m.Options.Attention, q, k, v, cfg.NumAttentionHeads, cfg.NumKeyValueHeads, mask)
+	ctx := attend(lin(n1, QProj), lin(n1, KProj), lin(n1, VProj))
 	h := graph.Add(x, lin(b.Keep(quant.MesaLinear, ctx, -1), OProj))
 
 	n2 := norm(h, PostNorm)
