@@ -63,7 +63,7 @@ made with -tags xla.`,
 		`"go" (pure Go, default) or "xla:<plugin name or absolute .so path>"; default $`+engine.BackendEnv)
 	root.AddCommand(newBenchCommand(opts), newApproxBPCommand(opts), newInitCommand(opts), newLogitsCommand(opts),
 		newTrainCommand(opts), newExportCommand(opts), newMemoryCommand(opts),
-		newPretrainCommand(opts), newVersionCommand(), newDemoCommand(opts), newTokenizeCommand(), newEvalCommand(opts))
+		newPretrainCommand(opts), newVersionCommand(), newDemoCommand(opts), newTokenizeCommand(), newEvalCommand(opts), newGenerateCommand(opts))
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	checkSizeFlags(root)
 	refuseUnknownSubcommands(root)
@@ -75,7 +75,7 @@ made with -tags xla.`,
 func longCommand(cmd *cobra.Command) bool {
 	for c := cmd; c != nil; c = c.Parent() {
 		switch c.Name() {
-		case "train", "demo", "bench", "pretrain", "eval":
+		case "train", "demo", "bench", "pretrain", "eval", "generate":
 			return c.Parent() != nil && c.Parent().Parent() == nil
 		}
 	}

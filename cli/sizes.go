@@ -17,7 +17,7 @@ var sizeLimits = map[string]struct{ lo, hi int64 }{
 	"max-batch-size": {1, 1 << 20}, "seq-len": {1, 1 << 20}, "llama-seq-len": {1, 1 << 20}, "max-seq-len": {1, 1 << 20},
 	"hidden": {1, 1 << 16}, "mlp": {1, 1 << 18}, "heads": {1, 1 << 12}, "layers": {1, 1 << 12}, "steps": {1, 1 << 40},
 	"warmup": {0, 1 << 40}, "warmup-steps": {0, 1 << 40}, "num-labels": {0, 1_000_000}, "lora-r": {0, 1 << 16},
-	"train-per-class": {1, 1 << 30},
+	"train-per-class": {1, 1 << 30}, "max-new-tokens": {1, 1 << 20},
 }
 
 // ownRange is the annotation of a flag in sizeLimits whose command checks its range itself, with a message that
