@@ -104,7 +104,8 @@ func newEvalMMLUCommand(opts *Options) *cobra.Command {
 		Long: `Scores the MMLU test questions of the chosen subjects (all 57 by default) with the first --shots dev questions
 of each subject as examples, in lm-evaluation-harness' prompt format; prompts longer than --seq-len tokens are cut
 from the left. Two scorings are reported: the log-likelihood of the continuations " A".." D" (harness style) and the
-argmax over the letter tokens A..D (QLoRA-script style); each as micro (over questions) and macro (over subjects)
+argmax over the letter tokens A..D (QLoRA-script style), and with --generate a third: the letter a greedy
+two-token reply starts with (decoded with the key/value cache of finetune generate); each as micro (over questions) and macro (over subjects)
 averages, per subject and per category. --data is a folder with dev/ and test/ CSVs (question,choice0..3,answer
 with an index, or the original layout without header and letter answers). The results JSON goes next to the
 adapter (or the model) as eval-mmlu.json, with the prompt format, shots, averaging and a SHA-256 of the data.`,
@@ -200,6 +201,7 @@ adapter (or the model) as eval-mmlu.json, with the prompt format, shots, averagi
 	f.IntVar(&o.MaxLen, "seq-len", 0, "cut prompts longer than this many tokens from the left (default: the model's positions)")
 	f.IntVar(&o.BatchSize, "batch-size", 8, "prompts per forward pass")
 	f.IntVar(&limit, "limit", 0, "score only the first N test questions of each subject (0: all; the results say so)")
+	f.BoolVar(&o.Generate, "generate", false, "also score by generation: the letter a greedy 2-token reply starts with (the runner of finetune generate)")
 	f.StringVar(&out, "out", "", "results file (default: eval-mmlu.json next to the adapter or model)")
 	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
 	checksOwnRange(f, "seq-len") // 0 is the model's positions; the command names them
@@ -216,13 +218,22 @@ func absIf(p string) string {
 
 func writeMMLUTable(w io.Writer, r *evals.MMLUResult, path string) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "\tquestions\tacc (log-likelihood)\tacc (letter)\t\n")
+	gen := r.Micro.Generate != nil
+	if gen {
+		fmt.Fprintf(tw, "\tquestions\tacc (log-likelihood)\tacc (letter)\tacc (generate)\t\n")
+	} else {
+		fmt.Fprintf(tw, "\tquestions\tacc (log-likelihood)\tacc (letter)\t\n")
+	}
 	keys := make([]string, 0, len(r.BySubject))
 	for k := range r.BySubject {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	row := func(name string, s evals.SubjectResult) {
+		if gen && s.Generate != nil {
+			fmt.Fprintf(tw, "%s\t%d\t%.2f%%\t%.2f%%\t%.2f%%\t\n", name, s.Questions, 100*s.LogLikelihood, 100*s.Letter, 100**s.Generate)
+			return
+		}
 		fmt.Fprintf(tw, "%s\t%d\t%.2f%%\t%.2f%%\t\n", name, s.Questions, 100*s.LogLikelihood, 100*s.Letter)
 	}
 	for _, k := range keys {

@@ -17,8 +17,10 @@ import (
 // taken at each context's last token.
 type ModelLM struct {
 	Runner *runner.LogitsRunner
-	Pad    int
-	PadTo  int
+	// Generator decodes with the same model and adapters (MMLU scored by generation).
+	Generator *runner.Generator
+	Pad       int
+	PadTo     int
 	// MaxLen is the model's positions (max_position_embeddings): padding stops there.
 	MaxLen int
 }
@@ -32,8 +34,29 @@ func NewModelLM(backend compute.Backend, model runner.Model, set *adapter.Set) (
 	}
 	pad := max(m.LlamaConfig().PadTokenID, 0)
 	var params = model.Params()
-	return &ModelLM{Runner: runner.NewLogitsRunner(backend, model, params, set), Pad: pad, PadTo: 64,
-		MaxLen: m.LlamaConfig().MaxPositionEmbeddings}, nil
+	lm := &ModelLM{Runner: runner.NewLogitsRunner(backend, model, params, set), Pad: pad, PadTo: 64,
+		MaxLen: m.LlamaConfig().MaxPositionEmbeddings}
+	if d, ok := model.(runner.Decoder); ok {
+		lm.Generator = runner.NewGenerator(backend, d, params, set)
+	}
+	return lm, nil
+}
+
+// Greedy implements Generator: each context continued by up to maxNew tokens, greedily, with the key/value
+// cache (runner.Generator).
+func (m *ModelLM) Greedy(contexts [][]int, maxNew int) ([][]int, error) {
+	if m.Generator == nil {
+		return nil, fmt.Errorf("the model cannot decode incrementally")
+	}
+	out, _, err := m.Generator.Generate(contexts, runner.GenerateOptions{MaxNewTokens: maxNew, Pad: m.Pad, MaxPositions: m.MaxLen})
+	if err != nil {
+		return nil, err
+	}
+	ids := make([][]int, len(out))
+	for i, g := range out {
+		ids[i] = g.Tokens
+	}
+	return ids, nil
 }
 
 // NextLogProbs implements LM.

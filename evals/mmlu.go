@@ -152,8 +152,39 @@ type LM interface {
 	NextLogProbs(contexts [][]int, candidates [][]int) ([][]float64, error)
 }
 
+// Generator continues contexts greedily (ModelLM through runner.Generator, the runner `finetune generate`
+// uses).
+type Generator interface {
+	Greedy(contexts [][]int, maxNew int) ([][]int, error)
+}
+
+// TextDecoder turns ids back into text (the tokenizer package's Tokenizer satisfies it).
+type TextDecoder interface {
+	Decode(ids []int, skipSpecial bool) string
+}
+
+// GenerateTokens is how many tokens MMLU's generation scoring decodes after "Answer:".
+const GenerateTokens = 2
+
+// GeneratedAnswer returns the choice (0-3) a generated reply gives: its first character after leading spaces,
+// when it is one of the letters A-D; -1 otherwise (no answer, counted wrong).
+func GeneratedAnswer(text string) int {
+	text = strings.TrimLeft(text, " \t\n")
+	for i, l := range Letters {
+		if strings.HasPrefix(text, l) {
+			return i
+		}
+	}
+	return -1
+}
+
 // MMLUOptions configure EvalMMLU.
 type MMLUOptions struct {
+	// Generate also scores by generation: the model decodes GenerateTokens tokens greedily after each prompt
+	// and the answer is the letter its reply starts with (lm-evaluation-harness's generative MMLU style); the
+	// LM must be a Generator and the tokenizer a TextDecoder. The prompts are cut GenerateTokens shorter than
+	// MaxLen, so prompt and reply fit the positions.
+	Generate bool
 	// Shots is the number of dev questions used as examples (the first ones of the subject): 0 means 5, the
 	// default; a negative number means zero-shot.
 	Shots int
@@ -172,6 +203,8 @@ type SubjectResult struct {
 	// Letter picks the highest of the four letter tokens "A".."D" at the answer position (QLoRA-script style).
 	LogLikelihood float64 `json:"acc_loglikelihood"`
 	Letter        float64 `json:"acc_letter"`
+	// Generate is the accuracy of the answers read from greedy generation (with MMLUOptions.Generate).
+	Generate *float64 `json:"acc_generate,omitempty"`
 }
 
 // MMLUResult is what EvalMMLU reports.
@@ -188,6 +221,8 @@ type MMLUResult struct {
 	Seconds     float64                  `json:"seconds"`
 	PerSecond   float64                  `json:"questions_per_second"`
 	Predictions map[string][]int         `json:"-"`
+	// Generated holds, with MMLUOptions.Generate, each question's generated tokens by subject.
+	Generated map[string][][]int `json:"-"`
 }
 
 // EvalMMLU scores the test questions of each subject in test with shots from dev.
@@ -212,6 +247,22 @@ func EvalMMLU(lm LM, tok Tokenizer, dev, test map[string][]Question, o MMLUOptio
 		cont[i] = full[len(full)-1]
 		ids := tok.Encode(l, false)
 		letters[i] = ids[len(ids)-1]
+	}
+	var gen Generator
+	var detok TextDecoder
+	maxLen := o.MaxLen
+	if o.Generate {
+		var ok1, ok2 bool
+		gen, ok1 = lm.(Generator)
+		detok, ok2 = tok.(TextDecoder)
+		if !ok1 || !ok2 {
+			return nil, fmt.Errorf("scoring by generation needs a model that generates and a tokenizer that decodes")
+		}
+		if maxLen > 0 {
+			if maxLen -= GenerateTokens; maxLen < 2 {
+				return nil, fmt.Errorf("prompts of at most %d tokens leave no room for %d generated ones", o.MaxLen, GenerateTokens)
+			}
+		}
 	}
 	cands := append(cont[:], letters[:]...)
 	subjects := make([]string, 0, len(test))
@@ -240,15 +291,19 @@ func EvalMMLU(lm LM, tok Tokenizer, dev, test map[string][]Question, o MMLUOptio
 		}
 		for i, q := range test[s] {
 			ids := tok.Encode(Prompt(s, shots, q), true)
-			if o.MaxLen > 0 && len(ids) > o.MaxLen {
+			if maxLen > 0 && len(ids) > maxLen {
 				res.Truncated++
-				ids = append([]int{ids[0]}, ids[len(ids)-o.MaxLen+1:]...)
+				ids = append([]int{ids[0]}, ids[len(ids)-maxLen+1:]...)
 			}
 			items = append(items, item{s, i, ids})
 		}
 	}
 	correctLL := map[string]int{}
 	correctL := map[string]int{}
+	correctG := map[string]int{}
+	if o.Generate {
+		res.Generated = map[string][][]int{}
+	}
 	start := time.Now()
 	for b := 0; b < len(items); b += o.BatchSize {
 		batch := items[b:min(len(items), b+o.BatchSize)]
@@ -261,6 +316,12 @@ func EvalMMLU(lm LM, tok Tokenizer, dev, test map[string][]Question, o MMLUOptio
 		if err != nil {
 			return nil, err
 		}
+		var replies [][]int
+		if gen != nil {
+			if replies, err = gen.Greedy(ctxs, GenerateTokens); err != nil {
+				return nil, err
+			}
+		}
 		for i, it := range batch {
 			q := test[it.subject][it.index]
 			ll, let := argmax(lp[i][:4]), argmax(lp[i][4:])
@@ -271,6 +332,12 @@ func EvalMMLU(lm LM, tok Tokenizer, dev, test map[string][]Question, o MMLUOptio
 				correctL[it.subject]++
 			}
 			res.Predictions[it.subject] = append(res.Predictions[it.subject], ll)
+			if replies != nil {
+				if GeneratedAnswer(detok.Decode(replies[i], true)) == q.Answer {
+					correctG[it.subject]++
+				}
+				res.Generated[it.subject] = append(res.Generated[it.subject], replies[i])
+			}
 		}
 		if o.Progress != nil {
 			o.Progress(min(len(items), b+o.BatchSize), total)
@@ -280,14 +347,24 @@ func EvalMMLU(lm LM, tok Tokenizer, dev, test map[string][]Question, o MMLUOptio
 	if res.Seconds > 0 {
 		res.PerSecond = float64(total) / res.Seconds
 	}
-	catN, catLL, catL := map[string]int{}, map[string]int{}, map[string]int{}
-	var sumLL, sumL float64
+	catN, catLL, catL, catG := map[string]int{}, map[string]int{}, map[string]int{}, map[string]int{}
+	var sumLL, sumL, sumG float64
+	acc := func(correct, n int) *float64 {
+		if !o.Generate {
+			return nil
+		}
+		a := float64(correct) / float64(n)
+		return &a
+	}
+	correctAll := 0
 	for _, s := range subjects {
 		n := len(test[s])
-		r := SubjectResult{Questions: n, LogLikelihood: float64(correctLL[s]) / float64(n), Letter: float64(correctL[s]) / float64(n)}
+		r := SubjectResult{Questions: n, LogLikelihood: float64(correctLL[s]) / float64(n), Letter: float64(correctL[s]) / float64(n),
+			Generate: acc(correctG[s], n)}
 		res.BySubject[s] = r
 		sumLL += r.LogLikelihood
 		sumL += r.Letter
+		sumG += float64(correctG[s]) / float64(n)
 		c := Categories[s]
 		if c == "" {
 			c = "unknown"
@@ -295,6 +372,8 @@ func EvalMMLU(lm LM, tok Tokenizer, dev, test map[string][]Question, o MMLUOptio
 		catN[c] += n
 		catLL[c] += correctLL[s]
 		catL[c] += correctL[s]
+		catG[c] += correctG[s]
+		correctAll += correctG[s]
 		res.Micro.Questions += n
 		res.Micro.LogLikelihood += float64(correctLL[s])
 		res.Micro.Letter += float64(correctL[s])
@@ -302,10 +381,16 @@ func EvalMMLU(lm LM, tok Tokenizer, dev, test map[string][]Question, o MMLUOptio
 	if total > 0 {
 		res.Micro.LogLikelihood /= float64(total)
 		res.Micro.Letter /= float64(total)
+		res.Micro.Generate = acc(correctAll, total)
 		res.Macro = SubjectResult{Questions: total, LogLikelihood: sumLL / float64(len(subjects)), Letter: sumL / float64(len(subjects))}
+		if o.Generate {
+			g := sumG / float64(len(subjects))
+			res.Macro.Generate = &g
+		}
 	}
 	for c, n := range catN {
-		res.ByCategory[c] = SubjectResult{Questions: n, LogLikelihood: float64(catLL[c]) / float64(n), Letter: float64(catL[c]) / float64(n)}
+		res.ByCategory[c] = SubjectResult{Questions: n, LogLikelihood: float64(catLL[c]) / float64(n), Letter: float64(catL[c]) / float64(n),
+			Generate: acc(catG[c], n)}
 	}
 	return res, nil
 }

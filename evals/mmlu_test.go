@@ -6,7 +6,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/internal/golden"
+	"github.com/memfit/memfit/internal/gtest"
+	"github.com/memfit/memfit/models/llama"
 	"github.com/memfit/memfit/tokenizer"
 )
 
@@ -103,4 +106,77 @@ func TestForcedAnswersScoreFull(t *testing.T) {
 	if res.ByCategory["other"].Questions != len(test["anatomy"])+len(test["virology"]) {
 		t.Errorf("categories %+v", res.ByCategory)
 	}
+}
+
+// TestGenerationScoring: MMLU scored by generation with the shipped LLaMA (zero-shot, so the prompts fit its
+// positions uncut). The replies are greedy: each reply's first token must be at least as likely as any of the
+// continuations " A".." D" at the answer position (scored by the log-likelihood path, a different program), and
+// when it is one of them it is the log-likelihood scoring's pick; the generation accuracy counts the replies
+// that start with the right letter.
+func TestGenerationScoring(t *testing.T) {
+	dev, test, _, err := ReadMMLU(filepath.Join(golden.SharedDir(t), "mmlu"), []string{"anatomy", "virology"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s := range test {
+		test[s] = test[s][:12]
+	}
+	dir := filepath.Join("..", "pretrained", "llama-tiny")
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := llama.Load(dir, llama.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lm, err := NewModelLM(gtest.Backend(t), finetune.Llama{Model: m}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := EvalMMLU(lm, tok, dev, test, MMLUOptions{Generate: true, Shots: -1, BatchSize: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cont [4]int
+	for i, l := range Letters {
+		ids := tok.Encode("Answer: "+l, false)
+		cont[i] = ids[len(ids)-1]
+	}
+	letterFirst, correct := 0, 0
+	for s, replies := range res.Generated {
+		if len(replies) != len(test[s]) {
+			t.Fatalf("%s: %d replies for %d questions", s, len(replies), len(test[s]))
+		}
+		for i, r := range replies {
+			if len(r) == 0 || len(r) > GenerateTokens {
+				t.Errorf("%s question %d: reply %v, want 1 to %d tokens", s, i, r, GenerateTokens)
+				continue
+			}
+			if GeneratedAnswer(tok.Decode(r, true)) == test[s][i].Answer {
+				correct++
+			}
+			ctx := tok.Encode(Prompt(s, nil, test[s][i]), true)
+			lp, err := lm.NextLogProbs([][]int{ctx}, [][]int{append([]int{r[0]}, cont[:]...)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k := range cont {
+				if lp[0][1+k] > lp[0][0]+1e-4 {
+					t.Errorf("%s question %d: greedy reply %q (log p %.4f) but \" %s\" has log p %.4f", s, i, tok.Decode(r, true), lp[0][0], Letters[k], lp[0][1+k])
+				}
+				if r[0] == cont[k] {
+					letterFirst++
+					if res.Predictions[s][i] != k {
+						t.Errorf("%s question %d: generated %q, log-likelihood picked %s", s, i, tok.Decode(r, true), Letters[res.Predictions[s][i]])
+					}
+				}
+			}
+		}
+	}
+	if res.Micro.Generate == nil || *res.Micro.Generate != float64(correct)/24 {
+		t.Errorf("micro generation accuracy %v, want %d/24", res.Micro.Generate, correct)
+	}
+	t.Logf("%d of 24 replies start with a continuation token; generation accuracy %.3f; first reply %q", letterFirst, float64(correct)/24,
+		tok.Decode(res.Generated["anatomy"][0], false))
 }
