@@ -1,0 +1,102 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/memfit/memfit/bench"
+	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/runner"
+)
+
+func newBenchGenerateCommand(opts *Options) *cobra.Command {
+	var model, out, python, script, workDir, invocation string
+	var batches []int
+	var promptLen, newTokens, runs int
+	cmd := &cobra.Command{
+		Use:   "generate [--model DIR] [--out DIR]",
+		Short: "Greedy decoding tokens/s with the key/value cache, memfit against a plain-PyTorch loop on the same model",
+		Long: `Decodes greedily with memfit's generator (finetune generate's: prefill and decode programs, the key/value
+cache on the backend) and with a plain-PyTorch loop with a key/value cache (bench/pytorch/generate_compare.py:
+cpu_compare.py's LLaMA, each layer's keys and values concatenated onto its cache as transformers' dynamic cache
+does) on the same checkpoint and prompts, for each --batch-sizes: memfit in this process, PyTorch in its own,
+one after the other. Prompts are windows of --prompt-len tokens of a fixed passage; every row gets
+--new-tokens (no EOS stop). Reports decode tokens/s of both and their ratio, prefill times, memfit's compile
+time, and whether both generated the same tokens. Writes DIR/generate.txt, DIR/generate.json and the reference's
+JSON and log under DIR/processes.`,
+		Example: `  GOEXPERIMENT=simd go build -o bin/finetune ./cmd/finetune && bin/finetune bench generate --out docs/benchmarks/generate-cpu`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case len(batches) == 0:
+				return usagef("--batch-sizes: give at least one")
+			case promptLen < 2:
+				return usagef("--prompt-len %d: give at least 2 tokens", promptLen)
+			case newTokens < 2:
+				return usagef("--new-tokens %d: give at least 2 (the first comes from the prefill)", newTokens)
+			case runs < 1:
+				return usagef("--runs %d: give at least 1", runs)
+			}
+			for _, b := range batches {
+				if b < 1 || b > 256 {
+					return usagef("--batch-sizes %d: give 1 to 256 rows", b)
+				}
+			}
+			m, _, tok, err := loadForEval(model, "", "")
+			if err != nil {
+				return err
+			}
+			l, ok := m.(finetune.Llama)
+			if !ok || l.Config.Architecture != llama.ArchCausalLM {
+				return fmt.Errorf("%s: the generation benchmark needs a LLaMA causal LM", model)
+			}
+			if err := os.MkdirAll(out, 0o755); err != nil {
+				return err
+			}
+			if workDir == "" {
+				d, err := os.MkdirTemp("", "memfit-bench-generate-")
+				if err != nil {
+					return err
+				}
+				defer os.RemoveAll(d)
+				workDir = d
+			}
+			backend, err := opts.NewBackend()
+			if err != nil {
+				return err
+			}
+			defer backend.Finalize()
+			if invocation == "" {
+				invocation = "finetune " + strings.Join(os.Args[1:], " ")
+			}
+			abs, _ := filepath.Abs(model)
+			run, err := bench.RunGenerateCompare(bench.GenerateCompareOptions{Model: abs, Gen: runner.NewGenerator(backend, l, nil, nil), Tok: tok,
+				Batches: batches, PromptLen: promptLen, NewTokens: newTokens, Runs: runs, Python: []string{python, script},
+				WorkDir: workDir, OutDir: out, Backend: backend, Log: cmd.ErrOrStderr()})
+			if err != nil {
+				return err
+			}
+			run.Command = invocation
+			return writeBenchRun(cmd, filepath.Join(out, "generate"), run, run.Problems, func(w io.Writer) error { return bench.WriteGenerateRun(w, run) })
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&model, "model", "pretrained/llama-tiny", "LLaMA causal-LM folder both sides load")
+	f.IntSliceVar(&batches, "batch-sizes", []int{1, 8}, "rows decoded together, one comparison each")
+	f.IntVar(&promptLen, "prompt-len", 32, "tokens per prompt (BOS included)")
+	f.IntVar(&newTokens, "new-tokens", 128, "tokens generated per row")
+	f.IntVar(&runs, "runs", 3, "timed runs per side (after one warm-up run); the median is reported")
+	f.StringVar(&out, "out", "bench-generate-out", "folder for generate.txt, generate.json and processes/")
+	f.StringVar(&python, "python", "/usr/bin/python3", "Python with torch (Debian's python3-torch)")
+	f.StringVar(&script, "script", "bench/pytorch/generate_compare.py", "the reference script")
+	f.StringVar(&workDir, "work-dir", "", "folder for the specs (default: a temporary one, removed after)")
+	f.StringVar(&invocation, "invocation", "", "the command line to print")
+	_ = f.MarkHidden("invocation")
+	return cmd
+}
