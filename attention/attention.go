@@ -301,3 +301,30 @@ func MemoryEfficient(q, k, v *graph.Node, heads, kvHeads int, mask Mask) *graph.
 	})
 	return l.merge(ctx)
 }
+
+// Cached attends from the new tokens' queries q [B, N, H*Dh] to a key/value cache kept head-major in the layouts
+// the backend's matmuls take without copying: keysT [B, Hkv, Dh, M] (the keys transposed: the score product
+// contracts Dh, on the right operand's first non-batch axis) and values [B, Hkv, M, Dh]. The same attention as
+// Standard on k, v = the cache's keys and values (a decoding step has no backward pass); only q is rearranged,
+// so a step does not copy the cache.
+func Cached(q, keysT, values *graph.Node, heads, kvHeads int, mask Mask) *graph.Node {
+	if q.Rank() != 3 || keysT.Rank() != 4 || values.Rank() != 4 {
+		panic(fmt.Sprintf("attention: cached attention needs q [B, N, H*Dh], keys [B, Hkv, Dh, M], values [B, Hkv, M, Dh], got %s, %s, %s",
+			q.Shape(), keysT.Shape(), values.Shape()))
+	}
+	l := layout{b: q.Shape().Dim(0), n: q.Shape().Dim(1), d: q.Shape().Dim(2), m: values.Shape().Dim(2), heads: heads, kvHeads: kvHeads}
+	if heads <= 0 || kvHeads <= 0 || heads%kvHeads != 0 || l.d%heads != 0 {
+		panic(fmt.Sprintf("attention: %d heads and %d kv heads do not fit hidden size %d", heads, kvHeads, l.d))
+	}
+	l.dh, l.group = l.d/heads, heads/kvHeads
+	for _, s := range [][2][]int{{keysT.Shape().Dimensions, {l.b, kvHeads, l.dh, l.m}}, {values.Shape().Dimensions, {l.b, kvHeads, l.m, l.dh}}} {
+		if fmt.Sprint(s[0]) != fmt.Sprint(s[1]) {
+			panic(fmt.Sprintf("attention: cache tensor %v, want %v", s[0], s[1]))
+		}
+	}
+	q5 := graph.MulScalar(graph.Reshape(q, l.b, l.n, l.kvHeads, l.group, l.dh), 1/math.Sqrt(float64(l.dh)))
+	qh := graph.TransposeAllDims(q5, 0, 2, 1, 3, 4)                                 // [B, Hkv, N, G, Dh]
+	s := engine.DotGeneral(qh, []int{4}, []int{0, 1}, keysT, []int{2}, []int{0, 1}) // [B, Hkv, N, G, M]
+	probs := Softmax(maskScores(s, mask, l.n, l.m))
+	return l.merge(context(probs, values))
+}

@@ -2,6 +2,7 @@ package llama
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
@@ -16,7 +17,8 @@ import (
 // Incremental decoding with a key/value cache.
 //
 // The cache holds, per decoder layer, the keys (after rotary embeddings) and the values of every token written
-// so far: 2L tensors [B, S, Hkv*Dh] (K0, V0, K1, V1, ...), S the cache's length. A call of Decode writes T new
+// so far: 2L tensors (K0, V0, K1, V1, ...), head-major in the layouts attention.Cached reads without copying:
+// keys [B, Hkv, Dh, S] (transposed) and values [B, Hkv, S, Dh], S the cache's length. A call of Decode writes T new
 // tokens at cache positions start..start+T-1 and attends from them to every cache position that holds a real
 // token up to their own: prefill writes the (left-padded) prompts at start 0, each decode step one token per row.
 // Each token's rotary position is given separately from its cache position, so rows of different lengths share
@@ -30,13 +32,17 @@ func (m *Model) CacheShapes(batch, length int) []shapes.Shape {
 	if t, ok := m.Params[EmbedTokens]; ok && t.DType().IsFloat() {
 		dtype = t.DType()
 	}
-	kv := m.Config.NumKeyValueHeads * m.Config.HeadDim
+	h, dh := m.Config.NumKeyValueHeads, m.Config.HeadDim
 	out := make([]shapes.Shape, 2*m.Config.NumHiddenLayers)
-	for i := range out {
-		out[i] = shapes.Make(dtype, batch, length, kv)
+	for i := 0; i < len(out); i += 2 {
+		out[i] = shapes.Make(dtype, batch, h, dh, length)
+		out[i+1] = shapes.Make(dtype, batch, h, length, dh)
 	}
 	return out
 }
+
+// cacheAxis is the position axis of cache tensor i (keys 3, values 2).
+func cacheAxis(i int) int { return 3 - i%2 }
 
 // Decode runs the causal LM on the tokens ids [B, T] (integers) written into the cache at positions
 // start..start+T-1 (start a scalar integer node), with rotary positions positions [B, T] (integers) and keyMask
@@ -79,10 +85,14 @@ func (m *Model) Decode(b models.Bound, ids, positions, start, keyMask *graph.Nod
 	for i := 0; i < cfg.NumHiddenLayers; i++ {
 		attend := func(q, k, v *graph.Node) *graph.Node {
 			q, k = rope.apply(q, cfg.NumAttentionHeads), rope.apply(k, cfg.NumKeyValueHeads)
-			keys, values := write(2*i, k), write(2*i+1, v)
+			h, dh := cfg.NumKeyValueHeads, cfg.HeadDim
+			k4 := graph.Reshape(k, batch, seq, h, dh)
+			v4 := graph.Reshape(v, batch, seq, h, dh)
+			keys := write(2*i, graph.TransposeAllDims(k4, 0, 2, 3, 1))     // [B, Hkv, Dh, T]
+			values := write(2*i+1, graph.TransposeAllDims(v4, 0, 2, 1, 3)) // [B, Hkv, T, Dh]
 			out[2*i], out[2*i+1] = keys, values
 			keys, values = graph.ConvertDType(keys, q.DType()), graph.ConvertDType(values, q.DType())
-			return attention.Standard(q, keys, values, cfg.NumAttentionHeads, cfg.NumKeyValueHeads, mask)
+			return attention.Cached(q, keys, values, cfg.NumAttentionHeads, cfg.NumKeyValueHeads, mask)
 		}
 		x = m.layer(b, LayerPrefix(i), x, attend, false)
 	}
@@ -91,36 +101,41 @@ func (m *Model) Decode(b models.Bound, ids, positions, start, keyMask *graph.Nod
 	return m.head(b, normed), out
 }
 
-// cacheWriter returns the function that writes the new tokens' tensor x [B, T, Hkv*Dh] into cache tensor i
-// at positions start..start+T-1 and returns the updated tensor. Prefill (cache nil, start 0) pads x with zeros to
-// the cache's length. A decode step (cache given) updates it in place with DynamicUpdateSlice where the backend
-// has it (XLA); elsewhere (the pure-Go backend has no dynamic slices) it selects x at the position start
-// (Where over the cache's positions; T must be 1), which reads and writes the whole cache once per step, as the
-// attention reads it anyway.
+// cacheWriter returns the function that writes the new tokens' part x of cache tensor i (its shape with T
+// positions on the cache axis) at positions start..start+T-1 and returns the updated tensor. Prefill (cache nil,
+// start 0) pads x with zeros to the cache's length. A decode step (cache given) updates it in place with
+// DynamicUpdateSlice where the backend has it (XLA); elsewhere (the pure-Go backend has no dynamic slices) it
+// selects x at the position start (Where over the cache's positions; T must be 1), which reads and writes the
+// whole cache once per step, as the attention reads it anyway.
 func cacheWriter(g *graph.Graph, cache []*graph.Node, want []shapes.Shape, seq int, start *graph.Node) func(i int, x *graph.Node) *graph.Node {
 	if cache == nil {
 		return func(i int, x *graph.Node) *graph.Node {
 			x = graph.ConvertDType(x, want[i].DType)
-			length := want[i].Dim(1)
-			if length == seq {
-				return x
+			axis := cacheAxis(i)
+			if length := want[i].Dim(axis); length > seq {
+				dims := slices.Clone(want[i].Dimensions)
+				dims[axis] = length - seq
+				x = graph.Concatenate([]*graph.Node{x, graph.Zeros(g, shapes.Make(want[i].DType, dims...))}, axis)
 			}
-			zeros := graph.Zeros(g, shapes.Make(want[i].DType, want[i].Dim(0), length-seq, want[i].Dim(2)))
-			return graph.Concatenate([]*graph.Node{x, zeros}, 1)
+			return x
 		}
 	}
 	if g.Backend().Capabilities().Operations[compute.OpTypeDynamicUpdateSlice] {
 		zero := graph.ScalarZero(g, dtypes.Int32)
 		return func(i int, x *graph.Node) *graph.Node {
-			return graph.DynamicUpdateSlice(cache[i], graph.ConvertDType(x, cache[i].DType()), []*graph.Node{zero, start, zero})
+			at := []*graph.Node{zero, zero, zero, zero}
+			at[cacheAxis(i)] = start
+			return graph.DynamicUpdateSlice(cache[i], graph.ConvertDType(x, cache[i].DType()), at)
 		}
 	}
 	if seq != 1 {
 		panic(fmt.Sprintf("llama: this backend writes one token per row into the cache per step, got %d", seq))
 	}
 	return func(i int, x *graph.Node) *graph.Node {
-		s := want[i]
-		at := graph.Equal(graph.Iota(g, shapes.Make(dtypes.Int32, 1, s.Dim(1), 1), 1), start) // [1, S, 1]
+		s, axis := want[i], cacheAxis(i)
+		dims := []int{1, 1, 1, 1}
+		dims[axis] = s.Dim(axis)
+		at := graph.Equal(graph.Iota(g, shapes.Make(dtypes.Int32, dims...), axis), start)
 		return graph.Where(graph.BroadcastToShape(at, shapes.Make(dtypes.Bool, s.Dimensions...)),
 			graph.BroadcastToShape(graph.ConvertDType(x, s.DType), s), cache[i])
 	}
