@@ -128,32 +128,6 @@ func NewGenerator(backend compute.Backend, model Decoder, params models.Params, 
 	return &Generator{Backend: backend, Model: model, Params: params, Set: set, graphs: map[string]*graph.Graph{}}
 }
 
-// bind binds the parameters and adapters into g as Output does.
-func (gen *Generator) bind(g *graph.Graph) models.Bound {
-	b := models.Bind(g, gen.Params)
-	b.Weights = NF4Weights(gen.Model.LinearLayers(), dtypes.Float32)
-	if gen.Set != nil {
-		ad := models.Bind(g, gen.Set.Params)
-		b = b.Merge(ad)
-		b.Linear = gen.Set.Hook()
-	}
-	return b
-}
-
-// paramArgs returns the parameter and adapter tensors in the order bind's graph takes them.
-func (gen *Generator) paramArgs() []any {
-	var args []any
-	for _, t := range (models.Bound{Names: gen.Params.Names()}).Inputs(gen.Params) {
-		args = append(args, t)
-	}
-	if gen.Set != nil {
-		for _, t := range (models.Bound{Names: gen.Set.Params.Names()}).Inputs(gen.Set.Params) {
-			args = append(args, t)
-		}
-	}
-	return args
-}
-
 // program returns the compiled prefill (prefill true: no cache input, start 0) or decode program for ids of
 // [batch, seq] and a cache of length positions; compiled reports the seconds spent compiling it now.
 func (gen *Generator) program(prefill bool, batch, seq, length int) (g *graph.Graph, compiled float64, err error) {
@@ -180,7 +154,7 @@ func (gen *Generator) program(prefill bool, batch, seq, length int) (g *graph.Gr
 				cache = append(cache, graph.Parameter(g, fmt.Sprintf("cache.%d", i), s))
 			}
 		}
-		b := gen.bind(g)
+		b := bind(g, gen.Model, gen.Params, gen.Set)
 		logits, next := gen.Model.Decode(b, ids, pos, start, keyMask, cache)
 		if logits.DType() != dtypes.Float32 {
 			logits = graph.ConvertDType(logits, dtypes.Float32)
@@ -265,7 +239,7 @@ func (gen *Generator) Generate(prompts [][]int, o GenerateOptions) ([]Generation
 		return nil, st, err
 	}
 	st.CompileSeconds += sec
-	params := gen.paramArgs()
+	params := paramArgs(gen.Params, gen.Set)
 	var outs []*tensors.Tensor
 	t0 := time.Now()
 	err = engine.Try(func() {

@@ -112,19 +112,8 @@ func Output(backend compute.Backend, model Model, params models.Params, set *ada
 			nodes[n] = graph.Parameter(g, "batch."+n, batch[n].Shape())
 			args = append(args, batch[n])
 		}
-		b := models.Bind(g, params)
-		for _, t := range b.Inputs(params) {
-			args = append(args, t)
-		}
-		b.Weights = NF4Weights(model.LinearLayers(), dtypes.Float32)
-		if set != nil {
-			ad := models.Bind(g, set.Params)
-			b = b.Merge(ad)
-			b.Linear = set.Hook()
-			for _, t := range ad.Inputs(set.Params) {
-				args = append(args, t)
-			}
-		}
+		b := bind(g, model, params, set)
+		args = append(args, paramArgs(params, set)...)
 		g.Compile(fn(b, nodes))
 		out = g.Run(args...)[0]
 	})
@@ -172,31 +161,41 @@ func (r *LogitsRunner) Logits(batch Batch) (*tensors.Tensor, error) {
 			for _, n := range names {
 				nodes[n] = graph.Parameter(g, "batch."+n, batch[n].Shape())
 			}
-			b := models.Bind(g, r.Params)
-			b.Weights = NF4Weights(r.Model.LinearLayers(), dtypes.Float32)
-			if r.Set != nil {
-				ad := models.Bind(g, r.Set.Params)
-				b = b.Merge(ad)
-				b.Linear = r.Set.Hook()
-			}
-			g.Compile(r.Model.Logits(b, nodes))
+			g.Compile(r.Model.Logits(bind(g, r.Model, r.Params, r.Set), nodes))
 			r.graphs[sig] = g
 		}
 		args := []any{}
 		for _, n := range names {
 			args = append(args, batch[n])
 		}
-		b := models.Bound{Names: r.Params.Names()}
-		for _, t := range b.Inputs(r.Params) {
-			args = append(args, t)
-		}
-		if r.Set != nil {
-			ad := models.Bound{Names: r.Set.Params.Names()}
-			for _, t := range ad.Inputs(r.Set.Params) {
-				args = append(args, t)
-			}
-		}
-		out = g.Run(args...)[0]
+		out = g.Run(append(args, paramArgs(r.Params, r.Set)...)...)[0]
 	})
 	return out, err
+}
+
+// bind binds params (the model's) and the adapters of set (nil: none) into g: the parameters in params.Names()
+// order, then the adapters' in theirs; NF4 weights dequantised in float32, the adapters applied through the
+// set's hook.
+func bind(g *graph.Graph, model Model, params models.Params, set *adapter.Set) models.Bound {
+	b := models.Bind(g, params)
+	b.Weights = NF4Weights(model.LinearLayers(), dtypes.Float32)
+	if set != nil {
+		b = b.Merge(models.Bind(g, set.Params))
+		b.Linear = set.Hook()
+	}
+	return b
+}
+
+// paramArgs returns the tensors of params and set in the order bind's graph parameters take them.
+func paramArgs(params models.Params, set *adapter.Set) []any {
+	var args []any
+	for _, t := range (models.Bound{Names: params.Names()}).Inputs(params) {
+		args = append(args, t)
+	}
+	if set != nil {
+		for _, t := range (models.Bound{Names: set.Params.Names()}).Inputs(set.Params) {
+			args = append(args, t)
+		}
+	}
+	return args
 }
