@@ -57,16 +57,17 @@ func TestEvalGLUEPredictions(t *testing.T) {
 }
 
 // TestEvalMMLUShippedLlama scores the shipped tiny LLaMA on a few MMLU questions through the CLI: the results
-// file is written with its provenance, and a model this small scores about chance.
+// file is written with its provenance (and, with --generate, the generation scoring), and a model this small
+// scores about chance.
 func TestEvalMMLUShippedLlama(t *testing.T) {
 	mmlu := filepath.Join(golden.SharedDir(t), "mmlu")
 	res := filepath.Join(t.TempDir(), "mmlu.json")
 	out, errOut, code := run(t, "eval", "mmlu", "--model", filepath.Join("..", "pretrained", "llama-tiny"), "--data", mmlu,
-		"--subjects", "anatomy,high_school_geography", "--limit", "24", "--out", res)
+		"--subjects", "anatomy,high_school_geography", "--limit", "24", "--out", res, "--generate")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	if !strings.Contains(out, "micro (over questions)") || !strings.Contains(out, "[social sciences]") {
+	if !strings.Contains(out, "micro (over questions)") || !strings.Contains(out, "[social sciences]") || !strings.Contains(out, "acc (generate)") {
 		t.Errorf("table:\n%s", out)
 	}
 	var r struct {
@@ -74,8 +75,9 @@ func TestEvalMMLUShippedLlama(t *testing.T) {
 		Hash   string `json:"data_sha256"`
 		Format string `json:"prompt_format"`
 		Micro  struct {
-			Questions int     `json:"questions"`
-			LL        float64 `json:"acc_loglikelihood"`
+			Questions int      `json:"questions"`
+			LL        float64  `json:"acc_loglikelihood"`
+			Generate  *float64 `json:"acc_generate"`
 		} `json:"micro"`
 	}
 	b, err := os.ReadFile(res)
@@ -83,7 +85,7 @@ func TestEvalMMLUShippedLlama(t *testing.T) {
 		t.Fatalf("results file: %v", err)
 	}
 	t.Logf("tiny LLaMA, 48 questions: %.1f%% (log-likelihood)", 100*r.Micro.LL)
-	if r.Shots != 5 || len(r.Hash) != 64 || r.Micro.Questions != 48 || r.Format == "" {
+	if r.Shots != 5 || len(r.Hash) != 64 || r.Micro.Questions != 48 || r.Format == "" || r.Micro.Generate == nil {
 		t.Errorf("results %+v", r)
 	}
 	if r.Micro.LL > 0.5 {
