@@ -150,6 +150,62 @@ func TestLinearBias(t *testing.T) {
 	}
 }
 
+// TestLinearLayouts: the weight-on-the-left form for few rows and a weight held transposed (TransposedWeight)
+// compute what the plain x·wᵀ computes, values and gradients, and no node of the held form copies the weight.
+func TestLinearLayouts(t *testing.T) {
+	w := gtest.Tensor(gtest.Rand(2, 96*32, 1), 96, 32)
+	wT := gtest.Tensor(func() []float32 {
+		v, out := gtest.Float32s(w), make([]float32, 96*32)
+		for o := range 96 {
+			for i := range 32 {
+				out[i*96+o] = v[o*32+i]
+			}
+		}
+		return out
+	}(), 32, 96)
+	for _, rows := range []int{1, 3, 40} { // 1 and 3 rows take the weight-on-the-left form, 40 the plain one
+		x := gtest.Tensor(gtest.Rand(uint64(rows), rows*32, 1), rows, 1, 32)
+		build := func(held bool) func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+			return func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+				weight := p[1]
+				if held {
+					weight = engine.TransposedWeight(p[1])
+				}
+				y := engine.Linear(p[0], weight, nil)
+				grads := engine.Gradient(graph.ReduceAllSum(graph.Square(y)), p[0], p[1])
+				return append([]*graph.Node{y}, grads...)
+			}
+		}
+		plain := gtest.Run(t, build(false), x, w)
+		held := gtest.Run(t, build(true), x, wT)
+		// The plain reference for the held weight's gradient is the plain one transposed.
+		gw := make([]float32, 96*32)
+		for o := range 96 {
+			for i := range 32 {
+				gw[i*96+o] = plain[2][o*32+i]
+			}
+		}
+		for k, pair := range [][2][]float32{{plain[0], held[0]}, {plain[1], held[1]}, {gw, held[2]}} {
+			if d := gtest.MaxRelDiff(pair[1], pair[0], 1); d > 5e-5 { // float32 sums in other orders
+				t.Errorf("%d rows, output %d: relative difference %g (abs %g)", rows, k, d, gtest.MaxAbsDiff(pair[1], pair[0]))
+			}
+		}
+		// The forward product reads the held [in, out] weight itself.
+		_, g := gtest.RunGraph(t, func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+			return []*graph.Node{engine.Linear(p[0], engine.TransposedWeight(p[1]), nil)}
+		}, x, wT)
+		direct := false
+		for _, n := range g.Nodes() {
+			if n.Type() == graph.NodeTypeDotGeneral && slices.Contains(n.Inputs(), g.Nodes()[1]) {
+				direct = true
+			}
+		}
+		if !direct {
+			t.Errorf("%d rows: no product reads the held weight directly", rows)
+		}
+	}
+}
+
 // TestSliceGradient runs a slice gradient on the pure-Go backend (GoMLX's own needs Pad, which it lacks).
 func TestSliceGradient(t *testing.T) {
 	x := gtest.Tensor(gtest.Rand(3, 4*6, 1), 4, 6)

@@ -65,6 +65,8 @@ type entry struct {
 	// fresh is the node's value behind an optimization barrier, once Recompute has made it (see Recompute);
 	// rebuilt is remat's result, once Fresh has built it.
 	fresh, rebuilt *graph.Node
+	// transposedFrom, for a weight made by TransposedWeight, is the [in, out] node it transposes.
+	transposedFrom *graph.Node
 }
 
 // modify registers a copy of node's entry (an empty one if it has none) changed by change.

@@ -247,6 +247,20 @@ func dotGeneralOperandGrad(v *graph.Node, selfRank int, sc, sb []int, other *gra
 	return graph.TransposeAllDims(g, perm...)
 }
 
+// TransposedWeight returns the [out, in] weight of a linear layer whose weight is held transposed, wT [in, out]:
+// Linear then multiplies by wT directly (x·wT, the pure-Go backend's non-transposed product, no copy), and any
+// other reader gets the transpose. Decoding holds its weights so (runner.Generator): there a product has one row
+// per sequence and would otherwise take either the backend's slow small transposed kernel or a copy of the whole
+// weight per step.
+func TransposedWeight(wT *graph.Node) *graph.Node {
+	if wT.Rank() != 2 {
+		panic(fmt.Sprintf("engine.TransposedWeight: weight must be [in, out], got %s", wT.Shape()))
+	}
+	w := graph.Transpose(wT, 0, 1)
+	modify(w, func(e *entry) { e.transposedFrom = wT })
+	return w
+}
+
 // Linear returns x·wᵀ (+ b), contracting the last axis of x with the second axis of w: x is [..., in], w is
 // [out, in] (the Hugging Face layout) and b, if not nil, is [out]. The result is [..., out], tagged KindLinear.
 //
@@ -260,7 +274,11 @@ func Linear(x, w, b *graph.Node) *graph.Node {
 		panic(fmt.Sprintf("engine.Linear: input %s does not match weight %s ([out, in])", x.Shape(), w.Shape()))
 	}
 	var y *graph.Node
-	if out, in := w.Shape().Dim(0), w.Shape().Dim(1); 4*(x.Shape().Size()/in)*(in+out) < in*out {
+	if e := lookup(w); e != nil && e.transposedFrom != nil {
+		// The weight is held as [in, out] (TransposedWeight): x·wT is the backend's non-transposed product as it
+		// stands, with no copy of either operand.
+		y = SetKind(DotGeneral(x, []int{x.Rank() - 1}, nil, e.transposedFrom, []int{0}, nil), KindLinear)
+	} else if out, in := w.Shape().Dim(0), w.Shape().Dim(1); 4*(x.Shape().Size()/in)*(in+out) < in*out {
 		// Few rows (decoding: one token per sequence). The pure-Go backend's matmul takes its right operand
 		// [contracting, free] and would transpose all of w to [in, out] in every run, which costs more than the
 		// product itself here (measured: llama-tiny's tied head on one token, 2.3 ms against 0.24 ms). With w on

@@ -117,6 +117,10 @@ type Generator struct {
 	Params  models.Params
 	Set     *adapter.Set
 	graphs  map[string]*graph.Graph
+	// held are Params with every float linear-layer weight transposed to [in, out] on the backend (names kept),
+	// transposed the names so held; made on the first Generate (see engine.TransposedWeight).
+	held       models.Params
+	transposed map[string]bool
 }
 
 // NewGenerator returns a generator over model with params (model.Params() when nil) and adapters (none when
@@ -126,6 +130,49 @@ func NewGenerator(backend compute.Backend, model Decoder, params models.Params, 
 		params = model.Params()
 	}
 	return &Generator{Backend: backend, Model: model, Params: params, Set: set, graphs: map[string]*graph.Graph{}}
+}
+
+// holdTransposed makes gen.held: the linear layers' float weights transposed to [in, out] by one program on the
+// backend (they stay there), the other parameters as they are. Decoding multiplies one row per sequence by each
+// weight; held as [in, out], that is the pure-Go backend's fast non-transposed product with no copy, where the
+// Hugging Face [out, in] layout costs a copy of the whole weight, or its slow small transposed kernel, on every
+// step (engine.Linear, engine.TransposedWeight).
+func (gen *Generator) holdTransposed() error {
+	var names []string
+	for _, l := range gen.Model.LinearLayers() {
+		name := l.Path + ".weight"
+		if t, ok := gen.Params[name]; ok && t.Rank() == 2 && t.DType().IsFloat() {
+			names = append(names, name)
+		}
+	}
+	held := models.Params{}
+	for n, t := range gen.Params {
+		held[n] = t
+	}
+	transposed := map[string]bool{}
+	if len(names) > 0 {
+		err := engine.Try(func() {
+			g := graph.NewGraph(gen.Backend, "hold_transposed")
+			defer g.Finalize()
+			var outs []*graph.Node
+			args := make([]any, len(names))
+			for i, n := range names {
+				outs = append(outs, graph.Transpose(graph.Parameter(g, n, gen.Params[n].Shape()), 0, 1))
+				args[i] = gen.Params[n]
+			}
+			if err := g.Compile(outs...); err != nil {
+				panic(err)
+			}
+			for i, t := range g.Run(args...) {
+				held[names[i]], transposed[names[i]] = t, true
+			}
+		})
+		if err != nil {
+			return err
+		}
+	}
+	gen.held, gen.transposed = held, transposed
+	return nil
 }
 
 // program returns the compiled prefill (prefill true: no cache input, start 0) or decode program for ids of
@@ -154,7 +201,10 @@ func (gen *Generator) program(prefill bool, batch, seq, length int) (g *graph.Gr
 				cache = append(cache, graph.Parameter(g, fmt.Sprintf("cache.%d", i), s))
 			}
 		}
-		b := bind(g, gen.Model, gen.Params, gen.Set)
+		b := bind(g, gen.Model, gen.held, gen.Set)
+		for name := range gen.transposed {
+			b.Nodes[name] = engine.TransposedWeight(b.Nodes[name])
+		}
 		logits, next := gen.Model.Decode(b, ids, pos, start, keyMask, cache)
 		if logits.DType() != dtypes.Float32 {
 			logits = graph.ConvertDType(logits, dtypes.Float32)
@@ -234,12 +284,17 @@ func (gen *Generator) Generate(prompts [][]int, o GenerateOptions) ([]Generation
 		eos[e] = true
 	}
 
+	if gen.held == nil {
+		if err := gen.holdTransposed(); err != nil {
+			return nil, st, err
+		}
+	}
 	prefill, sec, err := gen.program(true, batch, plen, length)
 	if err != nil {
 		return nil, st, err
 	}
 	st.CompileSeconds += sec
-	params := paramArgs(gen.Params, gen.Set)
+	params := paramArgs(gen.held, gen.Set)
 	var outs []*tensors.Tensor
 	t0 := time.Now()
 	err = engine.Try(func() {
