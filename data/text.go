@@ -27,7 +27,7 @@ func ReadInstructions(path string) ([]Instruction, error) {
 	}
 	defer f.Close()
 	var out []Instruction
-	err = eachLine(f, func(line int, text string) error {
+	err = EachLine(f, func(line int, text string) error {
 		if strings.TrimSpace(text) == "" {
 			return nil
 		}
@@ -58,8 +58,9 @@ func ReadInstructions(path string) ([]Instruction, error) {
 	return out, nil
 }
 
-// eachLine calls fn with every line (1-based numbers, without the newline).
-func eachLine(r io.Reader, fn func(line int, text string) error) error {
+// EachLine calls fn with every line of r (1-based numbers, without the newline), lines of any length; it stops
+// at fn's first error and returns it.
+func EachLine(r io.Reader, fn func(line int, text string) error) error {
 	br := bufio.NewReaderSize(r, 1<<20)
 	for line := 1; ; line++ {
 		text, err := br.ReadString('\n')

@@ -5,7 +5,6 @@
 package generate
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +12,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/tokenizer"
 )
 
@@ -54,28 +54,24 @@ func ReadPrompts(path string) ([]Prompt, error) {
 
 func readPrompts(r io.Reader, name string) ([]Prompt, error) {
 	var out []Prompt
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 1<<16), 16<<20)
-	line := 0
-	for sc.Scan() {
-		line++
-		text := strings.TrimSpace(sc.Text())
-		if text == "" {
-			continue
+	err := data.EachLine(r, func(line int, text string) error {
+		if text = strings.TrimSpace(text); text == "" {
+			return nil
 		}
 		dec := json.NewDecoder(strings.NewReader(text))
 		dec.DisallowUnknownFields()
 		var p Prompt
 		if err := dec.Decode(&p); err != nil {
-			return nil, fmt.Errorf("%s:%d: %v (each line is a JSON object with prompt, instruction/input or messages, and optionally system)", name, line, err)
+			return fmt.Errorf("%s:%d: %v (each line is a JSON object with prompt, instruction/input or messages, and optionally system)", name, line, err)
 		}
 		if err := p.check(); err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", name, line, err)
+			return fmt.Errorf("%s:%d: %w", name, line, err)
 		}
 		out = append(out, p)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%s: no prompts", name)
