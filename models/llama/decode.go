@@ -49,7 +49,7 @@ func cacheAxis(i int) int { return 3 - i%2 }
 // [B, S] (non-zero at the cache positions that hold real tokens, the T new ones included). cache is the 2L
 // tensors of CacheShapes(B, S), or nil for a cache of zeros (prefill). It returns the logits of the last of the
 // T tokens, [B, vocab], and the updated cache. The model's memory modes do not apply (nothing is kept for a
-// backward pass); the attention is Standard, its mask causal from start on.
+// backward pass); the attention is attention.Cached over the whole cache, its mask causal from start on.
 func (m *Model) Decode(b models.Bound, ids, positions, start, keyMask *graph.Node, cache []*graph.Node) (*graph.Node, []*graph.Node) {
 	cfg := m.Config
 	if cfg.Architecture != ArchCausalLM {
