@@ -261,44 +261,64 @@ func (cr *CPUCaseResult) compare(tol float64) []string {
 	return problems
 }
 
+// jsonProcess is one finished run of runJSONProcess.
+type jsonProcess struct {
+	state   *os.ProcessState
+	wall    float64
+	command []string
+	out     string // the JSON file it wrote
+}
+
+// runJSONProcess runs command + args + ["--json", dir/name.json] with its output in dir/name.log (env nil: this
+// process's environment) and decodes the JSON file it writes into result. A failed run's error names the log's
+// last line.
+func runJSONProcess(command, args, env []string, dir, name string, result any) (jsonProcess, error) {
+	p := jsonProcess{out: filepath.Join(dir, name+".json")}
+	logPath := filepath.Join(dir, name+".log")
+	os.Remove(p.out)
+	p.command = append(append(append([]string(nil), command...), args...), "--json", p.out)
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return p, err
+	}
+	defer logFile.Close()
+	cmd := exec.Command(p.command[0], p.command[1:]...)
+	cmd.Stdout, cmd.Stderr, cmd.Env = logFile, logFile, env
+	start := time.Now()
+	runErr := cmd.Run()
+	p.wall, p.state = time.Since(start).Seconds(), cmd.ProcessState
+	if runErr != nil {
+		return p, fmt.Errorf("%s failed (%v): %s (log: %s)", name, runErr, lastLine(logPath), logPath)
+	}
+	b, err := os.ReadFile(p.out)
+	if err != nil {
+		return p, fmt.Errorf("%s wrote no result: %w (log: %s)", name, err, logPath)
+	}
+	if err := json.Unmarshal(b, result); err != nil {
+		return p, fmt.Errorf("%s: %s: %w", name, p.out, err)
+	}
+	return p, nil
+}
+
 // runCPUProcess runs command + args + ["--json", OUT] with its output in dir/name.log, reads OUT (dir/name.json)
 // and adds the process's maximum RSS, wall time and command line to it (rewriting the file).
 func runCPUProcess(command, args, env []string, dir, name string) (*CPUSideResult, error) {
-	out := filepath.Join(dir, name+".json")
-	logPath := filepath.Join(dir, name+".log")
-	os.Remove(out)
-	full := append(append(append([]string(nil), command...), args...), "--json", out)
-	logFile, err := os.Create(logPath)
+	var r CPUSideResult
+	driverHWM := ProcHWM()
+	p, err := runJSONProcess(command, args, env, dir, name, &r)
 	if err != nil {
 		return nil, err
 	}
-	defer logFile.Close()
-	cmd := exec.Command(full[0], full[1:]...)
-	cmd.Stdout, cmd.Stderr, cmd.Env = logFile, logFile, env
-	driverHWM := ProcHWM()
-	start := time.Now()
-	runErr := cmd.Run()
-	wall := time.Since(start).Seconds()
-	if runErr != nil {
-		return nil, fmt.Errorf("%s failed (%v): %s (log: %s)", name, runErr, lastLine(logPath), logPath)
-	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		return nil, fmt.Errorf("%s wrote no result: %w (log: %s)", name, err, logPath)
-	}
-	var r CPUSideResult
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("%s: %s: %w", name, out, err)
-	}
 	if len(r.Losses) == 0 || r.MedianSeconds <= 0 {
-		return nil, fmt.Errorf("%s: %s has no losses or step times", name, out)
+		return nil, fmt.Errorf("%s: %s has no losses or step times", name, p.out)
 	}
-	r.Wait4MaxRSSBytes, r.DriverHWMBytes, r.WallSeconds, r.Command = maxRSS(cmd.ProcessState), driverHWM, wall, full
+	r.Wait4MaxRSSBytes, r.DriverHWMBytes, r.WallSeconds, r.Command = maxRSS(p.state), driverHWM, p.wall, p.command
 	if r.MaxRSSBytes == 0 && r.Wait4MaxRSSBytes > r.DriverHWMBytes {
 		r.MaxRSSBytes = r.Wait4MaxRSSBytes // no /proc/self/status: wait4's figure, which is the child's own here
 	}
-	if b, err = json.MarshalIndent(r, "", "  "); err == nil {
-		err = os.WriteFile(out, append(b, '\n'), 0o644)
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err == nil {
+		err = os.WriteFile(p.out, append(b, '\n'), 0o644)
 	}
 	return &r, err
 }

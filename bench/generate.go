@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -196,30 +195,13 @@ func memfitGenerate(o GenerateCompareOptions, prompts [][]int) (*generateSide, f
 }
 
 func pytorchGenerate(python []string, spec, dir, name string) (*generateSide, error) {
-	out := filepath.Join(dir, name+".json")
-	logPath := filepath.Join(dir, name+".log")
-	os.Remove(out)
-	logFile, err := os.Create(logPath)
+	var s generateSide
+	p, err := runJSONProcess(python, []string{"--spec", spec}, nil, dir, name, &s)
 	if err != nil {
 		return nil, err
 	}
-	defer logFile.Close()
-	args := append(append([]string(nil), python...), "--spec", spec, "--json", out)
-	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("%s failed (%v): %s (log: %s)", name, err, lastLine(logPath), logPath)
-	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		return nil, fmt.Errorf("%s wrote no result: %w (log: %s)", name, err, logPath)
-	}
-	var s generateSide
-	if err := json.Unmarshal(b, &s); err != nil {
-		return nil, fmt.Errorf("%s: %w", out, err)
-	}
 	if len(s.DecodeSeconds) == 0 || s.TokensPerSec <= 0 {
-		return nil, fmt.Errorf("%s: no decode timings", out)
+		return nil, fmt.Errorf("%s: no decode timings", p.out)
 	}
 	return &s, nil
 }
