@@ -46,17 +46,25 @@ func gate(act Activation, x *graph.Node) *graph.Node {
 }
 
 // forward builds the exact activation as one final node whose first input is x and whose VJP the callers
-// replace: the backend's fused exact GELU where it has one (the pure-Go backend: one parallel pass instead of
-// five ops), else Mul(x, gate(x)). Baseline and approximate variants share it, so their forward values are
-// bit-identical.
+// replace: the backend's fused activation (exact GELU, SiLU) where it has one (the pure-Go backend: one SIMD
+// pass instead of five ops), else Mul(x, gate(x)). Baseline and approximate variants share it, so their forward
+// values are bit-identical.
 func forward(act Activation, x *graph.Node) *graph.Node {
 	if !x.DType().IsFloat() {
 		panic(fmt.Sprintf("approxbp: %s needs a float input, got %s", act, x.Shape()))
 	}
-	if act == ActGELU && engine.Fused(x, compute.OpTypeFusedGelu) {
-		return graph.BackendFusedGelu(x, true)
+	if engine.Fused(x, compute.OpTypeFusedActivation) {
+		return graph.BackendFusedActivation(x, compute.ActivationConfig{Type: act.fused()})
 	}
 	return graph.Mul(x, gate(act, x))
+}
+
+// fused returns the backend's activation type for act.
+func (a Activation) fused() compute.ActivationType {
+	if a == ActSiLU {
+		return compute.ActivationSilu
+	}
+	return compute.ActivationGelu
 }
 
 // inputGrad returns the gradients of y's inputs, dx for the first (x) and nil for any other (y is a node built

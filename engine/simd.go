@@ -18,13 +18,13 @@ func SIMD() string {
 	if !simdBuild {
 		return ""
 	}
-	if ok, err := envutil.ReadBool("GOMLX_DOT_MATMUL", true); err != nil || !ok {
+	if ok, err := envutil.ReadBool(envutil.GoBackendDotMatmul, true); err != nil || !ok {
 		return ""
 	}
-	if cpuAVX512() && envBool(envutil.SIMD_AVX512_Env) {
+	if cpuAVX512() && envBool(envutil.GoBackendSIMD_AVX512) {
 		return "avx512"
 	}
-	if cpuAVX2() && envBool(envutil.SIMD_AVX2_Env) {
+	if cpuAVX2() && envBool(envutil.GoBackendSIMD_AVX2) {
 		return "avx2"
 	}
 	return ""

@@ -13,9 +13,9 @@ import (
 // (dot/matmul/avx512.go, avx2.go).
 func wantFloat32DotImpl() string {
 	switch {
-	case envutil.MustReadBool(envutil.SIMD_AVX512_Env, true) && archsimd.X86.AVX512():
+	case envutil.MustReadBool(envutil.GoBackendSIMD_AVX512, true) && archsimd.X86.AVX512():
 		return "simd:avx512"
-	case envutil.MustReadBool(envutil.SIMD_AVX2_Env, true) && archsimd.X86.AVX2():
+	case envutil.MustReadBool(envutil.GoBackendSIMD_AVX2, true) && archsimd.X86.AVX2():
 		return "simd:avx2"
 	}
 	return "simd:nosimd"
