@@ -80,11 +80,15 @@ func inputGrad(y, dx *graph.Node) []*graph.Node {
 // Backward: GELU(x) = x Phi(x), so dGELU/dx = Phi(x) + x phi(x), with phi(x) = exp(-x²/2) / sqrt(2 pi).
 // The VJP recomputes Phi and phi from x, instead of keeping x, x/sqrt2 and Phi as GoMLX's own gradient does;
 // it reads x through engine.Recompute, so no backend merges the recomputed Phi with the forward one (which
-// would keep that alive instead).
+// would keep that alive instead). Where the backend has a fused activation gradient (the pure-Go backend's
+// FusedActivationVJP: the same formula in one SIMD pass) it computes it; elsewhere it builds it from ops.
 func GELU(x *graph.Node) *graph.Node {
 	y := forward(ActGELU, x)
 	return engine.SetVJP(y, engine.KindActivation, func(node, v *graph.Node) []*graph.Node {
 		x := engine.Recompute(node.Inputs()[0])[0] // behind a barrier (an int8 copy under Mesa)
+		if d := fusedGrad(ActGELU, x, v); d != nil {
+			return inputGrad(node, d)
+		}
 		phi := graph.MulScalar(graph.Exp(graph.MulScalar(graph.Square(x), -0.5)), 1/math.Sqrt(2*math.Pi))
 		d := graph.Add(gate(ActGELU, x), graph.Mul(x, phi))
 		return inputGrad(node, graph.Mul(v, d))
@@ -93,15 +97,30 @@ func GELU(x *graph.Node) *graph.Node {
 
 // SiLU returns x * sigmoid(x). Its backward keeps only x.
 //
-// Backward: with s = sigmoid(x), d(x s)/dx = s + x s (1 - s) = s (1 + x (1 - s)); s is recomputed from x.
+// Backward: with s = sigmoid(x), d(x s)/dx = s + x s (1 - s) = s (1 + x (1 - s)); s is recomputed from x (in
+// one fused pass where the backend has FusedActivationVJP, as for GELU).
 func SiLU(x *graph.Node) *graph.Node {
 	y := forward(ActSiLU, x)
 	return engine.SetVJP(y, engine.KindActivation, func(node, v *graph.Node) []*graph.Node {
 		x := engine.Recompute(node.Inputs()[0])[0] // behind a barrier (an int8 copy under Mesa)
+		if d := fusedGrad(ActSiLU, x, v); d != nil {
+			return inputGrad(node, d)
+		}
 		s := graph.Logistic(x)
 		d := graph.Mul(s, graph.OnePlus(graph.Mul(x, graph.OneMinus(s))))
 		return inputGrad(node, graph.Mul(v, d))
 	})
+}
+
+// fusedGrad returns v * act'(x) computed by the backend's fused activation gradient (FusedActivationVJP), or
+// nil where the backend has none for x's dtype. The backend's GELU and SiLU gradients read only x and v; GoMLX's
+// graph builder still asks for the forward output y, so x is passed in its place: it reads nothing more, and the
+// backward keeps only x.
+func fusedGrad(act Activation, x, v *graph.Node) *graph.Node {
+	if !engine.Fused(x, compute.OpTypeFusedActivationVJP) {
+		return nil
+	}
+	return graph.BackendFusedActivationVJP(x, x, v, compute.ActivationConfig{Type: act.fused()})
 }
 
 // ReGELU2 returns the exact GELU of x with the Approx-BP 2-bit backward: only the packed codes (x.Size()/4 bytes,
@@ -126,7 +145,7 @@ func Approx(x *graph.Node, act Activation, coeffs Coefficients) *graph.Node {
 		panic(err)
 	}
 	y := forward(act, x)
-	packed := Pack(Codes(x, coeffs.C), coeffs.Bits)
+	packed := PackedCodes(x, coeffs.C, coeffs.Bits)
 	dims := x.Shape().Dimensions
 	table := ByteSlopes(coeffs.Levels(), coeffs.Bits)
 	return engine.SetVJP(y, engine.KindActivation, func(node, v *graph.Node) []*graph.Node {
@@ -170,6 +189,43 @@ func Codes(x *graph.Node, breakpoints []float64) *graph.Node {
 		}
 	}
 	return code
+}
+
+// PackedCodes returns Pack(Codes(x, breakpoints), bits): the codes of x's elements packed CodesPerByte(bits)
+// to a byte. On the pure-Go backend it builds them without a uint8 code per element: each comparison's booleans
+// are reinterpreted, per CodesPerByte group, as one word (Bitcast, no conversion: a bool is stored as the byte 0
+// or 1); the words of the comparisons are summed (the byte of element per*j+s of the sum is that
+// element's code: at most 2^bits - 1, so no byte carries) and packed by packWords. Converting the booleans to
+// uint8 (what Codes does) costs a branch per element in the Go backend, about 6x a comparison on random data.
+// Elsewhere (XLA fuses all of it) it is Pack(Codes(x, breakpoints), bits).
+func PackedCodes(x *graph.Node, breakpoints []float64, bits int) *graph.Node {
+	per := CodesPerByte(bits)
+	wide, ok := packWord[per]
+	if !ok || !packByMultiplyOn || x.Graph().Backend().String() != "go" || !littleEndian {
+		return Pack(Codes(x, breakpoints), bits)
+	}
+	g := x.Graph()
+	n := x.Shape().Size()
+	m := PackedSize(n, bits)
+	var sum *graph.Node
+	for _, c := range breakpoints {
+		// Compare x in its own shape (a Reshape of x would copy it, x being read by the forward activation too)
+		// and regroup the booleans, which this op owns, in place.
+		above := graph.GreaterThan(x, graph.Scalar(g, x.DType(), c))
+		if pad := m*per - n; pad > 0 {
+			above = graph.Concatenate([]*graph.Node{graph.Reshape(above, n), graph.Zeros(g, shapes.Make(dtypes.Bool, pad))}, 0)
+		}
+		word := graph.Bitcast(graph.Reshape(above, m, per), wide)
+		if sum == nil {
+			sum = word
+		} else {
+			sum = graph.Add(sum, word)
+		}
+	}
+	if sum == nil { // no breakpoints: every code is 0
+		return graph.Zeros(g, shapes.Make(dtypes.Uint8, m))
+	}
+	return packWords(sum, slotBits(bits))
 }
 
 // CodesPerByte returns how many k-bit codes Pack stores in one byte: 8, 4, 2, 2 for k = 1, 2, 3, 4.
@@ -228,23 +284,28 @@ var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 
 // packByMultiply packs the [m, per] codes (each below 2^w, per*w = 8) with one multiply instead of a multiply and
 // a sum over the per codes of each byte (the pure-Go backend's reductions over a short axis run through a
-// generic iterator, several times slower than one pass over m words).
-//
-// Bitcast reinterprets each row of per bytes as one word v = sum_k c_k 256^k (little-endian). With
-// M = sum_j 2^(w (per-1-j)) 256^j, the coefficient of 256^(per-1) in v M is sum_{k+j=per-1} c_k 2^(w (per-1-j)) =
-// sum_k c_k 2^(w k), the packed byte (element per*j+k in bits k*w..k*w+w-1, as Pack stores it), and no lower
-// coefficient carries into it: the one of 256^i, i < per-1, is at most (2^w - 1) sum_{j<=i} 2^(w (per-1-j)) <
-// 2^(w per) = 256. Higher coefficients wrap away in the word's modular multiply, so the packed byte is
-// (v M mod 2^(8 per)) / 256^(per-1).
+// generic iterator, several times slower than one pass over m words): Bitcast reinterprets each row of per
+// bytes as one word, which packWords packs.
 func packByMultiply(grouped *graph.Node, wide dtypes.DType, w int) *graph.Node {
-	per := grouped.Shape().Dim(1)
+	return packWords(graph.Bitcast(grouped, wide), w)
+}
+
+// packWords packs words v [m] of per = 8/w bytes, byte k holding a code c_k below 2^w, into one byte each.
+//
+// Reading the word little-endian, v = sum_k c_k 256^k. With M = sum_j 2^(w (per-1-j)) 256^j, the coefficient
+// of 256^(per-1) in v M is sum_{k+j=per-1} c_k 2^(w (per-1-j)) = sum_k c_k 2^(w k), the packed byte (element
+// per*j+k in bits k*w..k*w+w-1, as Pack stores it), and no lower coefficient carries into it: the one of 256^i,
+// i < per-1, is at most (2^w - 1) sum_{j<=i} 2^(w (per-1-j)) < 2^(w per) = 256. Higher coefficients wrap away in
+// the word's modular multiply, so the packed byte is (v M mod 2^(8 per)) / 256^(per-1).
+func packWords(v *graph.Node, w int) *graph.Node {
+	wide := v.DType()
+	per := 8 / w
 	var mult, top uint64
 	for j := 0; j < per; j++ {
 		mult += uint64(1) << (w*(per-1-j) + 8*j)
 	}
 	top = uint64(1) << (8 * (per - 1))
-	g := grouped.Graph()
-	v := graph.Bitcast(grouped, wide)
+	g := v.Graph()
 	packed := graph.Div(graph.Mul(v, graph.Scalar(g, wide, mult)), graph.Scalar(g, wide, top))
 	return graph.ConvertDType(packed, dtypes.Uint8)
 }

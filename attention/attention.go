@@ -323,8 +323,37 @@ func Cached(q, keysT, values *graph.Node, heads, kvHeads int, mask Mask) *graph.
 		}
 	}
 	q5 := graph.MulScalar(graph.Reshape(q, l.b, l.n, l.kvHeads, l.group, l.dh), 1/math.Sqrt(float64(l.dh)))
-	qh := graph.TransposeAllDims(q5, 0, 2, 1, 3, 4)                                 // [B, Hkv, N, G, Dh]
+	qh := graph.TransposeAllDims(q5, 0, 2, 1, 3, 4) // [B, Hkv, N, G, Dh]
+	// Both products below are the backend's non-transposed kind with N*G rows per (sequence, kv head). The
+	// pure-Go backend's small kernel for that layout (compute v0.1.14) runs rows four at a time and any rest with
+	// a scalar loop down the cache's columns: a decode step's N*G (1 x 2 for llama-tiny) is all rest. Zero query
+	// rows padded onto G make it a multiple of four (their scores and contexts are dropped again below); measured
+	// by BenchmarkDecode, one row went from 1.6k to N tokens/s.
+	group := l.group
+	if pad := cachedRowPad(q, l.n, l.group); pad > 0 {
+		zeros := graph.Zeros(q.Graph(), shapes.Make(qh.DType(), l.b, l.kvHeads, l.n, pad, l.dh))
+		qh = graph.Concatenate([]*graph.Node{qh, zeros}, 3)
+		group += pad
+	}
 	s := engine.DotGeneral(qh, []int{4}, []int{0, 1}, keysT, []int{2}, []int{0, 1}) // [B, Hkv, N, G, M]
 	probs := Softmax(maskScores(s, mask, l.n, l.m))
-	return l.merge(context(probs, values))
+	ctx := context(probs, values)
+	if group != l.group {
+		ctx = engine.SliceAxis(ctx, 3, 0, l.group)
+	}
+	return l.merge(ctx)
+}
+
+// cachedRowPad returns how many zero query rows per group make N*G a multiple of four for Cached's products on
+// the pure-Go backend, or 0 (other backends, or a multiple already).
+func cachedRowPad(q *graph.Node, n, g int) int {
+	if q.Graph().Backend().String() != "go" {
+		return 0
+	}
+	for pad := 0; pad < 4; pad++ {
+		if n*(g+pad)%4 == 0 {
+			return pad
+		}
+	}
+	return 0
 }

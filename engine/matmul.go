@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/gomlx/compute/shapes"
 	"github.com/gomlx/gomlx/core/graph"
 )
 
@@ -277,7 +278,7 @@ func Linear(x, w, b *graph.Node) *graph.Node {
 	if e := lookup(w); e != nil && e.transposedFrom != nil {
 		// The weight is held as [in, out] (TransposedWeight): x·wT is the backend's non-transposed product as it
 		// stands, with no copy of either operand.
-		y = SetKind(DotGeneral(x, []int{x.Rank() - 1}, nil, e.transposedFrom, []int{0}, nil), KindLinear)
+		y = SetKind(heldProduct(x, e.transposedFrom), KindLinear)
 	} else if out, in := w.Shape().Dim(0), w.Shape().Dim(1); 4*(x.Shape().Size()/in)*(in+out) < in*out {
 		// Few rows (decoding: one token per sequence). The pure-Go backend's matmul takes its right operand
 		// [contracting, free] and would transpose all of w to [in, out] in every run, which costs more than the
@@ -300,6 +301,33 @@ func Linear(x, w, b *graph.Node) *graph.Node {
 		panic(fmt.Sprintf("engine.Linear: bias must be [%d], got %s", w.Shape().Dim(0), b.Shape()))
 	}
 	return SetKind(graph.Add(y, graph.ExpandLeftToRank(b, y.Rank())), KindLinear)
+}
+
+// heldProduct returns x·wT for x [..., in] and a weight held as wT [in, out], the pure-Go backend's
+// non-transposed product.
+//
+// Its small non-transposed kernel (compute v0.1.14, dot/matmul/avx512/small_nontransposed.go, the AVX-512 and
+// AVX2 paths alike) runs rows four at a time with vector tiles and any remaining rows with a scalar loop that
+// reads the weight column by column: a one-row product, which is what each sequence of a decode step is, takes
+// that loop for all of it. Measured on the 2-core build VM, [1,128]·[128,4096] (llama-tiny's head) took 1.8 ms
+// that way, 0.28 ms with the weight on the left in its [out, in] layout, and 0.05 ms padded with zero rows to
+// [4,128] (BenchmarkHeldProduct). So on that backend rows are padded to a multiple of four and the result sliced
+// back; other backends get the product as it is.
+func heldProduct(x, wT *graph.Node) *graph.Node {
+	in := x.Shape().Dim(-1)
+	rows := x.Shape().Size() / in
+	pad := (4 - rows%4) % 4
+	if pad == 0 || x.Graph().Backend().String() != "go" || rows*wT.Shape().Dim(1) >= 4<<20/in {
+		// Large products take the packed kernels, which have no such remainder.
+		return DotGeneral(x, []int{x.Rank() - 1}, nil, wT, []int{0}, nil)
+	}
+	g := x.Graph()
+	flat := graph.Reshape(x, rows, in)
+	padded := graph.Concatenate([]*graph.Node{flat, graph.Zeros(g, shapes.Make(x.DType(), pad, in))}, 0)
+	y := SliceAxis(DotGeneral(padded, []int{1}, nil, wT, []int{0}, nil), 0, 0, rows)
+	dims := slices.Clone(x.Shape().Dimensions)
+	dims[len(dims)-1] = wT.Shape().Dim(1)
+	return graph.Reshape(y, dims...)
 }
 
 func normAxes(rank int, axes []int) []int {

@@ -329,6 +329,12 @@ func TestAccumulationMatchesBigBatch(t *testing.T) {
 		t.Errorf("accumulated loss %g / norm %g, big batch %g / %g", s3.Loss, s3.GradNorm, s6.Loss, s6.GradNorm)
 	}
 	for n, p := range big.Train {
+		if strings.HasSuffix(n, ".attention.key.bias") {
+			// The key bias adds q·b to every score of a query's row, which the softmax cancels: its gradient is
+			// zero up to rounding, and AdamW turns rounding-sized gradients (near its eps) into updates that
+			// depend on the summation order (the two runs differ by ~1e-6 after one step on GoMLX v0.28.16).
+			continue
+		}
 		if d := gtest.MaxAbsDiff(gtest.Float32s(p), gtest.Float32s(small.Train[n])); d > 1e-6 {
 			t.Errorf("%s differs by %g", n, d)
 		}
