@@ -362,3 +362,31 @@ func TestVectorSmallProductLayout(t *testing.T) {
 		t.Errorf("large product: rhs transposed, want it left as written")
 	}
 }
+
+// BenchmarkHeldProduct times decoding's one-row product by a weight held transposed (llama-tiny's head,
+// [rows,128]·[128,4096]) as engine.Linear builds it, against the unpadded product the backend's small
+// non-transposed kernel runs with its scalar remainder loop (see engine.Linear).
+func BenchmarkHeldProduct(b *testing.B) {
+	wT := gtest.Tensor(gtest.Rand(2, 128*4096, 1), 128, 4096)
+	for _, rows := range []int{1, 3, 4} {
+		x := gtest.Tensor(gtest.Rand(1, rows*128, 1), rows, 128)
+		for _, c := range []struct {
+			name  string
+			build func(x, wT *graph.Node) *graph.Node
+		}{
+			{"linear", func(x, wT *graph.Node) *graph.Node { return engine.Linear(x, engine.TransposedWeight(wT), nil) }},
+			{"unpadded", func(x, wT *graph.Node) *graph.Node { return graph.DotGeneral(x, []int{1}, nil, wT, []int{0}, nil) }},
+		} {
+			b.Run(fmt.Sprintf("rows%d/%s", rows, c.name), func(b *testing.B) {
+				g := graph.NewGraph(gtest.Backend(b), c.name)
+				y := c.build(graph.Parameter(g, "x", x.Shape()), graph.Parameter(g, "w", wT.Shape()))
+				if err := g.Compile(y); err != nil {
+					b.Fatal(err)
+				}
+				for range b.N {
+					g.Run(x, wT)[0].FinalizeAll()
+				}
+			})
+		}
+	}
+}
