@@ -27,7 +27,7 @@ func DotGeneral(lhs *graph.Node, lhsContracting, lhsBatch []int, rhs *graph.Node
 	lb := normAxes(lhs.Rank(), lhsBatch)
 	rc := normAxes(rhs.Rank(), rhsContracting)
 	rb := normAxes(rhs.Rank(), rhsBatch)
-	// The operands may reach the backend transposed (see vectorSmallProduct): the backward below reads the
+	// The operands may reach the backend transposed (see product): the backward below reads the
 	// original operands and returns the gradients of the transposed ones directly in their axis order (one
 	// transpose each, folded into the one the gradient needs anyway).
 	out, lperm, rperm := product(lhs, lc, lb, rhs, rc, rb, false)
@@ -62,7 +62,6 @@ func product(lhs *graph.Node, lc, lb []int, rhs *graph.Node, rc, rb []int, swapp
 	if lhs.Graph().Backend().String() != "go" {
 		return graph.DotGeneral(lhs, slices.Clone(lc), slices.Clone(lb), rhs, slices.Clone(rc), slices.Clone(rb)), nil, nil
 	}
-	nonTransposedOnly := vectorSmallProduct(lhs, lc, lb, rhs, rc, rb)
 	// Bytes copied by transposes for each way of running the product.
 	bytes := func(x *graph.Node) int { return x.Shape().Size() * x.DType().Size() }
 	formCost := func(x *graph.Node, batch, contract []int, contractFirst bool) int {
@@ -75,9 +74,6 @@ func product(lhs *graph.Node, lc, lb []int, rhs *graph.Node, rc, rb []int, swapp
 	// [batch, contracting, cross] form.
 	rhsCost := func(x *graph.Node, batch, contract []int) (int, bool) {
 		nt := formCost(x, batch, contract, true)
-		if nonTransposedOnly {
-			return nt, true
-		}
 		if t := formCost(x, batch, contract, false); t < nt {
 			return t, false
 		}
@@ -120,42 +116,6 @@ func sizeOf(x *graph.Node, axes []int) int {
 		n *= x.Shape().Dim(a)
 	}
 	return n
-}
-
-// vectorSmallProduct reports whether a product is one that GoMLX's pure-Go backend, in a SIMD build, would run
-// with its slow small "transposed" kernel, and so should be handed over in the non-transposed layout instead.
-//
-// GoMLX v0.28.2 (compute v0.1.2, dot/matmul/avx512_router.go and avx2_router.go) runs products below 4 Mi
-// multiply-adds (batch x M x N x K for AVX-512, M x N x K for AVX2) with "small" kernels. For the transposed
-// layout ([B, M, K] x [B, N, K], as x·wᵀ with a [out, in] weight, or q·kᵀ) with K >= the vector width, its kernel
-// computes every output element as a vector dot product followed by a horizontal sum in scalar code, and each
-// switch between AVX-512 and scalar SSE code costs a state transition: measured on the 2-core build VM, a
-// [544,64] x [64,64]ᵀ product took 7.5 ms that way and 0.42 ms in the non-transposed layout ([B, M, K] x [B, K, N],
-// a vectorised kernel when N is above the vector width, the plain Go kernel otherwise), and 2 ms with the plain Go
-// kernels (docs/simd.md). Large products go to the packed kernels, which are as fast in both layouts, and
-// products with K below the vector width to the plain Go kernels: those are left alone, as is a product whose
-// operands are in the non-transposed order already.
-func vectorSmallProduct(lhs *graph.Node, lc, lb []int, rhs *graph.Node, rc, rb []int) bool {
-	kernels := SIMD()
-	if kernels == "" || lhs.Graph().Backend().String() != "go" {
-		return false
-	}
-	width := 16
-	if kernels == "avx2" {
-		width = 8
-	}
-	b, k := sizeOf(lhs, lb), sizeOf(lhs, lc)
-	m := lhs.Shape().Size() / max(1, b*k)
-	n := rhs.Shape().Size() / max(1, b*k)
-	work := m * n * k // multiply-adds per batch element
-	if kernels == "avx512" {
-		work *= b
-	}
-	const smallThreshold = 4 << 20 // GoMLX's noSIMDSmallMatMulSizeThreshold
-	if work >= smallThreshold || k < width {
-		return false
-	}
-	return true
 }
 
 // canonicalOrder returns the axis permutation that puts an operand in [batch..., cross..., contracting...] order
