@@ -154,7 +154,7 @@ func RunCPUCompare(o CPUCompareOptions) (CPURun, error) {
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
 		switch k {
-		case "GODEBUG", "GOGC", "GOMEMLIMIT", "GOMAXPROCS", "GOMLX_SIMD_AVX512", "GOMLX_SIMD_AVX2":
+		case "GODEBUG", "GOGC", "GOMEMLIMIT", "GOMAXPROCS", "GOMLX_GO_SIMD_AVX512", "GOMLX_GO_SIMD_AVX2":
 			run.Env[k] = v
 		}
 	}
@@ -516,7 +516,7 @@ func orDash(s string) string {
 // envLine prints the recorded environment variables, or says none of them was set.
 func envLine(env map[string]string) string {
 	var parts []string
-	for _, k := range []string{"GODEBUG", "GOGC", "GOMEMLIMIT", "GOMAXPROCS", "GOMLX_SIMD_AVX512", "GOMLX_SIMD_AVX2"} {
+	for _, k := range []string{"GODEBUG", "GOGC", "GOMEMLIMIT", "GOMAXPROCS", "GOMLX_GO_SIMD_AVX512", "GOMLX_GO_SIMD_AVX2"} {
 		if v, ok := env[k]; ok {
 			parts = append(parts, k+"="+v)
 		}

@@ -386,7 +386,7 @@ warm-up, throughput, ratios, memory, the issue's goals) and writes DIR/cpu-compa
 each process's JSON and log under DIR/processes. bench/cpu/compare.sh checks the Debian packages, builds memfit
 with GOEXPERIMENT=simd and runs this with GODEBUG=cpu.fma=off.`,
 		Example: `  bash bench/cpu/compare.sh
-  GOEXPERIMENT=simd go build -o bin/finetune ./cmd/finetune && GODEBUG=cpu.fma=off bin/finetune bench cpu --steps 3 --cases b`,
+  GOTOOLCHAIN=go1.27.3 GOEXPERIMENT=simd go build -o bin/finetune ./cmd/finetune && GODEBUG=cpu.fma=off bin/finetune bench cpu --steps 3 --cases b`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := settings.Validate(); err != nil {

@@ -41,7 +41,7 @@ Cases: vit and llama, the CPU grid's scaled models (run); vit-b16 (batch --vit-b
 sibling's measured ratios). The peak is the process's own: the XLA device's peak bytes in use, the buffer-pool
 counter in the tools/peakmem build, else the Go executor's liveness simulation (the output names which).
 Writes DIR/autopilot.txt, DIR/autopilot.json and each process's JSON and log under DIR/processes.`,
-		Example: `  cd tools/peakmem && ./setup.sh && GOEXPERIMENT=simd GOFLAGS=-mod=mod go build -o /tmp/finetune-peak ./cmd/finetune-peak && cd ../..
+		Example: `  cd tools/peakmem && ./setup.sh && GOTOOLCHAIN=go1.27.3 GOEXPERIMENT=simd GOFLAGS=-mod=mod go build -o /tmp/finetune-peak ./cmd/finetune-peak && cd ../..
   /tmp/finetune-peak bench autopilot --out docs/benchmarks/autopilot-cpu`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -30,7 +30,7 @@ one after the other. Prompts are windows of --prompt-len tokens of a fixed passa
 --new-tokens (no EOS stop). Reports decode tokens/s of both and their ratio, prefill times, memfit's compile
 time, and whether both generated the same tokens. Writes DIR/generate.txt, DIR/generate.json and the reference's
 JSON and log under DIR/processes.`,
-		Example: `  GOEXPERIMENT=simd go build -o bin/finetune ./cmd/finetune && bin/finetune bench generate --out docs/benchmarks/generate-cpu`,
+		Example: `  GOTOOLCHAIN=go1.27.3 GOEXPERIMENT=simd go build -o bin/finetune ./cmd/finetune && bin/finetune bench generate --out docs/benchmarks/generate-cpu`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {

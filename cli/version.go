@@ -20,7 +20,7 @@ func simdStatus() string {
 		}
 		return s
 	case engine.SIMDBuild():
-		return "plain Go (built with GOEXPERIMENT=simd, but this CPU has neither AVX-512 nor AVX2, or GOMLX_SIMD_AVX512/GOMLX_SIMD_AVX2 turn them off)"
+		return "plain Go (built with GOEXPERIMENT=simd, but this CPU has neither AVX-512 nor AVX2, or GOMLX_GO_SIMD_AVX512/GOMLX_GO_SIMD_AVX2 turn them off)"
 	case runtime.GOARCH == "amd64":
 		return "plain Go: built without GOEXPERIMENT=simd, so matrix products run about 15x slower; rebuild with GOEXPERIMENT=simd"
 	}

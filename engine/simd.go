@@ -11,8 +11,8 @@ import (
 // SIMD reports which vector matmul kernels GoMLX's pure-Go backend uses in this binary on this CPU: "avx512",
 // "avx2", or "" when it runs its plain Go kernels.
 //
-// The kernels exist only in amd64 builds made with GOEXPERIMENT=simd (Go 1.26's SIMD experiment): a build
-// without it is about 15x slower on matrix products. GOMLX_SIMD_AVX512=0 and GOMLX_SIMD_AVX2=0 turn them off, as
+// The kernels exist only in amd64 builds made with GOEXPERIMENT=simd (Go's SIMD experiment): a build
+// without it is about 15x slower on matrix products. GOMLX_GO_SIMD_AVX512=0 and GOMLX_GO_SIMD_AVX2=0 turn them off, as
 // in GoMLX.
 func SIMD() string {
 	if !simdBuild {

@@ -13,8 +13,10 @@
 # each process's maximum RSS from wait4, checks that both sides' first-step losses agree, and writes the table and
 # JSON. The reference sets OPENBLAS_CORETYPE (when OpenBLAS does not know the CPU) and OMP_WAIT_POLICY=PASSIVE
 # (libgomp's spinning threads otherwise contend with OpenBLAS's) unless they are set, and the output says so
-# (docs/benchmarks/README.md). Needs Go (1.26+) and /usr/bin/python3.
+# (docs/benchmarks/README.md). Needs Go (1.27+, or any Go that can fetch 1.27.3) and /usr/bin/python3.
 set -euo pipefail
+# memfit needs Go 1.27 (GoMLX v0.28.16): a go command older than that fetches Go 1.27.3 from the module proxy.
+case "$(GOTOOLCHAIN=local go env GOVERSION 2>/dev/null)" in go1.2[0-6] | go1.2[0-6].* | go1.1*) export GOTOOLCHAIN=go1.27.3 ;; esac
 cd "$(dirname "$0")/../.."
 
 missing=()

@@ -4,6 +4,8 @@
 # and of base + adapter. GPU: --backend xla:cuda with MODEL=<a real LLaMA folder> (QLoRA: see docs/quant.md).
 # Usage: evals/scripts/alpaca-mmlu.sh [OUT]
 set -euo pipefail
+# memfit needs Go 1.27 (GoMLX v0.28.16): a go command older than that fetches Go 1.27.3 from the module proxy.
+case "$(GOTOOLCHAIN=local go env GOVERSION 2>/dev/null)" in go1.2[0-6] | go1.2[0-6].* | go1.1*) export GOTOOLCHAIN=go1.27.3 ;; esac
 cd "$(dirname "$0")/../.."
 OUT=${1:-runs/alpaca}
 DATA=${DATA:-../shared/data}

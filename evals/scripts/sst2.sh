@@ -5,6 +5,8 @@
 # against a majority baseline of 50.9% on the build VM (see docs/evals.md). GPU: add --backend xla:cuda and raise STEPS.
 # Usage: evals/scripts/sst2.sh [OUT]   (GLUE data from $GLUE, default ../shared/data/glue)
 set -euo pipefail
+# memfit needs Go 1.27 (GoMLX v0.28.16): a go command older than that fetches Go 1.27.3 from the module proxy.
+case "$(GOTOOLCHAIN=local go env GOVERSION 2>/dev/null)" in go1.2[0-6] | go1.2[0-6].* | go1.1*) export GOTOOLCHAIN=go1.27.3 ;; esac
 cd "$(dirname "$0")/../.."
 OUT=${1:-runs/sst2}
 GLUE=${GLUE:-../shared/data/glue}
