@@ -108,32 +108,43 @@ func (m *Mesa) Keep(kind string, x *graph.Node, groupAxis int) *graph.Node {
 	g := x.Graph()
 	dims := x.Shape().Dimensions
 	rank := len(dims)
-	// xg: x with the group axis isolated, [rest..., G, rest...]; reduce over every other axis.
-	var xg *graph.Node
-	var groups, gAxis int
+	// No StopGradient here: nothing computed from xf reaches the loss (the codes are integers read only by the
+	// backward's rebuild, the range goes to the state output), so no gradient flows through it anyway, and GoMLX's
+	// StopGradient is an Identity that the pure-Go backend copies (an x-sized copy per kept tensor).
+	xf := graph.ConvertDType(x, dtypes.Float32)
+	// The per-group range. Groups along an axis reduce over every other axis. Channel groups (groupAxis -1) reduce
+	// the leading axes first, to one value per channel, and then each group's channels: no x-sized regrouping
+	// copy (a Reshape of x, which the forward pass still reads, is one on the pure-Go backend).
+	var groups int
+	var bmin, bmax *graph.Node // [groups]
 	if groupAxis >= 0 {
-		xg, groups, gAxis = x, dims[groupAxis], groupAxis
+		groups = dims[groupAxis]
+		var others []int
+		for a := range rank {
+			if a != groupAxis {
+				others = append(others, a)
+			}
+		}
+		bmin, bmax = graph.ReduceMin(xf, others...), graph.ReduceMax(xf, others...)
 	} else {
 		c := dims[rank-1]
 		groups = MesaGroups
 		for c%groups != 0 {
 			groups--
 		}
-		xg = graph.Reshape(x, append(append([]int(nil), dims[:rank-1]...), groups, c/groups)...)
-		gAxis = rank - 1
-	}
-	var others []int
-	for a := 0; a < xg.Rank(); a++ {
-		if a != gAxis {
-			others = append(others, a)
+		leading := make([]int, rank-1)
+		for a := range leading {
+			leading[a] = a
 		}
+		perChannel := func(reduce func(*graph.Node, ...int) *graph.Node) *graph.Node {
+			v := xf
+			if rank > 1 {
+				v = reduce(xf, leading...)
+			}
+			return reduce(graph.Reshape(v, groups, c/groups), 1)
+		}
+		bmin, bmax = perChannel(graph.ReduceMin), perChannel(graph.ReduceMax)
 	}
-	// No StopGradient here: nothing computed from xf reaches the loss (the codes are integers read only by the
-	// backward's rebuild, the range goes to the state output), so no gradient flows through it anyway, and GoMLX's
-	// StopGradient is an Identity that the pure-Go backend copies (an x-sized copy per kept tensor).
-	xf := graph.ConvertDType(xg, dtypes.Float32)
-	bmin := graph.ReduceMin(xf, others...)
-	bmax := graph.ReduceMax(xf, others...)
 	name := fmt.Sprintf("mesa.%d", len(m.Names))
 	state := graph.Parameter(g, name, shapes.Make(dtypes.Float32, groups, 3))
 	smin := graph.Reshape(engine.SliceAxis(state, 1, 0, 1), groups)
@@ -145,20 +156,36 @@ func (m *Mesa) Keep(kind string, x *graph.Node, groupAxis int) *graph.Node {
 	next := graph.Concatenate([]*graph.Node{graph.Reshape(nmin, groups, 1), graph.Reshape(nmax, groups, 1), graph.OnesLike(graph.Reshape(init, groups, 1))}, 1)
 	m.Names, m.In, m.Out = append(m.Names, name), append(m.In, state), append(m.Out, next)
 
-	// Broadcast the per-group range over xg.
-	bshape := make([]int, xg.Rank())
-	for i := range bshape {
-		bshape[i] = 1
+	// The per-group range spread to a small tensor that broadcasts over x in a pattern the pure-Go backend's
+	// vector kernels take: one value per channel [1, .., C] for channel groups (x [..., C] against its last axis), and
+	// per (leading axes, group) [d0, .., G, 1, .., 1] for groups along an axis (x against its trailing axes).
+	spread := func(v *graph.Node) *graph.Node {
+		if groupAxis < 0 {
+			c := dims[rank-1]
+			return graph.ExpandLeftToRank(graph.Reshape(graph.BroadcastToDims(graph.Reshape(v, groups, 1), groups, c/groups), c), rank)
+		}
+		bdims := make([]int, rank)
+		for a := range bdims {
+			bdims[a] = 1
+			if a <= groupAxis {
+				bdims[a] = dims[a]
+			}
+		}
+		vdims := make([]int, rank)
+		for a := range vdims {
+			vdims[a] = 1
+		}
+		vdims[groupAxis] = groups
+		return graph.BroadcastToDims(graph.Reshape(v, vdims...), bdims...)
 	}
-	bshape[gAxis] = groups
-	lo := graph.Reshape(nmin, bshape...)
-	scale := graph.MaxScalar(graph.DivScalar(graph.Sub(graph.Reshape(nmax, bshape...), lo), 255), 1e-12)
-	// Stochastic rounding: floor((x - lo)/scale + u), u ~ U[0, 1), then clamped to [0, 255] (values outside the
-	// running range saturate instead of wrapping).
+	lo := spread(nmin)
+	scale := spread(graph.MaxScalar(graph.DivScalar(graph.Sub(nmax, nmin), 255), 1e-12))
+	// Stochastic rounding: floor((x - lo)/scale + u), u ~ U[0, 1), clamped to [0, 255] (values outside the running
+	// range saturate instead of wrapping). Clamping first and converting after is the same: the conversion
+	// truncates, which is floor on [0, 255].
 	u := m.RNG.Uniform(xf.Shape())
-	q := graph.Floor(graph.Add(graph.Div(graph.Sub(xf, lo), scale), u))
 	// Clip against scalars: ZerosLike/OnesLike bounds would be two more x-sized tensors in the forward pass.
-	codes := graph.ConvertDType(graph.ClipScalar(q, 0, 255), dtypes.Uint8)
+	codes := graph.ConvertDType(graph.ClipScalar(graph.Add(graph.Div(graph.Sub(xf, lo), scale), u), 0, 255), dtypes.Uint8)
 	codes = engine.SetKind(codes, engine.KindOther)
 	dtype := x.DType()
 	return engine.Recomputable(x, func() *graph.Node {
@@ -166,6 +193,6 @@ func (m *Mesa) Keep(kind string, x *graph.Node, groupAxis int) *graph.Node {
 		// from x would keep x alive after all).
 		f := engine.Recompute(codes, scale, lo)
 		deq := graph.Add(graph.Mul(graph.ConvertDType(f[0], dtypes.Float32), f[1]), f[2])
-		return graph.ConvertDType(graph.Reshape(deq, dims...), dtype)
+		return graph.ConvertDType(deq, dtype)
 	})
 }
