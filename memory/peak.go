@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"strings"
 	"sync"
 )
 
@@ -20,7 +21,11 @@ const (
 	MethodXLACompiled Method = "XLA compiled-program sizes (arguments + outputs - aliases + temporaries)"
 )
 
-// Peak is a peak-memory figure for one execution of a compiled graph.
+// unavailablePrefix starts the Method of a peak that could not be obtained.
+const unavailablePrefix = "unavailable: "
+
+// Peak is a peak-memory figure for one execution of a compiled graph. A peak that could not be obtained (see
+// UnavailablePeak) has Bytes 0 and a Method starting with "unavailable: ", followed by the reason.
 type Peak struct {
 	// Bytes is the peak of the bytes held during the execution, including the resident inputs.
 	Bytes int64
@@ -33,6 +38,31 @@ type Peak struct {
 
 // Transient returns the peak bytes above the resident inputs.
 func (p Peak) Transient() int64 { return p.Bytes - p.Resident }
+
+// UnavailablePeak is the Peak recorded for a step whose peak could not be obtained because of err (a backend
+// the measurement does not know, a graph the simulation cannot replay, a compute version the executor model was
+// not written for): Bytes 0 and Method "unavailable: " + err's message.
+func UnavailablePeak(err error) Peak {
+	return Peak{Method: Method(unavailablePrefix + err.Error())}
+}
+
+// Unavailable returns the reason when m says the peak could not be obtained (a Method of UnavailablePeak).
+func (m Method) Unavailable() (reason string, ok bool) {
+	return strings.CutPrefix(string(m), unavailablePrefix)
+}
+
+// FormatPeak formats a peak figure and its method (as the Bytes and Method of a Peak, or a peak_bytes and
+// peak_method pair read back from a results file) for people: FormatBytes(bytes), or "unavailable (<reason>)"
+// when the method says the peak could not be obtained. An unavailable peak never prints as "0 B".
+func FormatPeak(bytes int64, method string) string { return FormatPeakPrec(bytes, method, 3) }
+
+// FormatPeakPrec is FormatPeak with FormatBytesPrec's number of decimals.
+func FormatPeakPrec(bytes int64, method string, decimals int) string {
+	if reason, ok := Method(method).Unavailable(); ok {
+		return "unavailable (" + reason + ")"
+	}
+	return FormatBytesPrec(bytes, decimals)
+}
 
 // PoolCounter is implemented by builds of GoMLX's pure-Go backend (github.com/gomlx/compute/gobackend) that count
 // the bytes their buffer pool hands out (tools/peakmem carries such a build). Live is the bytes currently handed
