@@ -107,16 +107,18 @@ func runningCompute() (version, replacedBy string, known bool) {
 
 // computeIn returns the compute module's version in build info: the required version, or, when go.mod
 // replaces the module, the replacement's version (a module replacement) or the required version (a directory
-// replacement, such as tools/peakmem's patched copy of the same version; replacedBy then names the directory).
+// replacement, such as tools/peakmem's patched copy of the same version, which the build records with version
+// "(devel)"; replacedBy then names the directory).
 func computeIn(info *debug.BuildInfo) (version, replacedBy string, known bool) {
 	for _, dep := range info.Deps {
 		if dep.Path != computeModule {
 			continue
 		}
 		if r := dep.Replace; r != nil {
-			if r.Version != "" {
+			if r.Version != "" && r.Version != "(devel)" {
 				return r.Version, r.Path + "@" + r.Version, true
 			}
+			// A directory replacement: the build records it as version "(devel)" (or none).
 			return dep.Version, r.Path, true
 		}
 		return dep.Version, "", true

@@ -32,6 +32,10 @@ type Peak struct {
 	// Resident is the part of Bytes held before the execution started and not freed by it: the inputs
 	// (parameters) and constants.
 	Resident int64
+	// Kept is the part of Resident the execution itself takes from the pool and never gives back (SimulatePeak
+	// only; 0 otherwise): on the Go backend, the packed panels a graph's first large product with a constant
+	// operand fills and keeps for the graph's lifetime, and buffers the executor leaks.
+	Kept int64
 	// Method says how Bytes was obtained.
 	Method Method
 }

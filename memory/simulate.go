@@ -148,6 +148,27 @@ func ExecutorEstimate(g *graph.Graph) (int64, error) {
 	return x.estimatedTemporaryMemory()
 }
 
+// GraphBytes are the bytes a compiled pure-Go backend graph holds from the backend's buffer pool for its
+// lifetime, outside any execution (see HeldByGraph).
+type GraphBytes struct {
+	// Constants is the bytes of the graph's constants, taken from the pool when the graph is built (the pool
+	// counter of tools/peakmem leaves them out).
+	Constants int64
+	// PackedPanels is the bytes of the packed panels the graph's earlier runs filled for matrix products with
+	// an operand computed from constants only (taken from the pool on the product's first run on its large
+	// path, never put back; the pool counter counts them).
+	PackedPanels int64
+}
+
+// HeldByGraph returns the bytes the compiled graph g (pure-Go backend) holds from the pool for its lifetime.
+func HeldByGraph(g *graph.Graph) (GraphBytes, error) {
+	x, err := readGoBackend(g)
+	if err != nil {
+		return GraphBytes{}, err
+	}
+	return GraphBytes{Constants: x.constantBytes(), PackedPanels: x.heldByGraph()}, nil
+}
+
 // MeasurePeak calls run, which must execute the compiled graph g once (typically g.Run) and leave the outputs
 // of that execution alive until MeasurePeak returns, and reports the peak memory of that execution.
 //
@@ -430,7 +451,7 @@ func simulateWith(x *goExec, opts SimOptions, timeline *[]TimelinePoint) (simRes
 			"outputs are %d bytes and %d bytes are kept", x.name, s.live, outBytes, s.kept)
 	}
 	return simResult{
-		peak:     Peak{Bytes: resident + s.peak, Resident: resident + s.kept, Method: MethodSimulation},
+		peak:     Peak{Bytes: resident + s.peak, Resident: resident + s.kept, Kept: s.kept, Method: MethodSimulation},
 		peakNode: s.atNode,
 		endLive:  outBytes,
 		kept:     s.kept,

@@ -793,7 +793,7 @@ func TestSimulateLaterRuns(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			g := compileGraph(t, seq1, []shapes.Shape{c.param}, c.build)
 			first := mustSim(t, g, SimOptions{})
-			if first.kept != c.kept {
+			if first.kept != c.kept || first.peak.Kept != c.kept {
 				t.Errorf("first run keeps %d bytes, want %d", first.kept, c.kept)
 			}
 			for range 2 {
@@ -803,6 +803,7 @@ func TestSimulateLaterRuns(t *testing.T) {
 			}
 			later := mustSim(t, g, SimOptions{})
 			want := first.peak
+			want.Kept = 0
 			if !c.held {
 				want.Bytes, want.Resident = want.Bytes-c.kept, want.Resident-c.kept
 			}
@@ -818,6 +819,10 @@ func TestSimulateLaterRuns(t *testing.T) {
 				if n.dot != nil && c.held && n.dot.rhsCache.held != c.kept {
 					t.Errorf("the product's RHS cache holds %d bytes, want %d", n.dot.rhsCache.held, c.kept)
 				}
+			}
+			if gb, err := HeldByGraph(g); err != nil || gb.PackedPanels != map[bool]int64{true: c.kept}[c.held] ||
+				gb.Constants != x.constantBytes() {
+				t.Errorf("HeldByGraph: %+v, %v", gb, err)
 			}
 			c.input.MustFinalizeAll()
 		})

@@ -46,6 +46,8 @@ func TestComputeIn(t *testing.T) {
 	}{
 		{[]*debug.Module{{Path: "other", Version: "v1"}, dep("v0.1.14", nil)}, "v0.1.14", "", true},
 		{[]*debug.Module{dep("v0.1.14", &debug.Module{Path: "./third_party/compute"})}, "v0.1.14", "./third_party/compute", true},
+		{[]*debug.Module{dep("v0.1.14", &debug.Module{Path: "./third_party/compute", Version: "(devel)"})}, "v0.1.14",
+			"./third_party/compute", true},
 		{[]*debug.Module{dep("v0.1.14", &debug.Module{Path: "example.com/fork", Version: "v0.1.15"})}, "v0.1.15",
 			"example.com/fork@v0.1.15", true},
 		{[]*debug.Module{{Path: "other", Version: "v1"}}, "", "", false},
