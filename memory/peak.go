@@ -68,6 +68,29 @@ func FormatPeakPrec(bytes int64, method string, decimals int) string {
 	return FormatBytesPrec(bytes, decimals)
 }
 
+// FormatPeakCell is FormatPeakPrec for a table cell: "unavailable" without the reason, which the table's note
+// on how its peaks were obtained (the method) carries.
+func FormatPeakCell(bytes int64, method string, decimals int) string {
+	if _, ok := Method(method).Unavailable(); ok {
+		return "unavailable"
+	}
+	return FormatBytesPrec(bytes, decimals)
+}
+
+// LargerPeak folds a peak figure (bytes, method) into a running one (overBytes, overMethod; method "" for none
+// yet), as a step reports the largest peak of its programs or a run the largest of its steps: the larger
+// figure, except that an unavailable figure wins (the first one's reason is kept), since the largest of
+// figures one of which is unknown is unknown.
+func LargerPeak(overBytes int64, overMethod string, bytes int64, method string) (int64, string) {
+	if _, ok := Method(overMethod).Unavailable(); ok {
+		return overBytes, overMethod
+	}
+	if _, ok := Method(method).Unavailable(); ok || overMethod == "" || bytes > overBytes {
+		return bytes, method
+	}
+	return overBytes, overMethod
+}
+
 // PoolCounter is implemented by builds of GoMLX's pure-Go backend (github.com/gomlx/compute/gobackend) that count
 // the bytes their buffer pool hands out (tools/peakmem carries such a build). Live is the bytes currently handed
 // out and not yet released, Peak the maximum of Live since the last ResetPeak, and ResetPeak sets Peak to Live.

@@ -105,4 +105,26 @@ func TestUnavailablePeak(t *testing.T) {
 	if _, ok := MethodSimulation.Unavailable(); ok {
 		t.Errorf("the simulation's method reads as unavailable")
 	}
+	if got := FormatPeakCell(p.Bytes, string(p.Method), 1); got != "unavailable" {
+		t.Errorf("FormatPeakCell: %q", got)
+	}
+	sim := string(MethodSimulation)
+	for _, c := range []struct {
+		over  int64
+		overM string
+		b     int64
+		m     string
+		want  int64
+		wantM string
+	}{
+		{0, "", 5, sim, 5, sim},
+		{5, sim, 3, sim, 5, sim},
+		{5, sim, 0, string(p.Method), 0, string(p.Method)},
+		{0, string(p.Method), 9, sim, 0, string(p.Method)},
+		{0, "", 0, string(p.Method), 0, string(p.Method)},
+	} {
+		if b, m := LargerPeak(c.over, c.overM, c.b, c.m); b != c.want || m != c.wantM {
+			t.Errorf("LargerPeak(%d, %q, %d, %q) = %d, %q", c.over, c.overM, c.b, c.m, b, m)
+		}
+	}
 }
