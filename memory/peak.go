@@ -29,8 +29,8 @@ const unavailablePrefix = "unavailable: "
 type Peak struct {
 	// Bytes is the peak of the bytes held during the execution, including the resident inputs.
 	Bytes int64
-	// Resident is the part of Bytes held before the execution started and not freed by it: the inputs
-	// (parameters) and constants.
+	// Resident is the part of Bytes held before the execution started and not freed by it (the inputs, i.e.
+	// parameters, the constants and whatever else the graph holds), plus Kept.
 	Resident int64
 	// Kept is the part of Resident the execution itself takes from the pool and never gives back (SimulatePeak
 	// only; 0 otherwise): on the Go backend, the packed panels a graph's first large product with a constant
