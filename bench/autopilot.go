@@ -279,7 +279,7 @@ func runAutopilotCase(o AutopilotOptions, c AutopilotCase) (*AutopilotResult, er
 			if r.DevicePeakBytes > 0 {
 				peak, method = r.DevicePeakBytes, r.DevicePeakMethod
 			}
-			m.PeakBytes, m.PeakMethod = max(m.PeakBytes, peak), method
+			m.PeakBytes, m.PeakMethod = memory.LargerPeak(m.PeakBytes, m.PeakMethod, peak, method)
 			medians[i] = append(medians[i], r.StepSeconds)
 			if round == 0 || r.StepMin < m.StepMin {
 				m.StepMin = r.StepMin
@@ -511,8 +511,8 @@ func WriteAutopilotRun(w io.Writer, run AutopilotRun) error {
 		fmt.Fprintf(tw, "configuration\tblock plan\tplanned total\tmeasured peak\tstep\tthroughput\t\n")
 		for _, o := range r.Options {
 			peak, step, thr := "-", fmt.Sprintf("%.3f", o.StepSeconds), "-"
-			if o.PeakBytes > 0 {
-				peak = memory.FormatBytes(o.PeakBytes)
+			if o.PeakBytes > 0 || o.PeakMethod != "" {
+				peak = memory.FormatPeakCell(o.PeakBytes, o.PeakMethod, 3)
 			}
 			if !o.Predicted {
 				step = fmt.Sprintf("%.3f s (%.3f-%.3f)", o.StepSeconds, o.StepMin, o.StepMax)
@@ -534,8 +534,8 @@ func WriteAutopilotRun(w io.Writer, run AutopilotRun) error {
 			}
 			mm := row.Measured
 			peak, step := "-", fmt.Sprintf("%.3fx", mm.StepSeconds)
-			if mm.PeakBytes > 0 {
-				peak = memory.FormatBytes(mm.PeakBytes)
+			if mm.PeakBytes > 0 || mm.PeakMethod != "" {
+				peak = memory.FormatPeakCell(mm.PeakBytes, mm.PeakMethod, 3)
 			}
 			if !mm.Predicted {
 				step = fmt.Sprintf("%.3f s", mm.StepSeconds)

@@ -215,14 +215,18 @@ func Measure(backend compute.Backend, cfg StackConfig, variants []Variant, progr
 		}
 		results[i] = Result{Variant: v, Saved: saved, Analytic: AnalyticSavedBytes(cfg, v)}
 		var outputs []*tensors.Tensor
-		results[i].Peak, err = memory.MeasurePeak(step.Graph, func() (err error) {
-			outputs, err = step.Execute()
-			return err
+		var runErr error
+		results[i].Peak, err = memory.MeasurePeak(step.Graph, func() error {
+			outputs, runErr = step.Execute()
+			return runErr
 		})
 		freeAll(outputs)
 		step.Release()
-		if err != nil {
-			return nil, err
+		if runErr != nil {
+			return nil, runErr
+		}
+		if err != nil { // the step ran; only its peak is unknown: report it as unavailable, never as 0 B
+			results[i].Peak = memory.UnavailablePeak(err)
 		}
 	}
 
@@ -309,19 +313,34 @@ func WriteTable(w io.Writer, cfg StackConfig, results []Result) error {
 	fmt.Fprintf(tw, "variant\tsaved\tx base\tanalytic\tsaved/analytic\tpeak\tx base\tstep\t(min-max)\tx base\t\n")
 	for _, r := range results {
 		lo, hi := r.StepRange()
-		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%s\t%.4f\t%s\t%.3f\t%.3fs\t(%.3f-%.3f)\t%.3f\t\n", r.Variant.Name,
+		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%s\t%.4f\t%s\t%s\t%.3fs\t(%.3f-%.3f)\t%.3f\t\n", r.Variant.Name,
 			memory.FormatBytes(r.Saved.Total), ratio(r.Saved.Total, base.Saved.Total),
 			memory.FormatBytes(r.Analytic), ratio(r.Saved.Total, r.Analytic),
-			memory.FormatBytes(r.Peak.Bytes), ratio(r.Peak.Bytes, base.Peak.Bytes),
+			memory.FormatPeakCell(r.Peak.Bytes, string(r.Peak.Method), 3),
+			peakRatio(r.Peak.Bytes, string(r.Peak.Method), base.Peak.Bytes, string(base.Peak.Method)),
 			r.StepTime().Seconds(), lo.Seconds(), hi.Seconds(), r.StepTime().Seconds()/base.StepTime().Seconds())
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "saved: %s\npeak: %s (includes the %s of resident weights and inputs)\n", memory.MethodSavedWalk, base.Peak.Method,
-		memory.FormatBytes(base.Peak.Resident))
+	if _, unavailable := base.Peak.Method.Unavailable(); unavailable {
+		fmt.Fprintf(w, "saved: %s\npeak: %s\n", memory.MethodSavedWalk, base.Peak.Method)
+	} else {
+		fmt.Fprintf(w, "saved: %s\npeak: %s (includes the %s of resident weights and inputs)\n", memory.MethodSavedWalk, base.Peak.Method,
+			memory.FormatBytes(base.Peak.Resident))
+	}
 	_, err := fmt.Fprintf(w, "step: median of %d steps per variant, run round-robin (order rotated every round) after one warm-up round\n", cfg.Steps)
 	return err
+}
+
+// peakRatio formats the ratio of peak a (method am) to peak b (method bm), or "-" when either is unavailable.
+func peakRatio(a int64, am string, b int64, bm string) string {
+	_, ua := memory.Method(am).Unavailable()
+	_, ub := memory.Method(bm).Unavailable()
+	if ua || ub || b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.3f", float64(a)/float64(b))
 }
 
 func ratio(a, b int64) float64 {

@@ -139,7 +139,7 @@ func WriteComparison(w io.Writer, rows []ComparedRow) error {
 		mp, pp, mt, pt := "-", "-", "-", "-"
 		if r.Memfit != nil {
 			b, m := r.Memfit.peak()
-			mp, mt = memory.FormatBytes(b), fmt.Sprintf("%.1f %s", r.Memfit.PerSecond, r.Memfit.Unit)
+			mp, mt = memory.FormatPeakCell(b, m, 3), fmt.Sprintf("%.1f %s", r.Memfit.PerSecond, r.Memfit.Unit)
 			note("memfit peak: " + m)
 		}
 		if r.PyTorch != nil {

@@ -124,8 +124,9 @@ func (s CPUSettings) Validate() error {
 	return nil
 }
 
-// config returns memfit's training config for case c in variant v.
-func (s CPUSettings) config(c CPUCase, variant string) (finetune.Config, error) {
+// Config returns memfit's training config for case c in variant (a finetune.Variants name, optionally with
+// HostStepSuffix).
+func (s CPUSettings) Config(c CPUCase, variant string) (finetune.Config, error) {
 	method, err := GridMethodByName(c.Method)
 	if err != nil {
 		return finetune.Config{}, err
@@ -148,7 +149,7 @@ func (s CPUSettings) config(c CPUCase, variant string) (finetune.Config, error) 
 // labels, or uniform token ids with labels equal to them and a full attention mask) to path as safetensors,
 // for both sides to read.
 func WriteCPUBatch(c CPUCase, s CPUSettings, path string) error {
-	cfg, err := s.config(c, "plain")
+	cfg, err := s.Config(c, "plain")
 	if err != nil {
 		return err
 	}
@@ -258,7 +259,7 @@ func RunCPUStep(backend compute.Backend, o CPUStepOptions) (CPUSideResult, error
 	if err := s.Validate(); err != nil {
 		return CPUSideResult{}, err
 	}
-	cfg, err := s.config(o.Case, o.Variant)
+	cfg, err := s.Config(o.Case, o.Variant)
 	if err != nil {
 		return CPUSideResult{}, err
 	}

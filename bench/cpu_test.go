@@ -224,7 +224,7 @@ func TestCPUSettingsAndMedian(t *testing.T) {
 			t.Errorf("accepted %+v", b)
 		}
 	}
-	if _, err := s.config(CPUCase{Method: "qlora"}, "plain"); err == nil {
+	if _, err := s.Config(CPUCase{Method: "qlora"}, "plain"); err == nil {
 		t.Error("a method the reference lacks was accepted")
 	}
 	if median([]float64{3, 1, 2}) != 2 || median([]float64{4, 1, 3, 2}) != 2.5 || median(nil) != 0 {

@@ -381,13 +381,15 @@ func WriteCPURun(w io.Writer, run CPURun) error {
 				fmt.Fprintf(tw, "%s\tmemfit\t%s\tfailed\t\t\t\t\t\t\t\t\t\t\n", key, run.Variants[i])
 				continue
 			}
-			peakMethod = r.PeakMethod
+			if peakMethod == "" || r.PeakMethod != peakMethod && strings.HasPrefix(r.PeakMethod, "unavailable") {
+				peakMethod = r.PeakMethod
+			}
 			if r.CompileSeconds > 0 {
 				compiles = append(compiles, fmt.Sprintf("(%s) %s %.2f s", cr.Case.Key, r.Variant, r.CompileSeconds))
 			}
 			fmt.Fprintf(tw, "%s\tmemfit\t%s\t%.7g\t%.3fs\t%.3fs\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", key, r.Variant, r.FirstLoss(), r.MedianSeconds,
 				minOf(r.StepSeconds), throughput(r), fmtRatio(mr.StepVsPyTorch), fmtRatio(mr.StepVsPlain), memory.FormatBytesPrec(r.MaxRSSBytes, 1),
-				memory.FormatBytesPrec(r.RSSBeforeTrainBytes, 1), memory.FormatBytesPrec(r.SavedActivationBytes, 1), memory.FormatBytesPrec(r.PeakBytes, 1))
+				memory.FormatBytesPrec(r.RSSBeforeTrainBytes, 1), memory.FormatBytesPrec(r.SavedActivationBytes, 1), memory.FormatPeakCell(r.PeakBytes, r.PeakMethod, 1))
 		}
 	}
 	if err := tw.Flush(); err != nil {

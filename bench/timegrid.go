@@ -175,7 +175,12 @@ func TimeGrid(backend compute.Backend, tms []TimedModel, methods []GridMethod, v
 				}
 				base := runs[0].cell
 				c.SavedRatio = ratio(c.SavedActivationBytes, base.SavedActivationBytes)
-				c.PeakRatio = ratio(c.PeakBytes, base.PeakBytes)
+				c.PeakRatio = 0 // "-" when either peak is unavailable
+				if _, ua := memory.Method(c.PeakMethod).Unavailable(); !ua {
+					if _, ub := memory.Method(base.PeakMethod).Unavailable(); !ub {
+						c.PeakRatio = ratio(c.PeakBytes, base.PeakBytes)
+					}
+				}
 				c.TimeRatio = c.StepSeconds / runs[0].cell.StepSeconds
 				out = append(out, *c)
 			}
@@ -263,8 +268,8 @@ func WriteTimedGrid(w io.Writer, tms []TimedModel, cells []TimedCell, matmulGFLO
 		if c.MaxSeqBudget > 0 {
 			seq, budget = fmt.Sprint(c.MaxSeq), c.MaxSeqBudget
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.3f\t%s\t%.3f\t%.2fs\t%.3f\t%.1f %s\t%.1f / %.1f\t%.0f%%\t%.0f%%\t%s\t\n", c.Model, c.Method, c.Variant,
-			memory.FormatBytesPrec(c.SavedActivationBytes, 1), c.SavedRatio, memory.FormatBytesPrec(c.PeakBytes, 1), c.PeakRatio,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.3f\t%s\t%s\t%.2fs\t%.3f\t%.1f %s\t%.1f / %.1f\t%.0f%%\t%.0f%%\t%s\t\n", c.Model, c.Method, c.Variant,
+			memory.FormatBytesPrec(c.SavedActivationBytes, 1), c.SavedRatio, memory.FormatPeakCell(c.PeakBytes, c.PeakMethod, 1), fmtRatio(c.PeakRatio),
 			c.StepSeconds, c.TimeRatio, c.PerSecond, c.Unit, c.GFLOPS, c.OwnGFLOPS,
 			100*c.MatmulShare, 100*c.GFLOPS/matmulGFLOPS, seq)
 	}

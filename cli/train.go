@@ -358,7 +358,7 @@ func describe(s finetune.StepStats) string {
 	if s.Synced {
 		parts = append(parts, fmt.Sprintf("|g| %.3g", s.GradNorm))
 	}
-	parts = append(parts, rate, "saved "+memory.FormatBytes(s.SavedActivationBytes), "peak "+memory.FormatBytes(s.PeakBytes))
+	parts = append(parts, rate, "saved "+memory.FormatBytes(s.SavedActivationBytes), "peak "+memory.FormatPeak(s.PeakBytes, s.PeakMethod))
 	if s.CompileSeconds > 0 {
 		parts = append(parts, fmt.Sprintf("compile %.2fs", s.CompileSeconds))
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gomlx/gomlx/core/tensors"
 
+	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/safetensors"
 )
 
@@ -370,4 +371,34 @@ func vitFixture(t *testing.T) (tmp, model, data string) {
 	data = filepath.Join(tmp, "train.safetensors")
 	writeImageData(t, data, 12)
 	return tmp, model, data
+}
+
+// TestTrainPeakUnavailable forces the Go backend's step peak to be unavailable (a compute version the executor
+// model was not written for): training goes on, the progress lines say "peak unavailable (<reason>)" instead of
+// "peak 0 B", and metrics.jsonl keeps peak_bytes 0 with the reason in peak_method.
+func TestTrainPeakUnavailable(t *testing.T) {
+	restore := memory.SetComputeVersionForTest("v0.1.99")
+	defer restore()
+	tmp := t.TempDir()
+	model := filepath.Join(tmp, "vit")
+	if _, e, code := run(t, "init", "--arch", "vit", "--preset", "tiny", "--num-labels", "3", "--out", model); code != 0 {
+		t.Fatal(e)
+	}
+	data := filepath.Join(tmp, "train.safetensors")
+	writeImageData(t, data, 12)
+	out := filepath.Join(tmp, "run")
+	stdout, stderr, code := run(t, "train", "--model", model, "--data", data, "--out", out, "--steps", "2",
+		"--batch-size", "6", "--log-every", "1")
+	if code != 0 {
+		t.Fatalf("train exit %d: %s", code, stderr)
+	}
+	const reason = "modelled for compute v0.1.14, running v0.1.99"
+	if all := stdout + stderr; !strings.Contains(all, "peak unavailable ("+reason+")") || strings.Contains(all, "peak 0 B") {
+		t.Errorf("progress does not say the peak is unavailable:\n%s\n%s", stdout, stderr)
+	}
+	for _, l := range readMetrics(t, filepath.Join(out, "metrics.jsonl")) {
+		if l["peak_bytes"] != 0.0 || l["peak_method"] != "unavailable: "+reason {
+			t.Errorf("metrics line %v", l)
+		}
+	}
 }

@@ -11,7 +11,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/gomlx/compute"
@@ -61,7 +63,8 @@ type Run struct {
 	// classes, so about chance); AccuracyAfter the fine-tuned one's.
 	AccuracyBefore float64 `json:"accuracy_before"`
 	AccuracyAfter  float64 `json:"accuracy_after"`
-	// SavedActivationBytes (exact, training-graph walk) and PeakBytes (PeakMethod) of one training step.
+	// SavedActivationBytes (exact, training-graph walk) and PeakBytes (PeakMethod) of one training step; a peak
+	// that could not be obtained is PeakBytes 0 with PeakMethod "unavailable: <reason>".
 	SavedActivationBytes int64  `json:"saved_activation_bytes"`
 	PeakBytes            int64  `json:"peak_bytes"`
 	PeakMethod           string `json:"peak_method"`
@@ -116,7 +119,7 @@ func FineTune(ctx context.Context, modelDir string, train, test finetune.Example
 		run.Steps = append(run.Steps, s)
 		if opts.Log != nil && s.Synced && (s.Step%50 == 0 || s.Step == cfg.Steps) { // losses are read back every LogEvery steps
 			fmt.Fprintf(opts.Log, "  %-18s step %4d/%d  loss %.4f  %.0f img/s  saved act. %s  step peak %s\n", v.Name, s.Step,
-				cfg.Steps, s.Loss, s.ExamplesPerSecond, memory.FormatBytes(s.SavedActivationBytes), memory.FormatBytes(s.PeakBytes))
+				cfg.Steps, s.Loss, s.ExamplesPerSecond, memory.FormatBytes(s.SavedActivationBytes), memory.FormatPeak(s.PeakBytes, s.PeakMethod))
 		}
 	}}
 	if err := trainer.Fit(ctx, loader, "", metrics, hooks); err != nil {
@@ -129,9 +132,7 @@ func FineTune(ctx context.Context, modelDir string, train, test finetune.Example
 	for i, s := range run.Steps {
 		run.Seconds += s.Seconds
 		run.SavedActivationBytes = max(run.SavedActivationBytes, s.SavedActivationBytes)
-		if s.PeakBytes > run.PeakBytes {
-			run.PeakBytes, run.PeakMethod = s.PeakBytes, s.PeakMethod
-		}
+		run.PeakBytes, run.PeakMethod = memory.LargerPeak(run.PeakBytes, run.PeakMethod, s.PeakBytes, s.PeakMethod)
 		if i > 0 {
 			speeds = append(speeds, s.ExamplesPerSecond)
 		}
@@ -151,15 +152,25 @@ func WriteTable(w io.Writer, runs []Run) error {
 	base := runs[0]
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "run\taccuracy before\tafter\tsaved act. (exact)\tx plain\tstep peak\tx plain\timages/s\tx plain\t\n")
+	methods := []string{base.PeakMethod}
 	for _, r := range runs {
-		fmt.Fprintf(tw, "%s\t%.1f%%\t%.1f%%\t%s\t%.3f\t%s\t%.3f\t%.0f\t%.3f\t\n", r.Name, 100*r.AccuracyBefore, 100*r.AccuracyAfter,
+		peakRatio := "-"
+		_, unavailable := memory.Method(r.PeakMethod).Unavailable()
+		_, baseUnavailable := memory.Method(base.PeakMethod).Unavailable()
+		if !unavailable && !baseUnavailable {
+			peakRatio = fmt.Sprintf("%.3f", ratio(r.PeakBytes, base.PeakBytes))
+		}
+		if !slices.Contains(methods, r.PeakMethod) {
+			methods = append(methods, r.PeakMethod)
+		}
+		fmt.Fprintf(tw, "%s\t%.1f%%\t%.1f%%\t%s\t%.3f\t%s\t%s\t%.0f\t%.3f\t\n", r.Name, 100*r.AccuracyBefore, 100*r.AccuracyAfter,
 			memory.FormatBytes(r.SavedActivationBytes), ratio(r.SavedActivationBytes, base.SavedActivationBytes),
-			memory.FormatBytes(r.PeakBytes), ratio(r.PeakBytes, base.PeakBytes), r.ImagesPerSecond, r.ImagesPerSecond/base.ImagesPerSecond)
+			memory.FormatPeakCell(r.PeakBytes, r.PeakMethod, 3), peakRatio, r.ImagesPerSecond, r.ImagesPerSecond/base.ImagesPerSecond)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "saved act.: %s\nstep peak: %s\n", memory.MethodSavedWalk, base.PeakMethod)
+	_, err := fmt.Fprintf(w, "saved act.: %s\nstep peak: %s\n", memory.MethodSavedWalk, strings.Join(methods, "; "))
 	return err
 }
 

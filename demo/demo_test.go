@@ -1,16 +1,19 @@
 package demo_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"image/png"
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/memfit/memfit/demo"
 	"github.com/memfit/memfit/engine"
+	"github.com/memfit/memfit/memory"
 )
 
 // TestDemo runs the README's first command as a library call, with its defaults, and checks what it promises:
@@ -73,5 +76,55 @@ func TestDemo(t *testing.T) {
 		if st, err := os.Stat(filepath.Join(out, name)); err != nil || st.Size() == 0 {
 			t.Errorf("%s missing: %v", name, err)
 		}
+	}
+}
+
+// TestDemoPeakUnavailable forces the Go backend's peak to be unavailable (a compute version the executor model
+// was not written for) and checks that the demo says so everywhere instead of reporting 0 B: the progress lines,
+// the table and its note, the plot (no peak bars) and summary.json (peak_bytes 0, peak_method with the reason).
+func TestDemoPeakUnavailable(t *testing.T) {
+	restore := memory.SetComputeVersionForTest("v0.1.99")
+	defer restore()
+	backend, err := engine.NewBackend(engine.ChooseSpec("go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer backend.Finalize()
+	out := t.TempDir()
+	var log bytes.Buffer
+	res, err := demo.Main(context.Background(), demo.Options{Backend: backend, Out: out, Steps: 3, BatchSize: 8, Log: &log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const reason = "modelled for compute v0.1.14, running v0.1.99"
+	if !strings.Contains(log.String(), "step peak unavailable ("+reason+")") || strings.Contains(log.String(), "step peak 0 B") {
+		t.Errorf("progress lines do not say the peak is unavailable:\n%s", log.String())
+	}
+	for _, r := range res.Runs {
+		if r.PeakBytes != 0 || r.PeakMethod != "unavailable: "+reason {
+			t.Errorf("%s: peak %d %q", r.Name, r.PeakBytes, r.PeakMethod)
+		}
+	}
+	var table bytes.Buffer
+	if err := demo.WriteTable(&table, res.Runs); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(table.String(), "unavailable") || !strings.Contains(table.String(), "step peak: unavailable: "+reason) ||
+		strings.Contains(table.String(), " 0 B") {
+		t.Errorf("table:\n%s", table.String())
+	}
+	var summary struct {
+		Runs []map[string]any `json:"runs"`
+	}
+	data, err := os.ReadFile(filepath.Join(out, "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &summary); err != nil || len(summary.Runs) != 2 ||
+		summary.Runs[0]["peak_bytes"] != 0.0 || summary.Runs[0]["peak_method"] != "unavailable: "+reason {
+		t.Errorf("summary.json: %v (%v)", summary.Runs, err)
+	}
+	if _, err := os.Stat(filepath.Join(out, "demo.png")); err != nil {
+		t.Error(err)
 	}
 }

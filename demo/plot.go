@@ -10,6 +10,8 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/memfit/memfit/memory"
 )
 
 var runColors = []color.Color{color.RGBA{R: 31, G: 119, B: 180, A: 255}, color.RGBA{R: 214, G: 39, B: 40, A: 255},
@@ -53,7 +55,21 @@ func WritePlot(path string, runs []Run) error {
 		value func(Run) float64
 	}{
 		{"saved activations (exact)", func(r Run) float64 { return float64(r.SavedActivationBytes) / (1 << 20) }},
-		{"step peak (" + shortMethod(runs) + ")", func(r Run) float64 { return float64(r.PeakBytes) / (1 << 20) }},
+	}
+	peakKnown := true
+	for _, r := range runs {
+		if _, unavailable := memory.Method(r.PeakMethod).Unavailable(); unavailable {
+			peakKnown = false
+		}
+	}
+	if peakKnown {
+		series = append(series, struct {
+			label string
+			value func(Run) float64
+		}{"step peak (" + shortMethod(runs) + ")", func(r Run) float64 { return float64(r.PeakBytes) / (1 << 20) }})
+	} else {
+		// An unavailable peak is no bar of height 0: leave the series out and say so.
+		mem.Title.Text += "; step peak unavailable"
 	}
 	for i, s := range series {
 		vals := make(plotter.Values, len(runs))

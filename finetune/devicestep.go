@@ -341,7 +341,7 @@ func (t *Trainer) run(sp *stepProgram, a *args) ([]*tensors.Tensor, error) {
 		}
 		if err != nil {
 			// The step ran; only its peak is unknown (a backend the measurement does not know): train on.
-			p = memory.Peak{Method: memory.Method("unavailable: " + err.Error())}
+			p = memory.UnavailablePeak(err)
 		}
 		sp.peak, sp.peakDonated = &p, donating
 		return outs, nil
@@ -416,8 +416,8 @@ func (t *Trainer) deviceStep(batches []Batch, stats *StepStats) error {
 		stats.Examples += b.Size()
 		stats.Tokens += tokens(b)
 		stats.SavedActivationBytes = max(stats.SavedActivationBytes, sp.saved.Total)
-		if sp.peak != nil && (sp.peak.Bytes > stats.PeakBytes || stats.PeakMethod == "") {
-			stats.PeakBytes, stats.PeakMethod = sp.peak.Bytes, string(sp.peak.Method)
+		if sp.peak != nil {
+			stats.PeakBytes, stats.PeakMethod = memory.LargerPeak(stats.PeakBytes, stats.PeakMethod, sp.peak.Bytes, string(sp.peak.Method))
 		}
 		nt := len(sp.trainNames)
 		if kind != progFinal {

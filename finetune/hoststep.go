@@ -85,7 +85,7 @@ func (t *Trainer) runGrad(gs *gradStep, b Batch) (float64, map[string]*tensors.T
 		p, perr := memory.MeasurePeak(gs.g, func() error { err = run(); return err })
 		if err == nil {
 			if perr != nil { // the step ran; only its peak is unknown
-				p = memory.Peak{Method: memory.Method("unavailable: " + perr.Error())}
+				p = memory.UnavailablePeak(perr)
 			}
 			gs.peak = &p
 		}
@@ -136,8 +136,8 @@ func (t *Trainer) hostTrainStep(batches []Batch) (StepStats, error) {
 		stats.Examples += b.Size()
 		stats.Tokens += tokens(b)
 		stats.SavedActivationBytes = max(stats.SavedActivationBytes, gs.saved.Total)
-		if gs.peak != nil && gs.peak.Bytes > stats.PeakBytes {
-			stats.PeakBytes, stats.PeakMethod = gs.peak.Bytes, string(gs.peak.Method)
+		if gs.peak != nil {
+			stats.PeakBytes, stats.PeakMethod = memory.LargerPeak(stats.PeakBytes, stats.PeakMethod, gs.peak.Bytes, string(gs.peak.Method))
 		}
 		if acc == nil {
 			acc = map[string][]float32{}

@@ -83,7 +83,10 @@ type StepStats struct {
 	TokensPerSecond   float64 `json:"tokens_per_second,omitempty"`
 	// SavedActivationBytes is the exact saved-activation size of the gradient step (training-graph walk).
 	SavedActivationBytes int64 `json:"saved_activation_bytes"`
-	// PeakBytes is the peak memory of the gradient step and PeakMethod how it was obtained.
+	// PeakBytes is the peak memory of the gradient step and PeakMethod how it was obtained. A peak that could not
+	// be obtained (memory.UnavailablePeak: say, a compute version the Go backend's executor model was not
+	// written for) has PeakBytes 0 and PeakMethod "unavailable: <reason>", also in metrics.jsonl; print it with
+	// memory.FormatPeak, never as 0 B.
 	PeakBytes  int64  `json:"peak_bytes"`
 	PeakMethod string `json:"peak_method"`
 	// SkippedBatches counts the batches without a target token that Fit has skipped so far (Hooks.OnSkip).

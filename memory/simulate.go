@@ -3,10 +3,8 @@ package memory
 import (
 	"errors"
 	"fmt"
-	"reflect"
 
 	"github.com/gomlx/compute"
-	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/shapes"
 	"github.com/gomlx/gomlx/core/graph"
 )
@@ -23,11 +21,17 @@ var (
 	//
 	// Deprecated: use ErrNotGoBackend.
 	ErrNotSimpleGo = ErrNotGoBackend
-	// ErrInternals: the Go backend's unexported executor state is not what this package was written against
-	// (github.com/gomlx/compute v0.1.2, GoMLX v0.28.2); the simulation refuses to guess.
-	ErrInternals = errors.New("memory: the Go backend's executor internals differ from compute v0.1.2 (GoMLX v0.28.2)")
+	// ErrInternals: the Go backend's unexported executor state is not what the executor model reads (compute
+	// v0.1.14, GoMLX v0.28.16: a field, a node's data or an op differs); the simulation refuses to guess.
+	ErrInternals = errors.New("memory: the Go backend's executor internals differ from compute " + modelledCompute +
+		" (GoMLX v0.28.16), which the executor model reads")
+	// ErrComputeVersion: the binary was built against a github.com/gomlx/compute version other than the one the
+	// executor model was written for; the error is a *ComputeVersionError saying "modelled for compute v0.1.14,
+	// running vX". Every peak of the pure-Go backend is then unavailable.
+	ErrComputeVersion = errors.New("memory: the Go backend's compute version is not the one the executor model reads")
 	// ErrUnsupported: the graph holds something the simulation cannot replay without running it: ops whose
-	// buffers depend on the data (If, While, Sort), nested function calls (Call, closures) or dynamic shapes.
+	// buffers depend on the data (If, While, Sort, the dynamic-shape ops), nested function calls (Call,
+	// closures), dynamic shapes, or a backend that skips its computations (no_ops).
 	ErrUnsupported = errors.New("memory: the simulation does not support this graph")
 	// ErrNoXLA: XLAProgramSizes and XLAProgramPeak in builds without the xla tag.
 	ErrNoXLA = errors.New("memory: this binary was built without XLA support (rebuild with -tags xla, which " +
@@ -54,48 +58,64 @@ type SimOptions struct {
 }
 
 // SimulatePeak replays the pure-Go backend's sequential execution of the compiled graph g, without running
-// it, and returns its peak memory (Method MethodSimulation).
+// it, and returns the peak memory of its next execution (Method MethodSimulation).
 //
-// The replay walks the executor's own node list (github.com/gomlx/compute/internal/gobackend, compute v0.1.2,
-// GoMLX v0.28.2), after the builder's rewrites (its DotGeneral normalisation into Transpose/Reshape +
-// DotGeneral + ConvertDType/Reshape nodes, its de-duplication of identical nodes, its ImplicitBroadcastFusion
-// pass), in the executor's own order (FunctionExecutable.Schedule: DependencyOrderSchedule, longest path to an
-// output first, unless the backend was configured with creation_order), and models exactly what each
-// executor does with the backend's buffer pool (executable.go: FunctionExecutable.Execute, executeSequentially,
-// executeNode; the per-op rules are listed at simUnaryReuse and below):
+// The replay walks the executor's own node list (github.com/gomlx/compute/internal/gobackend of compute v0.1.14,
+// GoMLX v0.28.16; a binary built against another compute version gets ErrComputeVersion), after the builder's
+// rewrites (its DotGeneral normalisation, which transposes operands into a supported layout and, for
+// half-precision inputs, converts the float32 product back; its de-duplication of identical nodes; its
+// ImplicitBroadcastFusion pass), in the executor's own order (FunctionExecutable.Schedule:
+// DependencyOrderSchedule, longest path to an output first, unless the backend was configured with
+// creation_order), and models exactly what each executor does with the backend's buffer pool (executable.go:
+// FunctionExecutable.Execute, executeSequentially, executeNode; the per-op rules are in gobackend_v0_1_14.go):
 //
-//   - parameters are pre-filled with the caller's buffers, owned only when donated; constants are never owned;
-//     nodes nobody uses are skipped; an input is owned by an op only at its last use;
+//   - parameters are pre-filled with the caller's buffers, owned only when donated (a donated parameter no
+//     output needs is put back at once); constants are never owned; nodes nobody uses are skipped; an input is
+//     owned by an op only at its last use;
 //   - an op either reuses an owned input's buffer as its output (unary ops; binary ops, rhs first then lhs,
-//     when the input's shape equals the output's; Where; Identity, Reshape and the barriers; Scatter;
-//     Reverse and Bitcast in some cases; FusedDense; RNGBitGenerator's state) or takes a new output buffer;
+//     when the input's shape equals the output's; Where; Identity, Reshape and the barriers; Scatter and
+//     DynamicUpdateSlice; Reverse, Bitcast and reductions that reduce nothing, in some cases; RNGBitGenerator's
+//     state) or takes a new output buffer;
 //   - the scratch buffers an op takes from the pool and puts back inside one call are counted while it runs:
-//     the large matrix product's packing panels (three per worker, see below), ArgMinMax's running best values
-//     and indices, the float32 accumulator of ReduceSum/ReduceProduct on bfloat16/float16, the unpacked
-//     weights of FusedQuantizedDense, the int64 indices of QuantizedEmbeddingLookup;
+//     the large matrix product's panels (four per worker, see below; also inside FusedDense and
+//     FusedDenseVJP), ArgMinMax's running best values and indices, the float32 accumulator of the generic
+//     ReduceSum/ReduceProduct on bfloat16/float16, the unpacked weights of FusedQuantizedDense, the int64
+//     indices of QuantizedEmbeddingLookup;
 //   - every other buffer goes back to the pool (or, for user-fed buffers, to the garbage collector) after its
 //     last use; at the end, outputs not owned by the execution are cloned and the other owned buffers freed.
+//
+// The executor picks, per node, the first registered executor that accepts it (with GOEXPERIMENT=simd, SIMD
+// executors ahead of the generic ones, subject to size thresholds for reductions) and caches its choice after
+// the node's first run. The simulation makes the same choices and checks them against the cached ones. Two
+// things differ between a graph's first execution and later ones, and the simulation models whichever comes
+// next: a large matrix product with an operand computed from constants only packs that operand's panels into
+// a pool buffer on its first run and keeps it for the graph's lifetime; and a SIMD ReduceMax, ReduceMin or
+// ReduceProduct on int64/uint64 takes its output buffer, falls back, and never returns that buffer (upstream
+// leaks it, on the first run only).
 //
 // Sizes are what the pool really allocates: every buffer's bytes rounded up by support.TwoBitBucketLen (see
 // bufferBytes), the same accounting as tools/peakmem's counter.
 //
-// The large matrix product (dot/matmul: the nosimd kernels, and with GOEXPERIMENT=simd the AVX-512 or AVX2
-// ones; used when the product's multiply-adds reach 4 Mi) hands its work to up to maxParallelism workers
-// (workerspool.Pool.Saturate, 2 x GOMAXPROCS by default), and each worker takes three packing panels from the
-// pool when it starts and returns them when the work runs out. How many workers hold panels at the same time
-// depends on goroutine scheduling; the simulation counts SimOptions.MatmulWorkers of them, by default all the
-// backend can start, so its peak is an upper bound that is reached or overestimates by at most a few panel
-// sets (about 1 MiB each for the nosimd float32 kernel, 316 KiB for AVX-512 float32). It is exact, to the
-// byte, when the large path runs on one worker (a backend configured with parallelism=1) or when no product
-// takes it; tools/peakmem's tests check that.
+// The large matrix product (dot/matmul: the portable kernels, and with GOEXPERIMENT=simd on amd64 the AVX-512 or
+// AVX2 ones; used when the product's multiply-adds reach 4 Mi) runs on the calling goroutine when the backend's
+// parallelism is 1, else hands its work to up to maxParallelism workers (workerspool.Pool.Saturate, 2 x
+// GOMAXPROCS by default); each worker takes its panels from the pool when it starts (an LHS, an RHS and an
+// output panel and an accumulator of several output panels) and returns them when the work runs out. How many
+// workers hold panels at the same time depends on goroutine scheduling; the simulation counts
+// SimOptions.MatmulWorkers of them, by default all the backend can start, so its peak is then an upper bound
+// that is reached or overestimates by at most a few panel sets (about 1.3 MiB each for the portable float32
+// kernel, 1.8 MiB for AVX-512 float32). It is exact, to the byte, when the large path runs on one worker (a
+// backend configured with parallelism=1) or when no product takes it; tools/peakmem's tests check that.
 //
 // Peak.Bytes is the maximum, over the run, of the resident bytes plus the pool buffers the execution holds;
-// Peak.Resident is the bytes of the non-donated inputs and of the graph's constants. The outputs are still held
-// when the run ends, so they are part of the peak.
+// Peak.Resident is the bytes held before the execution and not freed by it (the non-donated inputs, the graph's
+// constants, the packed panels earlier runs left with the graph) plus those the execution takes and never
+// gives back (packed panels it fills, leaked buffers). The outputs are still held when the run ends, so they
+// are part of the peak.
 //
-// The executor's own FunctionExecutable.EstimatedTemporaryMemory (GoMLX v0.28) is not a substitute: it adds up
-// each node's output without in-place reuse, bucketing, clones or scratch buffers, and leaves out the inputs
-// and constants (see ExecutorEstimate and tools/peakmem/README.md for a measured comparison).
+// The executor's own FunctionExecutable.EstimatedTemporaryMemory is not a substitute: it adds up each node's
+// output without in-place reuse, bucketing, clones or scratch buffers, and leaves out the inputs and constants
+// (see ExecutorEstimate and tools/peakmem/README.md for a measured comparison).
 func SimulatePeak(g *graph.Graph, opts SimOptions) (Peak, error) {
 	x, err := readGoBackend(g)
 	if err != nil {
@@ -114,7 +134,7 @@ func SimulatePeak(g *graph.Graph, opts SimOptions) (Peak, error) {
 }
 
 // ExecutorEstimate returns the Go backend's own estimate of the compiled graph g's temporary memory
-// (FunctionExecutable.EstimatedTemporaryMemory, new in GoMLX v0.28, what the backend logs at verbosity 1).
+// (FunctionExecutable.EstimatedTemporaryMemory, what the backend logs at verbosity 1).
 // It walks the same schedule as SimulatePeak but adds every node's output at its unbucketed size, never reuses a
 // buffer in place, and counts no clones of outputs and no scratch buffers, and it leaves out the inputs and the
 // constants. It is neither a peak nor comparable with Peak.Transient: on training steps it overestimates the
@@ -126,6 +146,27 @@ func ExecutorEstimate(g *graph.Graph) (int64, error) {
 		return 0, err
 	}
 	return x.estimatedTemporaryMemory()
+}
+
+// GraphBytes are the bytes a compiled pure-Go backend graph holds from the backend's buffer pool for its
+// lifetime, outside any execution (see HeldByGraph).
+type GraphBytes struct {
+	// Constants is the bytes of the graph's constants, taken from the pool when the graph is built (the pool
+	// counter of tools/peakmem leaves them out).
+	Constants int64
+	// PackedPanels is the bytes of the packed panels the graph's earlier runs filled for matrix products with
+	// an operand computed from constants only (taken from the pool on the product's first run on its large
+	// path, never put back; the pool counter counts them).
+	PackedPanels int64
+}
+
+// HeldByGraph returns the bytes the compiled graph g (pure-Go backend) holds from the pool for its lifetime.
+func HeldByGraph(g *graph.Graph) (GraphBytes, error) {
+	x, err := readGoBackend(g)
+	if err != nil {
+		return GraphBytes{}, err
+	}
+	return GraphBytes{Constants: x.constantBytes(), PackedPanels: x.heldByGraph()}, nil
 }
 
 // MeasurePeak calls run, which must execute the compiled graph g once (typically g.Run) and leave the outputs
@@ -140,7 +181,8 @@ func ExecutorEstimate(g *graph.Graph) (int64, error) {
 // (tools/peakmem's tests find the two equal to the byte on backends that run the large matrix product on one
 // worker). The counter is process-wide: executions running at the same time on any Go backend are counted too.
 // Without a counter, it calls run and returns SimulatePeak(g, SimOptions{}) (MethodSimulation; inputs are
-// taken as not donated, which is what g.Run does with *tensors.Tensor inputs). A graph compiled for XLA gets
+// taken as not donated, which is what g.Run does with *tensors.Tensor inputs), which, simulated after run,
+// describes the executions that follow it (see SimulatePeak for how a graph's first execution can differ). A graph compiled for XLA gets
 // XLAProgramPeak (builds with the xla tag only).
 //
 // A panic inside run is returned as an error.
@@ -211,8 +253,8 @@ func callRun(run func() error) (err error) {
 
 // ---------------------------------------------------------------------------------------------------------------
 // The simulation proper: a replay of the Go backend's FunctionExecutable.Execute + executeSequentially +
-// executeNode (internal/gobackend/executable.go) over goExec, with the per-op buffer behaviour of the executors
-// in internal/gobackend/ops, fusedops, dot and dot/matmul.
+// executeNode (internal/gobackend/executable.go) over goExec. The per-op buffer rules (singleOutputOp,
+// multiOutputOp) are in gobackend_v0_1_14.go.
 // ---------------------------------------------------------------------------------------------------------------
 
 // simResult is a simulation's outcome.
@@ -223,13 +265,16 @@ type simResult struct {
 	peakNode int
 	// endLive is what the execution still holds when Execute returns, above the resident bytes: the outputs.
 	endLive int64
+	// kept is the part of peak.Resident the execution takes from the pool and never returns.
+	kept int64
 }
 
 type simulator struct {
 	x       *goExec
-	workers int // large-matmul workers holding panels at once
+	workers int // SimOptions.MatmulWorkers: the most large-matmul workers holding panels at once (0: all)
 	live    int64
 	peak    int64
+	kept    int64 // bytes taken and never returned (packed panels filled, leaked buffers), part of live
 	curNode int
 	atNode  int
 
@@ -262,6 +307,12 @@ func (s *simulator) scratch(b int64) {
 	s.free(b)
 }
 
+// keep counts a buffer the current op takes from the pool and nobody gives back.
+func (s *simulator) keep(b int64) {
+	s.alloc(b)
+	s.kept += b
+}
+
 // TimelinePoint is the memory held after one executor op of a simulated execution (see SimulateTimeline).
 type TimelinePoint struct {
 	// Step counts executed ops from 0; Node is the executor's node index.
@@ -270,8 +321,8 @@ type TimelinePoint struct {
 	Op string
 	// Shape is the op's output shape (the first output's, for multi-output ops).
 	Shape shapes.Shape
-	// Live is the pool bytes the execution holds after the op, above the resident bytes; Max is the most it held
-	// while the op ran (scratch buffers included).
+	// Live is the pool bytes the execution holds after the op, above the bytes held before it; Max is the most
+	// it held while the op ran (scratch buffers included).
 	Live, Max int64
 }
 
@@ -303,9 +354,8 @@ func (x *goExec) checkSupported() error {
 		if x.numUses[idx] == 0 {
 			continue
 		}
-		if simRefused[n.op] || n.captured > 0 {
-			return fmt.Errorf("%w: graph %q has a %s node (#%d), whose buffers depend on the data or on a nested "+
-				"function", ErrUnsupported, x.name, n.op, idx)
+		if why := x.refusal(n); why != "" {
+			return fmt.Errorf("%w: graph %q has a %s node (#%d): %s", ErrUnsupported, x.name, n.op, idx, why)
 		}
 		dynamic := len(n.multiShapes) == 0 && n.shape.IsDynamic()
 		for _, ms := range n.multiShapes {
@@ -328,21 +378,21 @@ func simulateWith(x *goExec, opts SimOptions, timeline *[]TimelinePoint) (simRes
 		return simResult{}, err
 	}
 	n := x.numNodesToProcess
-	s := &simulator{x: x, curNode: -1, atNode: -1, timeline: timeline, workers: x.largeMatmulWorkers(),
+	s := &simulator{x: x, curNode: -1, atNode: -1, timeline: timeline, workers: opts.MatmulWorkers,
 		has: make([]bool, n), owned: make([]bool, n), numUsed: make([]int, n), bytes: make([]int64, n)}
-	if opts.MatmulWorkers > 0 {
-		s.workers = min(s.workers, opts.MatmulWorkers)
-	}
-	resident := x.constantBytes()
+	resident := x.constantBytes() + x.heldByGraph()
 
-	// Parameters are pre-filled with the caller's buffers; donated ones are owned by the execution.
+	// Parameters are pre-filled with the caller's buffers; donated ones are owned by the execution, and put
+	// back at once when no output needs them.
 	for i, idx := range x.inputs {
 		b := bufferBytes(x.nodes[idx].shape)
 		d := donate != nil && donate[i]
-		if idx >= n {
-			// Not reachable from any output (the executor itself indexes past its results here; never seen in
-			// practice, since GoMLX creates parameters first): it stays with the caller.
-			resident += b
+		if idx >= n || x.numUses[idx] == 0 {
+			if d {
+				s.scratch(b)
+			} else {
+				resident += b
+			}
 			continue
 		}
 		s.has[idx], s.owned[idx], s.bytes[idx] = true, d, b
@@ -396,14 +446,15 @@ func simulateWith(x *goExec, opts SimOptions, timeline *[]TimelinePoint) (simRes
 			s.has[idx] = false
 		}
 	}
-	if s.live != outBytes {
+	if s.live != outBytes+s.kept {
 		return simResult{}, fmt.Errorf("memory: simulation of graph %q is inconsistent: %d bytes held at the end, "+
-			"outputs are %d bytes", x.name, s.live, outBytes)
+			"outputs are %d bytes and %d bytes are kept", x.name, s.live, outBytes, s.kept)
 	}
 	return simResult{
-		peak:     Peak{Bytes: resident + s.peak, Resident: resident, Method: MethodSimulation},
+		peak:     Peak{Bytes: resident + s.peak, Resident: resident + s.kept, Kept: s.kept, Method: MethodSimulation},
 		peakNode: s.atNode,
-		endLive:  s.live,
+		endLive:  outBytes,
+		kept:     s.kept,
 	}, nil
 }
 
@@ -467,289 +518,4 @@ func (s *simulator) executeNode(node *goNode) error {
 		}
 	}
 	return nil
-}
-
-// Op families, by what their executor does with its buffers (files under internal/gobackend).
-var (
-	// ops/unaryops.go, unaryOperandAndOutput: reuse the owned operand, else a new buffer of its shape.
-	simUnaryReuse = opSet(compute.OpTypeNeg, compute.OpTypeAbs, compute.OpTypeSign, compute.OpTypeLogicalNot,
-		compute.OpTypeBitwiseNot, compute.OpTypeBitCount, compute.OpTypeClz, compute.OpTypeExp,
-		compute.OpTypeExpm1, compute.OpTypeLog, compute.OpTypeLog1p, compute.OpTypeCeil, compute.OpTypeFloor,
-		compute.OpTypeRound, compute.OpTypeRsqrt, compute.OpTypeSqrt, compute.OpTypeCos, compute.OpTypeSin,
-		compute.OpTypeTanh, compute.OpTypeLogistic, compute.OpTypeErf)
-	// ops/binaryops.go, binaryOperandsAndOutputForExecution (used by ops/gen_exec_binary.go and ops/shiftops.go):
-	// reuse the owned rhs, else the owned lhs, when its shape equals the output's; else a new buffer.
-	simBinaryReuse = opSet(compute.OpTypeAdd, compute.OpTypeMul, compute.OpTypeSub, compute.OpTypeDiv,
-		compute.OpTypeRem, compute.OpTypePow, compute.OpTypeAtan2, compute.OpTypeMax, compute.OpTypeMin,
-		compute.OpTypeBitwiseAnd, compute.OpTypeBitwiseOr, compute.OpTypeBitwiseXor, compute.OpTypeLogicalAnd,
-		compute.OpTypeLogicalOr, compute.OpTypeLogicalXor, compute.OpTypeShiftLeft,
-		compute.OpTypeShiftRightArithmetic, compute.OpTypeShiftRightLogical)
-	// Reuse the owned first input, else copy it into a new buffer: ops/identity.go, ops/optimizationbarrier.go,
-	// ops/schedulingbarrier.go (its other inputs are dependencies only), ops/reshape.go (Reshape and
-	// DynamicReshape), fusedops/dense.go (input 0 is the DotGeneral result; the bias and activation are applied
-	// in place).
-	simFirstInputReuse = opSet(compute.OpTypeIdentity, compute.OpTypeOptimizationBarrier,
-		compute.OpTypeSchedulingBarrier, compute.OpTypeReshape, compute.OpTypeDynamicReshape, compute.OpTypeFusedDense)
-	// ops/reduce.go, execReduce: always a new output (a scalar operand with no axes is copied); ReduceSum and
-	// ReduceProduct on bfloat16/float16 also take a float32 accumulator of the output's size.
-	simReduce = opSet(compute.OpTypeReduceMax, compute.OpTypeReduceMin, compute.OpTypeReduceSum,
-		compute.OpTypeReduceProduct, compute.OpTypeReduceBitwiseAnd, compute.OpTypeReduceBitwiseOr,
-		compute.OpTypeReduceBitwiseXor, compute.OpTypeReduceLogicalAnd, compute.OpTypeReduceLogicalOr,
-		compute.OpTypeReduceLogicalXor)
-	// ops/scatter.go, execScatter: reuse the owned operand, else clone it.
-	simScatter = opSet(compute.OpTypeScatterMax, compute.OpTypeScatterMin, compute.OpTypeScatterSum)
-	// A new output buffer of the node's shape and nothing else from the pool: comparisons
-	// (ops/gen_exec_binary.go) and IsFinite (ops/unaryops.go), ops/transpose.go, broadcastindim.go, iota.go,
-	// gather.go, concatenate.go, convertdtype.go, slice.go, pad.go, reducewindow.go, convgeneral.go, dynamic.go,
-	// fusedops/softmax.go, gelu.go, layernorm.go.
-	simNewOutput = opSet(compute.OpTypeIsFinite, compute.OpTypeEqual, compute.OpTypeNotEqual,
-		compute.OpTypeGreaterOrEqual, compute.OpTypeGreaterThan, compute.OpTypeLessOrEqual,
-		compute.OpTypeLessThan, compute.OpTypeTranspose, compute.OpTypeBroadcastInDim,
-		compute.OpTypeIota, compute.OpTypeGather, compute.OpTypeConcatenate, compute.OpTypeConvertDType,
-		compute.OpTypeSlice, compute.OpTypePad, compute.OpTypeReduceWindow, compute.OpTypeConvGeneral,
-		compute.OpTypeDynamicDimensionSize, compute.OpTypeDynamicShape, compute.OpTypeFusedSoftmax,
-		compute.OpTypeFusedGelu, compute.OpTypeFusedLayerNorm)
-	// Modelled one by one in singleOutputOp and multiOutputOp.
-	simOwnModel = opSet(compute.OpTypeParameter, compute.OpTypeConstant, compute.OpTypeWhere,
-		compute.OpTypeArgMinMax, compute.OpTypeDotGeneral, compute.OpTypeReverse, compute.OpTypeBitcast,
-		compute.OpTypeFusedQuantizedDense, compute.OpTypeQuantizedEmbeddingLookup, compute.OpTypeRNGBitGenerator,
-		compute.OpTypeFusedAttentionQKVProjection)
-	// simRefused are executors the simulation cannot replay without running the graph: If, While and Sort run
-	// closures chosen or repeated by the data (ops/if.go, while.go, sort.go), Call runs a nested function's own
-	// executable (ops/call.go). A graph holding one is ErrUnsupported.
-	simRefused = opSet(compute.OpTypeIf, compute.OpTypeWhile, compute.OpTypeSort, compute.OpTypeCall)
-	// simBuilderOnly are ops the Go backend lists in its capabilities that never reach the executor: the builder
-	// rewrites IsNaN into NotEqual (ops/isnan.go) and Clamp into Max + Min (ops/clamp.go); Dot has no builder
-	// method left in compute v0.1.2 (graph.Dot builds a DotGeneral).
-	simBuilderOnly = opSet(compute.OpTypeDot, compute.OpTypeIsNaN, compute.OpTypeClamp)
-)
-
-func opSet(ops ...compute.OpType) map[compute.OpType]bool {
-	m := make(map[compute.OpType]bool, len(ops))
-	for _, op := range ops {
-		m[op] = true
-	}
-	return m
-}
-
-// simModelled reports whether the simulation models the executor of op.
-func simModelled(op compute.OpType) bool {
-	return simOwnModel[op] || simUnaryReuse[op] || simBinaryReuse[op] || simFirstInputReuse[op] || simReduce[op] ||
-		simScatter[op] || simNewOutput[op]
-}
-
-// singleOutputOp models one single-output executor: it allocates and frees the op's buffers (output and
-// scratch) and returns the bytes of the new output buffer, or the index of the input whose buffer became the
-// output (then the bytes are that buffer's).
-func (s *simulator) singleOutputOp(node *goNode, owned []bool) (outBytes int64, reuse int, err error) {
-	in := func(i int) shapes.Shape { return s.x.nodes[node.inputs[i]].shape }
-	newOut := func(shape shapes.Shape) (int64, int, error) {
-		b := bufferBytes(shape)
-		s.alloc(b)
-		return b, -1, nil
-	}
-	op := node.op
-	switch {
-	case simUnaryReuse[op]:
-		if owned[0] {
-			return 0, 0, nil
-		}
-		return newOut(in(0))
-
-	case simBinaryReuse[op]:
-		switch {
-		case owned[1] && in(1).Equal(node.shape):
-			return 0, 1, nil
-		case owned[0] && in(0).Equal(node.shape):
-			return 0, 0, nil
-		}
-		return newOut(node.shape)
-
-	case simFirstInputReuse[op], simScatter[op]:
-		if owned[0] {
-			return 0, 0, nil
-		}
-		return newOut(node.shape)
-
-	case simReduce[op]:
-		if !node.hasAxes {
-			return 0, 0, fmt.Errorf("%w: %s node #%d carries no reduce axes", ErrInternals, op, node.idx)
-		}
-		b, r, err := newOut(node.shape)
-		copyOnly := len(node.axes) == 0 && in(0).Rank() == 0
-		if !copyOnly && (op == compute.OpTypeReduceSum || op == compute.OpTypeReduceProduct) &&
-			(node.shape.DType == dtypes.BFloat16 || node.shape.DType == dtypes.Float16) {
-			s.scratch(bufferBytes(shapes.Make(dtypes.Float32, node.shape.Size())))
-		}
-		return b, r, err
-
-	case op == compute.OpTypeWhere:
-		switch {
-		case in(1).Equal(node.shape) && owned[1]:
-			return 0, 1, nil
-		case in(2).Equal(node.shape) && owned[2]:
-			return 0, 2, nil
-		}
-		return newOut(node.shape)
-
-	case op == compute.OpTypeReverse:
-		// ops/reverse.go: with no axes, reuse the owned operand; else a new buffer.
-		if !node.hasAxes {
-			return 0, 0, fmt.Errorf("%w: Reverse node #%d carries no axes", ErrInternals, node.idx)
-		}
-		if len(node.axes) == 0 && owned[0] {
-			return 0, 0, nil
-		}
-		return newOut(in(0))
-
-	case op == compute.OpTypeBitcast:
-		// ops/bitcast.go: reuse the owned operand when the Go storage types allow it.
-		src, dst := in(0).DType, node.shape.DType
-		canReuse := src.GoType() == dst.GoType()
-		if src.Bits() != dst.Bits() {
-			canReuse = src.GoType().Kind() == reflect.Uint8 && dst.GoType().Kind() == reflect.Uint8
-		}
-		if owned[0] && canReuse {
-			return 0, 0, nil
-		}
-		return newOut(node.shape)
-
-	case op == compute.OpTypeArgMinMax:
-		// ops/argminmax.go: the output, then the running best values and their int32 indices, one per suffix
-		// position, put back before the op returns.
-		if node.argAxis < 0 {
-			return 0, 0, fmt.Errorf("%w: ArgMinMax node #%d carries no axis", ErrInternals, node.idx)
-		}
-		b, r, err := newOut(node.shape)
-		operand := in(0)
-		suffix := 1
-		for _, d := range operand.Dimensions[node.argAxis+1:] {
-			suffix *= d
-		}
-		s.scratch(bufferBytes(shapes.Make(operand.DType, suffix)) + bufferBytes(shapes.Make(dtypes.Int32, suffix)))
-		return b, r, err
-
-	case op == compute.OpTypeDotGeneral:
-		return s.dotGeneral(node)
-
-	case op == compute.OpTypeFusedQuantizedDense:
-		// fusedops/quantizeddense.go: the output, then sub-byte weights unpacked to int8/uint8 for the call (GGML
-		// weights are uint8 and need no unpacking, quantizeddense_ggml.go).
-		b, r, err := newOut(node.shape)
-		switch w := in(1); w.DType {
-		case dtypes.Int4, dtypes.Int2:
-			s.scratch(bufferBytes(shapes.Make(dtypes.Int8, w.Dimensions...)))
-		case dtypes.Uint4, dtypes.Uint2:
-			s.scratch(bufferBytes(shapes.Make(dtypes.Uint8, w.Dimensions...)))
-		}
-		return b, r, err
-
-	case op == compute.OpTypeQuantizedEmbeddingLookup:
-		// fusedops/quantizeddense.go: the output, then the indices converted to int64 unless they are.
-		b, r, err := newOut(node.shape)
-		if idx := in(1); idx.DType != dtypes.Int64 {
-			s.scratch(bufferBytes(shapes.Make(dtypes.Int64, idx.Dimensions...)))
-		}
-		return b, r, err
-
-	case simNewOutput[op]:
-		return newOut(node.shape)
-	}
-	return 0, 0, fmt.Errorf("%w: the simulation does not model the executor of %s (node #%d)", ErrInternals, op, node.idx)
-}
-
-// The large matrix product's packing panels (dot/matmul): per worker, an LHS panel of Mc x Kc and an RHS panel
-// of Kc x Nc input values and an output panel of Mc x Nc output values. nosimd.go's NoSIMDParams serve every
-// dtype of the nosimd kernels; avx512.go's and avx2.go's parameters depend on the input dtype.
-type panelParams struct{ mc, kc, nc int }
-
-var (
-	simNoSIMDPanels = panelParams{mc: 2, kc: 512, nc: 512} // NoSIMDParams
-	simSIMDPanels   = map[dtypes.DType]panelParams{        // AVX512Params* and AVX2Params* (identical panels)
-		dtypes.Float32:  {mc: 24, kc: 128, nc: 512},
-		dtypes.BFloat16: {mc: 32, kc: 128, nc: 768},
-		dtypes.Float16:  {mc: 32, kc: 128, nc: 768},
-		dtypes.Float64:  {mc: 16, kc: 64, nc: 256},
-	}
-)
-
-// simSmallMatMulThreshold is nosimd.go's noSIMDSmallMatMulSizeThreshold: products with fewer multiply-adds take
-// the small kernels, which use no pool buffers.
-const simSmallMatMulThreshold = 4 * 1024 * 1024
-
-// dotPanelBytes returns the bytes of one worker's packing panels for the product d, or 0 when the product takes
-// a small kernel. The routers (nosimd_router.go, avx512_router.go, avx2_router.go) choose the large path when
-// the product's multiply-adds reach simSmallMatMulThreshold: batch x M x N x K for nosimd and AVX-512, M x N x K
-// (per batch item) for AVX2.
-func dotPanelBytes(d *goDot) (int64, error) {
-	perMatrix := int64(d.lhsCrossSize) * int64(d.rhsCrossSize) * int64(d.contractingSize)
-	var p panelParams
-	size := int64(d.batchSize) * perMatrix
-	switch d.impl {
-	case "simd:nosimd":
-		p = simNoSIMDPanels
-	case "simd:avx512", "simd:avx2":
-		var ok bool
-		if p, ok = simSIMDPanels[d.inputDType]; !ok {
-			return 0, fmt.Errorf("%w: no %s panel sizes for input dtype %s", ErrInternals, d.impl, d.inputDType)
-		}
-		if d.impl == "simd:avx2" {
-			size = perMatrix
-		}
-	default:
-		return 0, fmt.Errorf("%w: unknown DotGeneral implementation %q", ErrInternals, d.impl)
-	}
-	if size < simSmallMatMulThreshold {
-		return 0, nil
-	}
-	return bufferBytes(shapes.Make(d.inputDType, p.mc*p.kc)) + bufferBytes(shapes.Make(d.inputDType, p.kc*p.nc)) +
-		bufferBytes(shapes.Make(d.outputDType, p.mc*p.nc)), nil
-}
-
-// dotGeneral models execDotGeneral (dot/dot.go): a new output buffer of the normalised shape [batch, M, N]
-// (in float32 for half-precision inputs), then, on the large path, each worker's packing panels, put back
-// before the op returns (nosimd_large.go, avx512_large.go, avx2_large.go and their generated variants).
-func (s *simulator) dotGeneral(node *goNode) (int64, int, error) {
-	if node.dot == nil {
-		return 0, 0, fmt.Errorf("%w: DotGeneral node #%d carries no dot.NodeData", ErrInternals, node.idx)
-	}
-	out := bufferBytes(node.shape)
-	s.alloc(out)
-	panels, err := dotPanelBytes(node.dot)
-	if err != nil {
-		return 0, 0, fmt.Errorf("DotGeneral node #%d: %w", node.idx, err)
-	}
-	s.scratch(int64(s.workers) * panels)
-	return out, -1, nil
-}
-
-// multiOutputOp models the multi-output executors: it returns the bytes of each output buffer and which inputs
-// were taken over.
-func (s *simulator) multiOutputOp(node *goNode, owned []bool) ([]int64, []bool, error) {
-	reused := make([]bool, len(node.inputs))
-	switch {
-	case node.op == compute.OpTypeRNGBitGenerator && len(node.multiShapes) == 2:
-		// ops/rngbitgenerator.go: a new buffer for the random data; the state reuses the owned input, else a new
-		// buffer.
-		data := bufferBytes(node.multiShapes[1])
-		s.alloc(data)
-		state := s.bytes[node.inputs[0]]
-		if owned[0] {
-			reused[0] = true
-		} else {
-			state = bufferBytes(node.multiShapes[0])
-			s.alloc(state)
-		}
-		return []int64{state, data}, reused, nil
-	case node.op == compute.OpTypeFusedAttentionQKVProjection && len(node.multiShapes) == 3:
-		// fusedops/attentionqkv.go: three new buffers.
-		outs := make([]int64, 3)
-		for i, ms := range node.multiShapes {
-			outs[i] = bufferBytes(ms)
-			s.alloc(outs[i])
-		}
-		return outs, reused, nil
-	}
-	return nil, nil, fmt.Errorf("%w: the simulation does not model multi-output %s (node #%d)",
-		ErrInternals, node.op, node.idx)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/shapes"
 	"github.com/gomlx/gomlx/core/graph"
+	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/internal/gtest"
@@ -73,6 +74,12 @@ func mustSim(t *testing.T, g *graph.Graph, opts SimOptions) simResult {
 	return r
 }
 
+// workers is how many large-matmul workers x's backend can start.
+func workers(x *goExec) int {
+	w, _ := x.largeMatmulWorkers()
+	return w
+}
+
 // execOps lists the executor's node ops, for checking the graph the executor really runs.
 func execOps(x *goExec) string {
 	ops := make([]string, len(x.nodes))
@@ -101,14 +108,14 @@ func TestGoBackendInternals(t *testing.T) {
 			continue
 		}
 		n := 0
-		for _, in := range []bool{simModelled(op), simBuilderOnly[op], simRefused[op]} {
+		for _, in := range []bool{simModelled(op), simBuilderOnly[op], simRefused[op] != ""} {
 			if in {
 				n++
 			}
 		}
 		if n != 1 {
 			t.Errorf("the Go backend supports %s, which the simulation models in %d ways (modelled %v, builder-only %v, "+
-				"refused %v): read its executor and list it once", op, n, simModelled(op), simBuilderOnly[op], simRefused[op])
+				"refused %q): read its executor and list it once", op, n, simModelled(op), simBuilderOnly[op], simRefused[op])
 		}
 	}
 
@@ -127,9 +134,9 @@ func TestGoBackendInternals(t *testing.T) {
 		t.Errorf("engine's default backend read as sequential=%v creationOrder=%v, want ops_sequential and the "+
 			"creation-order schedule (engine.GoOptions)", x.sequential, x.creationOrder)
 	}
-	if x.maxParallelism != 2*runtime.GOMAXPROCS(0) || x.largeMatmulWorkers() != defaultWorkers() {
-		t.Errorf("maxParallelism %d (workers %d), want workerspool's default 2 x GOMAXPROCS = %d", x.maxParallelism,
-			x.largeMatmulWorkers(), 2*runtime.GOMAXPROCS(0))
+	if x.maxParallelism != 2*runtime.GOMAXPROCS(0) || workers(x) != defaultWorkers() || x.noOps {
+		t.Errorf("maxParallelism %d (workers %d, no_ops %v), want workerspool's default 2 x GOMAXPROCS = %d", x.maxParallelism,
+			workers(x), x.noOps, 2*runtime.GOMAXPROCS(0))
 	}
 	if len(x.inputs) != 3 || len(x.outputs) != 4 || len(x.numUses) != x.numNodesToProcess {
 		t.Fatalf("inputs %v, outputs %v, %d numUses for %d nodes", x.inputs, x.outputs, len(x.numUses), x.numNodesToProcess)
@@ -145,18 +152,21 @@ func TestGoBackendInternals(t *testing.T) {
 				d.inputDType != dtypes.Float32 || d.outputDType != dtypes.Float32 || d.impl != wantFloat32DotImpl() {
 				t.Errorf("DotGeneral data %+v, want sizes 1,3,5,4, axes [1] [1], float32 and implementation %q", d, wantFloat32DotImpl())
 			}
-			if !n.shape.Equal(f32(1, 3, 5)) {
-				t.Errorf("normalised DotGeneral shape %s, want [1,3,5]", n.shape)
+			if !n.shape.Equal(f32(3, 5)) {
+				t.Errorf("DotGeneral shape %s, want the product's own [3,5] (compute v0.1.14 adds no Reshape)", n.shape)
+			}
+			if d.lhsCache.present || d.rhsCache.present {
+				t.Errorf("DotGeneral of two parameters has panel caches %+v %+v", d.lhsCache, d.rhsCache)
 			}
 			for _, c := range x.nodes[i+1:] {
-				if c.op == compute.OpTypeReshape && slices.Equal(c.inputs, []int{i}) && c.shape.Equal(f32(3, 5)) {
+				if c.op == compute.OpTypeReshape && slices.Equal(c.inputs, []int{i}) {
 					reshapesAfterDot++
 				}
 			}
 		case compute.OpTypeReduceSum:
 			reduces++
-			if !n.hasAxes || fmt.Sprint(n.axes) != "[1]" {
-				t.Errorf("ReduceSum axes %v (found %v)", n.axes, n.hasAxes)
+			if r := n.reduce; r == nil || fmt.Sprint(r.axes) != "[1]" || r.pattern != reduceTrailing || r.a != 3 || r.b != 5 {
+				t.Errorf("ReduceSum config %+v, want axes [1], trailing, A=3 B=5", r)
 			}
 		case compute.OpTypeArgMinMax:
 			argmax++
@@ -185,7 +195,7 @@ func TestGoBackendInternals(t *testing.T) {
 			}
 		}
 	}
-	if dots != 1 || reshapesAfterDot != 1 || reduces != 1 || argmax != 1 || consts < 1 || rngs != 1 || exps != 1 {
+	if dots != 1 || reshapesAfterDot != 0 || reduces != 1 || argmax != 1 || consts < 1 || rngs != 1 || exps != 1 {
 		t.Errorf("found %d DotGeneral (%d followed by their Reshape), %d ReduceSum, %d ArgMinMax, %d constants, %d RNG, "+
 			"%d Exp (want 1 after de-duplication):\n%s", dots, reshapesAfterDot, reduces, argmax, consts, rngs, exps, execOps(x))
 	}
@@ -211,6 +221,47 @@ func TestGoBackendInternals(t *testing.T) {
 			}
 		}
 	}
+	// The node data of the fused ops and the newer executors (compute v0.1.14).
+	gf := compileGraph(t, "", []shapes.Shape{f32(6, 8), f32(8, 5), f32(5), f32(2, 4, 3, 8), f32(6, 5)},
+		func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+			cfg := compute.DenseConfig{WeightLayout: compute.DenseLayoutInputOutputs}
+			y := graph.BackendFusedDense(p[0], p[1], p[2], cfg) // [6,5]
+			dx, dw, db := graph.BackendFusedDenseVJP(p[0], p[1], p[2], y, p[4], cfg)
+			act := graph.BackendFusedActivation(y, compute.ActivationConfig{Type: compute.ActivationGelu})
+			sdpa, _ := graph.BackendFusedScaledDotProductAttention(p[3], p[3], p[3], compute.AttentionAxesLayoutBHSD,
+				&compute.ScaledDotProductAttentionConfig{Scale: 0.5})
+			upd := graph.DynamicUpdateSlice(p[4], graph.Slice(act, graph.AxisRange(0, 2)),
+				[]*graph.Node{graph.Const(g, int32(1)), graph.Const(g, int32(0))})
+			return []*graph.Node{dx, dw, db, sdpa, upd, graph.CumSum(p[0], 1)}
+		})
+	xf := mustRead(t, gf)
+	seen := map[compute.OpType]bool{}
+	for _, n := range xf.nodes {
+		seen[n.op] = true
+		switch n.op {
+		case compute.OpTypeFusedDense, compute.OpTypeFusedDenseVJP:
+			if n.selectOutput {
+				continue
+			}
+			if d := n.dense; d == nil || d.rows != 6 || d.in != 8 || d.out != 5 ||
+				d.hasBias != (n.op == compute.OpTypeFusedDenseVJP) || d.lhsCache.present || d.rhsCache.present {
+				t.Errorf("%s node data %+v, want 6 rows, 8 in, 5 out, no caches", n.op, d)
+			}
+		case compute.OpTypeFusedScaledDotProductAttention:
+			if sd := n.sdpa; sd == nil || sd.bshd || sd.hasMask || sd.hasSeqLens || sd.hasBias {
+				t.Errorf("SDPA node data %+v, want BHSD, no mask, no sequence lengths, no bias", sd)
+			}
+		}
+	}
+	for _, op := range []compute.OpType{compute.OpTypeFusedDense, compute.OpTypeFusedDenseVJP,
+		compute.OpTypeFusedActivation, compute.OpTypeFusedScaledDotProductAttention,
+		compute.OpTypeDynamicUpdateSlice, compute.OpTypeCumSum} {
+		if !seen[op] {
+			t.Errorf("the fused-ops graph has no %s node:\n%s", op, execOps(xf))
+		}
+	}
+	mustSim(t, gf, SimOptions{})
+
 	if est, err := x.estimatedTemporaryMemory(); err != nil || est <= 0 {
 		t.Errorf("EstimatedTemporaryMemory: %d, %v", est, err)
 	}
@@ -231,9 +282,9 @@ func TestGoBackendInternals(t *testing.T) {
 			return []*graph.Node{graph.Neg(graph.Exp(p[0]))}
 		})
 		x := mustRead(t, g)
-		if x.sequential != want.seq || x.creationOrder != want.creation || x.largeMatmulWorkers() != want.workers {
+		if x.sequential != want.seq || x.creationOrder != want.creation || workers(x) != want.workers {
 			t.Errorf("%s: read sequential=%v creationOrder=%v workers=%d, want %v %v %d", spec, x.sequential,
-				x.creationOrder, x.largeMatmulWorkers(), want.seq, want.creation, want.workers)
+				x.creationOrder, workers(x), want.seq, want.creation, want.workers)
 		}
 		if want.creation && !slices.Equal(x.schedule, []int{0, 1, 2}) {
 			t.Errorf("%s: schedule %v, want creation order", spec, x.schedule)
@@ -247,13 +298,22 @@ func TestGoBackendInternals(t *testing.T) {
 func TestSimulateHandComputed(t *testing.T) {
 	const v = 256 * 4 // bytes of a [256] float32, a bucket size already
 	impl := wantFloat32DotImpl()
-	// One worker's packing panels on the large matmul path (Mc x Kc and Kc x Nc inputs, Mc x Nc float32 output):
-	// nosimd.go's NoSIMDParams (2, 512, 512), or avx512.go's/avx2.go's float32 (24, 128, 512) and bfloat16
-	// (32, 128, 768) parameters.
-	panelsF32, panelsBF16 := int64(2*512*4+512*512*4+2*512*4), int64(2*512*2+512*512*2+2*512*4) // 1056768, 530432
-	if impl != "simd:nosimd" {
-		panelsF32, panelsBF16 = 24*128*4+128*512*4+24*512*4, 32*128*2+128*768*2+32*768*4 // 323584, 303104
-	}
+	// One worker's panels on the large matmul path: an LHS panel Mc x Kc and an RHS panel Kc x Nc of input
+	// values, an output panel Mc x Nc and an accumulator of 64 output panels (16 for the AVX kernels on the
+	// calling goroutine), output values in float32. nosimd.go's NoSIMDParams (Kc 512, Mc 2, Nc 512) serve every
+	// dtype; avx512.go: float32 Kc 192, Mc 32, Nc 512, bfloat16 Kc 128, Mc 32, Nc 768; avx2.go: float32 Kc 128,
+	// Mc 32, Nc 512, bfloat16 as AVX-512.
+	type panelSet struct{ f32Seq, f32Par, bf16Seq, bf16Par, f32SeqNoRHS int64 }
+	ps := map[string]panelSet{
+		"simd:nosimd": {2*512*4 + 512*512*4 + 2*512*4 + 64*2*512*4, 1318912, 2*512*2 + 512*512*2 + 2*512*4 + 64*2*512*4,
+			792576, 2*512*4 + 2*512*4 + 64*2*512*4}, // 1318912, 792576, 270336
+		"simd:avx512": {32*192*4 + 192*512*4 + 32*512*4 + 16*32*512*4, 32*192*4 + 192*512*4 + 32*512*4 + 64*32*512*4,
+			32*128*2 + 128*768*2 + 32*768*4 + 16*32*768*4, 32*128*2 + 128*768*2 + 32*768*4 + 64*32*768*4,
+			32*192*4 + 32*512*4 + 16*32*512*4}, // 1531904, 4677632, 1875968, 6594560, 1138688
+		"simd:avx2": {32*128*4 + 128*512*4 + 32*512*4 + 16*32*512*4, 32*128*4 + 128*512*4 + 32*512*4 + 64*32*512*4,
+			1875968, 6594560, 32*128*4 + 32*512*4 + 16*32*512*4}, // 1392640, 4538368, 1130624
+	}[impl]
+	simdReduce := goBackendEnv().simdExecutors
 	w := int64(defaultWorkers())
 	const seq1 = "go:ops_sequential,parallelism=1"
 	cases := []struct {
@@ -373,7 +433,7 @@ func TestSimulateHandComputed(t *testing.T) {
 			build: func(g *graph.Graph, p []*graph.Node) []*graph.Node {
 				return []*graph.Node{graph.DotGeneral(p[0], []int{1}, nil, p[1], []int{1}, nil)}
 			},
-			wantOps: "Parameter Parameter DotGeneral Reshape", bytes: 320 + 96, resid: 320, outputs: 96,
+			wantOps: "Parameter Parameter DotGeneral", bytes: 320 + 96, resid: 320, outputs: 96,
 		},
 		{
 			// Both operands contracted on axis 0: the builder transposes each into a new buffer ([4,8] 128 and
@@ -382,7 +442,7 @@ func TestSimulateHandComputed(t *testing.T) {
 			build: func(g *graph.Graph, p []*graph.Node) []*graph.Node {
 				return []*graph.Node{graph.DotGeneral(p[0], []int{0}, nil, p[1], []int{0}, nil)}
 			},
-			wantOps: "Parameter Parameter Transpose Transpose DotGeneral Reshape", bytes: 320 + 128 + 192 + 96, resid: 320, outputs: 96,
+			wantOps: "Parameter Parameter Transpose Transpose DotGeneral", bytes: 320 + 128 + 192 + 96, resid: 320, outputs: 96,
 		},
 		{
 			// bfloat16: the DotGeneral outputs float32 [1,4,5] (96), converted to bfloat16 (40 bytes -> 48) while it
@@ -391,7 +451,7 @@ func TestSimulateHandComputed(t *testing.T) {
 			build: func(g *graph.Graph, p []*graph.Node) []*graph.Node {
 				return []*graph.Node{graph.DotGeneral(p[0], []int{1}, nil, p[1], []int{1}, nil)}
 			},
-			wantOps: "Parameter Parameter DotGeneral ConvertDType Reshape", bytes: 160 + 96 + 48, resid: 160, outputs: 48,
+			wantOps: "Parameter Parameter DotGeneral ConvertDType", bytes: 160 + 96 + 48, resid: 160, outputs: 48,
 		},
 		{
 			// 256 x 128 x 128 = 4 Mi multiply-adds: the large path. Inputs 131072 + 65536, output [1,256,128]
@@ -400,7 +460,7 @@ func TestSimulateHandComputed(t *testing.T) {
 			build: func(g *graph.Graph, p []*graph.Node) []*graph.Node {
 				return []*graph.Node{graph.DotGeneral(p[0], []int{1}, nil, p[1], []int{0}, nil)}
 			},
-			wantOps: "Parameter Parameter DotGeneral Reshape", bytes: 196608 + 131072 + panelsF32, resid: 196608, outputs: 131072,
+			wantOps: "Parameter Parameter DotGeneral", bytes: 196608 + 131072 + ps.f32Seq, resid: 196608, outputs: 131072,
 		},
 		{
 			// The same on a default backend: every worker Saturate can start holds its panels (the upper bound).
@@ -408,15 +468,15 @@ func TestSimulateHandComputed(t *testing.T) {
 			build: func(g *graph.Graph, p []*graph.Node) []*graph.Node {
 				return []*graph.Node{graph.DotGeneral(p[0], []int{1}, nil, p[1], []int{0}, nil)}
 			},
-			bytes: 196608 + 131072 + w*panelsF32, resid: 196608, outputs: 131072,
+			bytes: 196608 + 131072 + w*ps.f32Par, resid: 196608, outputs: 131072,
 		},
 		{
-			// The same, assuming one worker.
+			// The same, assuming one worker (which takes the pool path's panels).
 			name: "dot-large-assume-1", workers: 1, params: []shapes.Shape{f32(256, 128), f32(128, 128)},
 			build: func(g *graph.Graph, p []*graph.Node) []*graph.Node {
 				return []*graph.Node{graph.DotGeneral(p[0], []int{1}, nil, p[1], []int{0}, nil)}
 			},
-			bytes: 196608 + 131072 + panelsF32, resid: 196608, outputs: 131072,
+			bytes: 196608 + 131072 + ps.f32Par, resid: 196608, outputs: 131072,
 		},
 		{
 			// 255 x 128 x 128 is under the threshold: small path, no panels. [255,128] is 130560 bytes -> 131072.
@@ -433,7 +493,7 @@ func TestSimulateHandComputed(t *testing.T) {
 			build: func(g *graph.Graph, p []*graph.Node) []*graph.Node {
 				return []*graph.Node{graph.DotGeneral(p[0], []int{1}, nil, p[1], []int{0}, nil)}
 			},
-			bytes: 98304 + 131072 + panelsBF16, resid: 98304, outputs: 65536,
+			bytes: 98304 + 131072 + ps.bf16Seq, resid: 98304, outputs: 65536,
 		},
 		{
 			// Batch 4 of 64 x 128 x 128: 4 Mi multiply-adds in all, 1 Mi per matrix. nosimd and AVX-512 route on the
@@ -443,7 +503,7 @@ func TestSimulateHandComputed(t *testing.T) {
 				return []*graph.Node{graph.DotGeneral(p[0], []int{2}, []int{0}, p[1], []int{1}, []int{0})}
 			},
 			wantOps: "Parameter Parameter DotGeneral", resid: 393216, outputs: 131072,
-			bytes: 393216 + 131072 + map[bool]int64{true: 0, false: panelsF32}[impl == "simd:avx2"],
+			bytes: 393216 + 131072 + map[bool]int64{true: 0, false: ps.f32Seq}[impl == "simd:avx2"],
 		},
 		{
 			// ArgMax over axis 0 of [64,16]: int32 output [16] (64 bytes), then running best values (16 float32)
@@ -455,13 +515,57 @@ func TestSimulateHandComputed(t *testing.T) {
 			wantOps: "Parameter ArgMinMax", bytes: 4096 + 64 + 64 + 64, resid: 4096, outputs: 64,
 		},
 		{
-			// ReduceSum of bfloat16 [64,16] over axis 1: output [64] bfloat16 (128) and a float32 accumulator [64]
-			// (256) for the call.
-			name: "reducesum-bf16", params: []shapes.Shape{bf16(64, 16)},
+			// ReduceSum of bfloat16 [64,16] over axis 0 (a leading reduction, A=64 B=16): output [16] bfloat16 (32).
+			// The SIMD executor (GOEXPERIMENT=simd) takes nothing else; the generic one a float32 accumulator of
+			// the kept axis, [16] (64), for the call.
+			name: "reducesum-bf16-leading", params: []shapes.Shape{bf16(64, 16)},
+			build: func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+				return []*graph.Node{graph.ReduceSum(p[0], 0)}
+			},
+			wantOps: "Parameter ReduceSum", bytes: 2048 + 32 + map[bool]int64{true: 0, false: 64}[simdReduce], resid: 2048, outputs: 32,
+		},
+		{
+			// Over the middle axis of bfloat16 [4,16,8]: output [4,8] (64); no SIMD executor for middle reductions,
+			// the generic one's float32 accumulator of the inner axis, [8] (32).
+			name: "reducesum-bf16-middle", params: []shapes.Shape{bf16(4, 16, 8)},
 			build: func(g *graph.Graph, p []*graph.Node) []*graph.Node {
 				return []*graph.Node{graph.ReduceSum(p[0], 1)}
 			},
-			wantOps: "Parameter ReduceSum", bytes: 2048 + 128 + 256, resid: 2048, outputs: 128,
+			wantOps: "Parameter ReduceSum", bytes: 1024 + 64 + 32, resid: 1024, outputs: 64,
+		},
+		{
+			// Over an axis of size 1: nothing is reduced, and the generic executor takes Exp's owned buffer over.
+			name: "reduce-nothing-in-place", params: []shapes.Shape{f32(256, 1)},
+			build: func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+				return []*graph.Node{graph.ReduceSum(graph.Exp(p[0]), 1)}
+			},
+			wantOps: "Parameter Exp ReduceSum", bytes: 2 * v, resid: v, outputs: v,
+		},
+		{
+			// ReduceMax of int64 [64,16] over axis 1 (trailing, B=16): in SIMD builds the SIMD executor takes the
+			// output [64] (512), finds no int64 kernel and falls back without returning it (kept), on this first
+			// run; then the generic executor's output (512).
+			name: "reducemax-int64-leak", params: []shapes.Shape{shapes.Make(dtypes.Int64, 64, 16)},
+			build: func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+				return []*graph.Node{graph.ReduceMax(p[0], 1)}
+			},
+			wantOps: "Parameter ReduceMax", bytes: 8192 + 512 + map[bool]int64{true: 512, false: 0}[simdReduce],
+			resid: 8192 + map[bool]int64{true: 512, false: 0}[simdReduce], outputs: 512,
+		},
+		{
+			// A large product whose RHS is a constant [128,128] (65536, resident): on its first run the kernel
+			// packs the constant's panels into a pool buffer the graph keeps (128 columns rounded to the register
+			// block, times 128: 65536, kept) and takes no RHS panel. Input 131072, output 131072.
+			name: "dot-constant-rhs", spec: seq1, params: []shapes.Shape{f32(256, 128)},
+			build: func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+				w := make([][]float32, 128)
+				for i := range w {
+					w[i] = make([]float32, 128)
+				}
+				return []*graph.Node{graph.DotGeneral(p[0], []int{1}, nil, graph.Const(g, w), []int{0}, nil)}
+			},
+			wantOps: "Parameter Constant DotGeneral", bytes: 131072 + 65536 + 131072 + 65536 + ps.f32SeqNoRHS,
+			resid: 131072 + 65536 + 65536, outputs: 131072,
 		},
 		{
 			// A constant is resident (built from the pool, held by the graph) and, as an output, cloned.
@@ -655,5 +759,72 @@ func TestMeasurePeak(t *testing.T) {
 	}
 	if _, err := MeasurePeak(g, nil); err == nil {
 		t.Errorf("nil run accepted")
+	}
+}
+
+// TestSimulateLaterRuns: the simulation models the next execution, and two things change after a graph's first
+// one: a large product's packed panels of a constant operand are held by the graph (resident, no longer taken:
+// the same peak), and the SIMD int64 ReduceMax has cached the generic executor (no more leaked output: the peak
+// and resident bytes drop by it).
+func TestSimulateLaterRuns(t *testing.T) {
+	const seq1 = "go:ops_sequential,parallelism=1"
+	for _, c := range []struct {
+		name  string
+		param shapes.Shape
+		input *tensors.Tensor
+		build func(g *graph.Graph, p []*graph.Node) []*graph.Node
+		kept  int64 // in the first run
+		held  bool  // kept by the graph after the first run (else leaked by it)
+	}{
+		{"constant-rhs", f32(256, 128), gtest.Tensor(gtest.Rand(3, 256*128, 1), 256, 128),
+			func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+				w := make([][]float32, 128)
+				for i := range w {
+					w[i] = gtest.Rand(uint64(i), 128, 1)
+				}
+				return []*graph.Node{graph.DotGeneral(p[0], []int{1}, nil, graph.Const(g, w), []int{0}, nil)}
+			}, 65536, true},
+		{"int64-reducemax", shapes.Make(dtypes.Int64, 64, 16),
+			tensors.FromFlatDataAndDimensions(make([]int64, 64*16), 64, 16),
+			func(g *graph.Graph, p []*graph.Node) []*graph.Node {
+				return []*graph.Node{graph.ReduceMax(p[0], 1)}
+			}, map[bool]int64{true: 512, false: 0}[goBackendEnv().simdExecutors], false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := compileGraph(t, seq1, []shapes.Shape{c.param}, c.build)
+			first := mustSim(t, g, SimOptions{})
+			if first.kept != c.kept || first.peak.Kept != c.kept {
+				t.Errorf("first run keeps %d bytes, want %d", first.kept, c.kept)
+			}
+			for range 2 {
+				for _, o := range g.Run(c.input) {
+					o.MustFinalizeAll()
+				}
+			}
+			later := mustSim(t, g, SimOptions{})
+			want := first.peak
+			want.Kept = 0
+			if !c.held {
+				want.Bytes, want.Resident = want.Bytes-c.kept, want.Resident-c.kept
+			}
+			if later.kept != 0 || later.peak != want {
+				t.Errorf("after running: %+v (kept %d), want %+v with nothing kept (first run %+v)", later.peak,
+					later.kept, want, first.peak)
+			}
+			x := mustRead(t, g)
+			for _, n := range x.nodes {
+				if n.op != compute.OpTypeParameter && n.op != compute.OpTypeConstant && n.cachedExecutor == 0 {
+					t.Errorf("node #%d (%s) cached no executor after running", n.idx, n.op)
+				}
+				if n.dot != nil && c.held && n.dot.rhsCache.held != c.kept {
+					t.Errorf("the product's RHS cache holds %d bytes, want %d", n.dot.rhsCache.held, c.kept)
+				}
+			}
+			if gb, err := HeldByGraph(g); err != nil || gb.PackedPanels != map[bool]int64{true: c.kept}[c.held] ||
+				gb.Constants != x.constantBytes() {
+				t.Errorf("HeldByGraph: %+v, %v", gb, err)
+			}
+			c.input.MustFinalizeAll()
+		})
 	}
 }

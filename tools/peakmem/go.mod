@@ -1,10 +1,10 @@
 module github.com/memfit/memfit/tools/peakmem
 
-go 1.26.5
+go 1.27
 
 require (
-	github.com/gomlx/compute v0.1.2
-	github.com/gomlx/gomlx v0.28.2
+	github.com/gomlx/compute v0.1.14
+	github.com/gomlx/gomlx v0.28.16
 	github.com/memfit/memfit v0.0.0-00010101000000-000000000000
 )
 
@@ -15,9 +15,8 @@ require (
 	git.sr.ht/~sbinet/gg v0.7.0 // indirect
 	github.com/ajstarks/svgo v0.0.0-20211024235047-1546f124cd8b // indirect
 	github.com/go-logr/logr v1.4.3 // indirect
-	github.com/gofrs/flock v0.13.0 // indirect
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
-	github.com/gomlx/go-xla v0.4.1 // indirect
+	github.com/gomlx/go-xla v0.4.13 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/mitchellh/colorstring v0.0.0-20190213212951-d06e56a500db // indirect
 	github.com/pkg/errors v0.9.1 // indirect
@@ -26,7 +25,7 @@ require (
 	github.com/spf13/cobra v1.10.2 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect
 	go.yaml.in/yaml/v2 v2.4.2 // indirect
-	golang.org/x/exp v0.0.0-20260410095643-746e56fc9e2f // indirect
+	golang.org/x/exp v0.0.0-20260908205506-85c1c2202aba // indirect
 	golang.org/x/image v0.30.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/term v0.47.0 // indirect
@@ -40,6 +39,6 @@ require (
 // memfit itself, from this checkout.
 replace github.com/memfit/memfit => ../..
 
-// github.com/gomlx/compute v0.1.2 (GoMLX v0.28's backends) with the buffer-pool counter patch; ./setup.sh creates
-// this directory.
+// github.com/gomlx/compute v0.1.14 (GoMLX v0.28.16's backends) with the buffer-pool counter patch; ./setup.sh
+// creates this directory.
 replace github.com/gomlx/compute => ./third_party/compute

@@ -1,12 +1,12 @@
 #!/bin/sh
-# Copies github.com/gomlx/compute v0.1.2 (the module that holds GoMLX v0.28's backends) from the Go module cache
+# Copies github.com/gomlx/compute v0.1.14 (the module that holds GoMLX v0.28.16's backends) from the Go module cache
 # into third_party/compute (git-ignored) and applies compute-pool-counter.patch, so that this module (see go.mod's
 # replace) builds against a Go backend whose buffer pool counts live and peak bytes. Idempotent: a stamp records
 # the compute version and the patch's hash, and the copy is only redone when either changes. Needs go and git (or
 # patch).
 set -eu
 
-COMPUTE_VERSION=v0.1.2
+COMPUTE_VERSION=v0.1.14
 here=$(cd "$(dirname "$0")" && pwd)
 dest="$here/third_party/compute"
 patchfile="$here/compute-pool-counter.patch"

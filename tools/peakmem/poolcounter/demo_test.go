@@ -86,7 +86,11 @@ func TestViTDemoStep(t *testing.T) {
 				runs = 5
 			}
 			for range runs {
-				f.counter = append(f.counter, warmTransient(t, name, g, args))
+				next, err := memory.SimulatePeak(g, memory.SimOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				f.counter = append(f.counter, warmTransient(t, name, g, args, next.Kept))
 			}
 			fig[spec] = f
 			for _, v := range local {

@@ -131,7 +131,7 @@ func checkTrainerStep(t *testing.T, name, dir string, cfg finetune.Config, b fin
 	if err != nil {
 		t.Fatalf("%s: SimulatePeak: %v", name, err)
 	}
-	measured := warmTransient(t, name, g, stepArgs(t, g, tr, b))
+	measured := warmTransient(t, name, g, stepArgs(t, g, tr, b), sim.Kept)
 	t.Logf("%-44s counter transient %9d | simulation transient %9d (peak %9d, resident %9d) | diff %+d",
 		name, measured, sim.Transient(), sim.Bytes, sim.Resident, sim.Transient()-measured)
 	if measured != sim.Transient() {

@@ -46,10 +46,17 @@ func settle() {
 	}
 }
 
-// randTensor returns a tensor of the given shape (float32 or bfloat16) with N(0, scale) values.
+// randTensor returns a tensor of the given shape (float32 or bfloat16) with N(0, scale) values (int64: uniform in
+// [-500, 500)).
 func randTensor(seed uint64, s shapes.Shape, scale float64) *tensors.Tensor {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	switch s.DType {
+	case dtypes.Int64:
+		data := make([]int64, s.Size())
+		for i := range data {
+			data[i] = r.Int64N(1000) - 500
+		}
+		return tensors.FromFlatDataAndDimensions(data, s.Dimensions...)
 	case dtypes.BFloat16:
 		data := make([]bfloat16.BFloat16, s.Size())
 		for i := range data {
@@ -84,7 +91,9 @@ type stepCase struct {
 type agreement struct {
 	run          string
 	counter, sim memory.Peak
-	baseline     int64 // pool bytes alive before the graph was built (other tests' leftovers)
+	// baseline is the pool bytes alive before the run that the simulation does not count as resident (other
+	// tests' leftovers, buffers earlier runs leaked), subtracted from the counter's figures.
+	baseline int64
 }
 
 // compileCase builds and compiles the case's graph.
@@ -104,11 +113,22 @@ func compileCase(t *testing.T, c stepCase) *graph.Graph {
 	return g
 }
 
+// packedPanels returns the pool bytes the compiled graph g holds in packed panels (memory.HeldByGraph).
+func packedPanels(t *testing.T, g *graph.Graph) int64 {
+	t.Helper()
+	gb, err := memory.HeldByGraph(g)
+	if err != nil {
+		t.Fatalf("HeldByGraph: %v", err)
+	}
+	return gb.PackedPanels
+}
+
 // checkAgreement compiles the case, runs it twice (cold: inputs transferred inside the run; warm: non-donated
 // inputs already on the backend), measuring each run with memory.MeasurePeak (the patched pool counter), and
-// compares with memory.SimulatePeak. It also checks the counter's bookkeeping around the runs: compiling (the
-// constants included) leaves the counter alone, the outputs and the transferred inputs are exactly what stays
-// in the pool, and everything is released once they are finalized.
+// compares each with memory.SimulatePeak taken just before it (the simulation models the graph's next run). It
+// also checks the counter's bookkeeping around the runs: compiling (the constants included) leaves the counter
+// alone, the outputs, the transferred inputs and what the simulation says a run keeps are exactly what stays
+// in the pool, and only what the runs kept is left once inputs and outputs are finalized.
 func checkAgreement(t *testing.T, c stepCase) []agreement {
 	t.Helper()
 	if !memory.HasPoolCounter() {
@@ -139,13 +159,13 @@ func checkAgreement(t *testing.T, c stepCase) []agreement {
 		}
 	}()
 
-	sim, err := memory.SimulatePeak(g, memory.SimOptions{Donate: c.donate})
-	if err != nil {
-		t.Fatalf("%s: SimulatePeak: %v", c.name, err)
-	}
-
 	var results []agreement
+	var keptByRuns int64
 	for _, runName := range []string{"cold", "warm"} {
+		sim, err := memory.SimulatePeak(g, memory.SimOptions{Donate: c.donate})
+		if err != nil {
+			t.Fatalf("%s/%s: SimulatePeak: %v", c.name, runName, err)
+		}
 		var outs []*tensors.Tensor
 		run := func() error {
 			args := make([]any, len(inputs))
@@ -163,6 +183,12 @@ func checkAgreement(t *testing.T, c stepCase) []agreement {
 		}
 		settle()
 		before := cnt.Live()
+		residentBefore := packedPanels(t, g) // held by the graph; the simulation counts it as resident
+		transferred := keptInputs            // the cold run transfers the inputs inside the run
+		if runName == "warm" {
+			residentBefore += keptInputs
+			transferred = 0
+		}
 		m, err := memory.MeasurePeak(g, run)
 		if err != nil {
 			t.Fatalf("%s/%s: MeasurePeak: %v", c.name, runName, err)
@@ -174,29 +200,33 @@ func checkAgreement(t *testing.T, c stepCase) []agreement {
 		for _, o := range outs {
 			outBytes += bufferBytes(o.Shape())
 		}
-		if got, want := cnt.Live(), baseline+keptInputs+outBytes; got != want {
-			t.Errorf("%s/%s: %d bytes live after the run, want baseline %d + inputs %d + outputs %d (live before: %d)",
-				c.name, runName, got, baseline, keptInputs, outBytes, before)
+		if got, want := cnt.Live(), before+transferred+outBytes+sim.Kept; got != want {
+			t.Errorf("%s/%s: %d bytes live after the run, want %d before + inputs transferred %d + outputs %d + kept %d",
+				c.name, runName, got, before, transferred, outBytes, sim.Kept)
 		}
 		for _, o := range outs {
 			o.MustFinalizeAll()
 		}
-		if got, want := cnt.Live(), baseline+keptInputs; got != want {
+		if got, want := cnt.Live(), before+transferred+sim.Kept; got != want {
 			t.Errorf("%s/%s: %d bytes live after finalizing the outputs, want %d", c.name, runName, got, want)
 		}
-		results = append(results, agreement{run: runName, counter: m, sim: sim, baseline: baseline})
-		t.Logf("%-28s %-4s counter: peak %9d resident %9d transient %9d | simulation: peak %9d resident %9d transient %9d | diff %+d",
-			c.name, runName, m.Bytes-baseline, m.Resident-baseline, m.Transient(), sim.Bytes, sim.Resident, sim.Transient(),
-			sim.Bytes-(m.Bytes-baseline))
-		if baseline != 0 {
-			t.Logf("%-28s (pool bytes alive before this case, subtracted from the counter's figures: %d)", c.name, baseline)
+		keptByRuns += sim.Kept
+		a := agreement{run: runName, counter: m, sim: sim, baseline: before - residentBefore}
+		results = append(results, a)
+		t.Logf("%-28s %-4s counter: peak %9d resident %9d transient %9d | simulation: peak %9d resident %9d transient %9d (kept %d) | diff %+d",
+			c.name, runName, m.Bytes-a.baseline, m.Resident-a.baseline, m.Transient(), sim.Bytes, sim.Resident,
+			sim.Transient(), sim.Kept, sim.Bytes-(m.Bytes-a.baseline))
+		if a.baseline != 0 {
+			t.Logf("%-28s (pool bytes alive before this run and not resident for it, subtracted from the counter's figures: %d)",
+				c.name, a.baseline)
 		}
 	}
 	for _, in := range inputs {
 		in.MustFinalizeAll()
 	}
-	if got := cnt.Live(); got != baseline {
-		t.Errorf("%s: %d bytes live after finalizing inputs and outputs, want the baseline %d", c.name, got, baseline)
+	if got := cnt.Live(); got != baseline+keptByRuns {
+		t.Errorf("%s: %d bytes live after finalizing inputs and outputs, want the baseline %d + what the runs kept %d",
+			c.name, got, baseline, keptByRuns)
 	}
 	return results
 }
@@ -221,8 +251,9 @@ func agree(t *testing.T, c stepCase) {
 }
 
 // warmTransient runs the compiled graph g once on args, all already on g's backend (so the run transfers
-// nothing), and returns the counter's transient peak (memory.MeasurePeak's Transient). The outputs are released.
-func warmTransient(t *testing.T, name string, g *graph.Graph, args []*tensors.Tensor) int64 {
+// nothing), and returns the counter's transient peak (memory.MeasurePeak's Transient). The outputs are released,
+// after which the pool must hold what it held before plus kept (what memory.SimulatePeak said the run keeps).
+func warmTransient(t *testing.T, name string, g *graph.Graph, args []*tensors.Tensor, kept int64) int64 {
 	t.Helper()
 	var cnt poolcounter.Counter
 	anyArgs := make([]any, len(args))
@@ -242,8 +273,8 @@ func warmTransient(t *testing.T, name string, g *graph.Graph, args []*tensors.Te
 	for _, o := range outs {
 		o.MustFinalizeAll()
 	}
-	if got := cnt.Live(); got != before {
-		t.Errorf("%s: %d bytes live after the run and its outputs, want the %d before", name, got, before)
+	if got := cnt.Live(); got != before+kept {
+		t.Errorf("%s: %d bytes live after the run and its outputs, want the %d before + %d kept", name, got, before, kept)
 	}
 	return m.Transient()
 }
