@@ -309,6 +309,11 @@ func TestNonFiniteLossStops(t *testing.T) {
 func TestAccumulationMatchesBigBatch(t *testing.T) {
 	model, data := imageTask(t, vit.Options{})
 	cfg := config(finetune.MethodFull, 1)
+	// AdamW's first update is lr * g / (|g| + eps): for gradients near eps it turns summation-order rounding
+	// (two batches of 3 against one of 6) into a visible difference (up to 9e-6 on GoMLX v0.28.16; the key bias,
+	// whose gradient the softmax cancels to rounding noise, is one such). A larger eps compares the
+	// accumulated gradients themselves.
+	cfg.Eps = 1e-3
 	big, _ := finetune.New(model, cfg, gtest.Backend(t))
 	l6, _ := finetune.NewLoader(data, 6, 9, false)
 	b6, _ := l6.Next()
@@ -329,12 +334,6 @@ func TestAccumulationMatchesBigBatch(t *testing.T) {
 		t.Errorf("accumulated loss %g / norm %g, big batch %g / %g", s3.Loss, s3.GradNorm, s6.Loss, s6.GradNorm)
 	}
 	for n, p := range big.Train {
-		if strings.HasSuffix(n, ".attention.key.bias") {
-			// The key bias adds q·b to every score of a query's row, which the softmax cancels: its gradient is
-			// zero up to rounding, and AdamW turns rounding-sized gradients (near its eps) into updates that
-			// depend on the summation order (the two runs differ by ~1e-6 after one step on GoMLX v0.28.16).
-			continue
-		}
 		if d := gtest.MaxAbsDiff(gtest.Float32s(p), gtest.Float32s(small.Train[n])); d > 1e-6 {
 			t.Errorf("%s differs by %g", n, d)
 		}
