@@ -39,8 +39,10 @@ const GoOptions = "ops_sequential,creation_order"
 type Spec struct {
 	// Name is "go" or "xla".
 	Name string
-	// Options for the pure-Go backend (comma-separated options of GoMLX's Go backend; GoOptions are added unless
-	// the spec sets the op execution or the schedule itself).
+	// Options are the backend's comma-separated options: for the pure-Go backend GoMLX's Go backend options
+	// (GoOptions are added unless the spec sets the op execution or the schedule itself); for XLA go-xla's
+	// backend options after the plugin (e.g. "tf32=false", "allocator=cuda_async", "memory_fraction=0.5"; see
+	// go-xla's compute/xla package documentation, or run with --backend xla:cuda,help).
 	Options string
 	// Plugin is the XLA PJRT plugin: a name such as "cuda" (searched as pjrt_c_api_<name>_plugin.so, and for
 	// "cuda" then in a JAX CUDA install, see FindJAXCUDA) or an absolute path to the plugin's .so file.
@@ -56,13 +58,17 @@ func (s Spec) String() string {
 		}
 		return "go:" + s.Options
 	case "xla":
-		return "xla:" + s.Plugin
+		if s.Options == "" {
+			return "xla:" + s.Plugin
+		}
+		return "xla:" + s.Plugin + "," + s.Options
 	}
 	return s.Name
 }
 
 // ParseSpec parses a backend spec: "go", "go:<Go backend options>", "xla:<plugin name>" or "xla:<absolute path to
-// plugin .so>". An empty spec means DefaultBackend.
+// plugin .so>", the XLA ones optionally followed by go-xla's backend options after commas
+// ("xla:cuda,tf32=false"). An empty spec means DefaultBackend.
 func ParseSpec(spec string) (Spec, error) {
 	spec = strings.TrimSpace(spec)
 	if spec == "" {
@@ -73,13 +79,14 @@ func ParseSpec(spec string) (Spec, error) {
 	case "go", "simplego": // "simplego": the name of GoMLX's Go backend before v0.28
 		return Spec{Name: "go", Options: rest}, nil
 	case "xla":
-		if rest == "" {
+		plugin, opts, _ := strings.Cut(rest, ",")
+		if plugin == "" {
 			return Spec{}, fmt.Errorf("backend %q: name the XLA plugin, e.g. xla:cuda or xla:/abs/path/pjrt_c_api_cuda_plugin.so", spec)
 		}
-		if strings.HasPrefix(rest, "~") || (strings.ContainsRune(rest, '/') && !filepath.IsAbs(rest)) {
+		if strings.HasPrefix(plugin, "~") || (strings.ContainsRune(plugin, '/') && !filepath.IsAbs(plugin)) {
 			return Spec{}, fmt.Errorf("backend %q: an XLA plugin path must be absolute", spec)
 		}
-		return Spec{Name: "xla", Plugin: rest}, nil
+		return Spec{Name: "xla", Plugin: plugin, Options: strings.Trim(opts, ",")}, nil
 	}
 	return Spec{}, fmt.Errorf("unknown backend %q: use \"go\" (pure Go, the default) or \"xla:<plugin name or absolute .so path>\"", spec)
 }
@@ -117,7 +124,7 @@ func NewBackend(spec string) (compute.Backend, error) {
 		}
 		return b, nil
 	case "xla":
-		return newXLABackend(s.Plugin)
+		return newXLABackend(s.Plugin, s.Options)
 	}
 	return nil, fmt.Errorf("unknown backend %q", spec)
 }

@@ -11,7 +11,7 @@ import (
 // XLALinked reports whether this binary was built with the XLA backend (build tag "xla").
 const XLALinked = false
 
-func newXLABackend(plugin string) (compute.Backend, error) {
+func newXLABackend(plugin, _ string) (compute.Backend, error) {
 	if _, err := findPlugin(plugin); err != nil {
 		return nil, fmt.Errorf("%v (and this binary has no XLA support: rebuild with -tags xla, which needs cgo)", err)
 	}

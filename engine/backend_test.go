@@ -19,6 +19,10 @@ func TestParseSpec(t *testing.T) {
 		{"go:dotgeneral_large", "go:dotgeneral_large", ""},
 		{"xla:cuda", "xla:cuda", ""},
 		{"xla:/opt/pjrt/pjrt_c_api_cuda_plugin.so", "xla:/opt/pjrt/pjrt_c_api_cuda_plugin.so", ""},
+		{"xla:cuda,tf32=false", "xla:cuda,tf32=false", ""},
+		{"xla:cuda,", "xla:cuda", ""},
+		{"xla:/opt/x/xla_cuda_plugin.so,notf32,allocator=cuda_async", "xla:/opt/x/xla_cuda_plugin.so,notf32,allocator=cuda_async", ""},
+		{"xla:,tf32=false", "", "name the XLA plugin"},
 		{"xla", "", "name the XLA plugin"},
 		{"xla:lib/plugin.so", "", "must be absolute"},
 		{"tpu", "", "unknown backend"},
@@ -32,6 +36,32 @@ func TestParseSpec(t *testing.T) {
 		}
 		if err != nil || s.String() != tc.want {
 			t.Errorf("ParseSpec(%q) = %q, %v; want %q", tc.in, s, err, tc.want)
+		}
+	}
+}
+
+// TestXLAConfig: go-xla's configuration string puts memfit's preallocation choice (off, on with
+// MEMFIT_XLA_PREALLOCATE=1) before the spec's options for a CUDA plugin, unless the options set it themselves.
+func TestXLAConfig(t *testing.T) {
+	const p = "/site/jax_plugins/xla_cuda13/xla_cuda_plugin.so"
+	for _, tc := range []struct {
+		options string
+		cuda    bool
+		env     string
+		want    string
+	}{
+		{"", true, "", p + ",preallocate=false"},
+		{"", true, "1", p + ",preallocate=true"},
+		{"", true, "TRUE", p + ",preallocate=true"},
+		{"", true, "0", p + ",preallocate=false"},
+		{"tf32=false", true, "", p + ",preallocate=false,tf32=false"},
+		{"preallocate,memory_fraction=0.5", true, "", p + ",preallocate,memory_fraction=0.5"},
+		{"nopreallocate", true, "1", p + ",nopreallocate"},
+		{"", false, "1", p},
+		{"notf32", false, "", p + ",notf32"},
+	} {
+		if got := engine.XLAConfigForTest(p, tc.options, tc.cuda, tc.env); got != tc.want {
+			t.Errorf("xlaConfig(%q, cuda %v, env %q) = %q, want %q", tc.options, tc.cuda, tc.env, got, tc.want)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -111,13 +112,49 @@ func IsCUDAPlugin(plugin string) bool {
 }
 
 // CUDAXLAFlags returns XLA_FLAGS with --xla_gpu_cuda_data_dir pointing at the install's data folder, unless the
-// flags already set one or the install has none. go-xla v0.1.4 otherwise points it at a folder hard-coded in its
-// source (a developer's home), which is why newXLABackend also turns its CUDA check off.
+// flags already set one or the install has none. go-xla's own CUDA check would otherwise set it to the nvidia
+// folder beside its install layout (go-xla v0.1.4: to a folder hard-coded in its source), which is why
+// newXLABackend also turns that check off.
 func CUDAXLAFlags(flags string, inst CUDAInstall) string {
 	if inst.DataDir == "" || strings.Contains(flags, "--xla_gpu_cuda_data_dir") {
 		return flags
 	}
 	return strings.TrimSpace(flags + " --xla_gpu_cuda_data_dir=" + inst.DataDir)
+}
+
+// xlaConfig returns go-xla's backend configuration for the plugin at path: the path, then the backend options
+// ("key=value" or "key", comma-separated; go-xla's compute/xla documents them). For a CUDA plugin, unless the
+// options set preallocate themselves, memfit's choice goes first: preallocate=true when preallocateEnv (the
+// value of MEMFIT_XLA_PREALLOCATE) is 1 or true, otherwise preallocate=false. go-xla (v0.3 to v0.4.13) already
+// defaults to no preallocation for a plugin whose path names CUDA and overrides any preallocate passed as a
+// client option, so the configuration string is the only way to turn it back on.
+func xlaConfig(path, options string, cuda bool, preallocateEnv string) string {
+	var parts []string
+	if cuda && !hasXLAOption(options, "preallocate") {
+		v := strings.ToLower(preallocateEnv)
+		parts = append(parts, "preallocate="+strconv.FormatBool(v == "1" || v == "true"))
+	}
+	for _, o := range strings.Split(options, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			parts = append(parts, o)
+		}
+	}
+	if len(parts) == 0 {
+		return path
+	}
+	return path + "," + strings.Join(parts, ",")
+}
+
+// hasXLAOption reports whether go-xla backend options set the option name ("name", "name=...", or "noname"
+// for a boolean).
+func hasXLAOption(options, name string) bool {
+	for _, o := range strings.Split(options, ",") {
+		key, _, _ := strings.Cut(strings.TrimSpace(o), "=")
+		if key == name || key == "no"+name {
+			return true
+		}
+	}
+	return false
 }
 
 // libraryFiles lists the shared libraries (*.so, *.so.N...) in dirs, sorted, without duplicates.

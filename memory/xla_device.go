@@ -9,8 +9,9 @@ package memory
 #include <string.h>
 
 // memfit_memory_stats mirrors PJRT_Device_MemoryStats_Args of the PJRT C API (pjrt_c_api.h, as vendored by go-xla
-// v0.4.1): the same members in the same order, so the same layout. struct_size is set to the offset of the last
-// member plus its size, as PJRT_DEFINE_STRUCT_TRAITS does.
+// v0.4.1 and v0.4.13, both PJRT C API 0.104; TestDeviceStatsLayout checks it): the same members in the same
+// order, so the same layout. struct_size is set to the offset of the last member plus its size, as
+// PJRT_DEFINE_STRUCT_TRAITS does.
 typedef struct {
 	size_t struct_size;
 	void* extension_start;
@@ -78,7 +79,7 @@ import (
 )
 
 // XLADeviceStats returns the memory statistics of the XLA backend's device (PJRT_Device_MemoryStats; go-xla
-// v0.4.1 has no Go wrapper for it, so memfit calls the plugin's function through go-xla's C wrapper). device is
+// v0.4.13 still has no Go wrapper for it, so memfit calls the plugin's function through go-xla's C wrapper). device is
 // the addressable device's index (0 for one GPU). Peak is the device's peak bytes in use since the client
 // started, so a fresh process per measured configuration gives that configuration's peak; with the CUDA
 // plugin's preallocation on (see engine.PreallocateEnv) the figures describe the allocator's pool, not the work.

@@ -12,7 +12,7 @@ import (
 )
 
 // XLASizes are the sizes, in bytes, that XLA reports for a compiled program on its device
-// (pjrt.ExecutableMemoryUsageStats of go-xla v0.4.1).
+// (pjrt.ExecutableMemoryUsageStats of go-xla v0.4.1 to v0.4.13).
 type XLASizes struct {
 	// GeneratedCode is the size of the compiled code.
 	GeneratedCode int64
@@ -42,8 +42,8 @@ func XLAProgramSizes(g *graph.Graph) (sizes XLASizes, err error) {
 			sizes, err = XLASizes{}, fmt.Errorf("%w: reading xla.Executable.exec: %v", ErrInternals, r)
 		}
 	}()
-	// go-xla's compute/xla.Executable keeps the PJRT executable in an unexported field (go-xla v0.4.1: exec
-	// *pjrt.LoadedExecutable).
+	// go-xla's compute/xla.Executable keeps the PJRT executable in an unexported field (go-xla v0.4.1 to
+	// v0.4.13: exec *pjrt.LoadedExecutable; TestGoXLAFields checks it).
 	f, err := privateField(reflect.ValueOf(xe).Elem(), "exec", reflect.TypeFor[*pjrt.LoadedExecutable]())
 	if err != nil {
 		return XLASizes{}, err

@@ -8,7 +8,7 @@ import (
 )
 
 // XLASizes are the sizes, in bytes, that XLA reports for a compiled program on its device
-// (pjrt.ExecutableMemoryUsageStats of go-xla v0.4.1).
+// (pjrt.ExecutableMemoryUsageStats of go-xla v0.4.1 to v0.4.13).
 type XLASizes struct {
 	// GeneratedCode is the size of the compiled code.
 	GeneratedCode int64

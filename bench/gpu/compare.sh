@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # memfit vs PyTorch + PEFT on one GPU, in one session: issue 10's side-by-side. Run on the GPU machine from the
 # repository root, with a memfit binary built with XLA support and a Python that has torch, transformers, peft
-# (and bitsandbytes for QLoRA):
+# (and bitsandbytes for QLoRA: without it the PyTorch side of the llama-7b cells fails and says so):
 #
-#   GOEXPERIMENT=simd CGO_ENABLED=1 go build -tags xla -o bin/finetune-xla ./cmd/finetune   # any Linux machine with Go and gcc
-#   bash bench/gpu/compare.sh [OUT_DIR]                                      # on the GPU machine
+#   GOTOOLCHAIN=go1.27.3 GOEXPERIMENT=simd CGO_ENABLED=1 go build -tags xla -o bin/finetune-xla ./cmd/finetune
+#                                                      # any Linux amd64 machine with Go and gcc; GOTOOLCHAIN fetches
+#                                                      # Go 1.27.3 where the installed Go is older (memfit needs 1.27)
+#   bash bench/gpu/compare.sh [OUT_DIR]                # on the GPU machine (MEMFIT_BIN: another binary)
+#
+# COMPARE_CONFIGS (lines or ";"-separated entries "MODEL METHOD BATCH SEQ", SEQ 0 for a ViT) runs only those
+# configurations, e.g. COMPARE_CONFIGS="vit-b16 lora-qv 64 0" (what bench/gpu/verify.sh runs when time allows).
 #
 # Every configuration runs in its own process on each side (both peaks are per-process peaks). memfit finds JAX's
 # CUDA plugin and the NVIDIA libraries beside it by itself (engine.FindJAXCUDA); set MEMFIT_PYTHON_SITE to the
 # site-packages folder if it is somewhere unusual. The table at the end comes from `finetune bench compare`.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 OUT=${1:-bench-gpu-out}
 BIN=${MEMFIT_BIN:-bin/finetune-xla}
 PY=${PYTHON:-python3}
@@ -25,6 +30,9 @@ CONFIGS=(
 	"vit-b16 lora-all 64 0"
 	"llama-7b qlora 4 512"
 )
+if [ -n "${COMPARE_CONFIGS:-}" ]; then
+	mapfile -t CONFIGS < <(tr ';' '\n' <<< "$COMPARE_CONFIGS" | sed 's/^ *//; /^$/d')
+fi
 for cfg in "${CONFIGS[@]}"; do
 	read -r model method batch seq <<< "$cfg"
 	for variant in plain approx-act+ms-norm; do
