@@ -61,11 +61,14 @@ func Flash(q, k, v *graph.Node, heads, kvHeads int, mask Mask) *graph.Node {
 	}
 	out, _ := graph.InternalFusedOpCaller(
 		func() *graph.Node {
-			o, _ := graph.BackendFusedScaledDotProductAttention(q4, k4, v4, compute.AttentionAxesLayoutBSHD, cfg)
+			o, states := graph.BackendFusedScaledDotProductAttention(q4, k4, v4, compute.AttentionAxesLayoutBSHD, cfg)
 			for _, in := range o.Inputs() { // the fused node itself, when o is one of its split outputs
 				if in.Type() == graph.NodeTypeFusedScaledDotProductAttention {
 					engine.SetKind(in, engine.KindAttention)
 				}
+			}
+			for _, st := range states { // the log-sum-exp its backward reads
+				engine.SetKind(st, engine.KindAttention)
 			}
 			return engine.SetKind(o, engine.KindAttention)
 		},

@@ -234,13 +234,22 @@ func setOperandPerms(node *graph.Node, perms ...[]int) {
 	modify(node, func(e *entry) { e.operandPerms = perms })
 }
 
+// heldEntry is the graph-state key under which a multi-output node's entry is kept (see register).
+type heldEntry struct{ node *graph.Node }
+
 func register(node *graph.Node, e *entry) {
-	// The holder is an identity node nobody consumes: it is never executed (the executors only run what the
-	// outputs need), but its gradient closure keeps e alive exactly as long as the graph.
-	_ = graph.IdentityWithCustomGradient(node, func(x, v *graph.Node) *graph.Node {
-		_ = e
-		return v
-	})
+	if node.NumOutputs() > 1 {
+		// A multi-output node (GoMLX v0.28.16's fused attention: output and log-sum-exp) takes no Identity: its
+		// entry is held in the graph's state instead, as long as the graph.
+		node.Graph().AttachState(heldEntry{node}, e)
+	} else {
+		// The holder is an identity node nobody consumes: it is never executed (the executors only run what the
+		// outputs need), but its gradient closure keeps e alive exactly as long as the graph.
+		_ = graph.IdentityWithCustomGradient(node, func(x, v *graph.Node) *graph.Node {
+			_ = e
+			return v
+		})
+	}
 	key := weak.Make(node)
 	tableMu.Lock()
 	_, existed := table[key]

@@ -105,7 +105,7 @@ func Saved(g *graph.Graph, outputs ...*graph.Node) (*SavedReport, error) {
 	rep := &SavedReport{ByKind: map[engine.Kind]int64{}, Method: MethodSavedWalk}
 	for id, kinds := range readers {
 		n := nodes[id]
-		t := SavedTensor{Node: id, Op: n.Type().String(), Shape: n.Shape(), Bytes: int64(n.Shape().Memory()),
+		t := SavedTensor{Node: id, Op: n.Type().String(), Shape: n.Shape(), Bytes: shapeBytes(n.Shape()),
 			Producer: engine.KindOf(n)}
 		for _, k := range kindPriority {
 			if kinds[k] {
@@ -119,6 +119,20 @@ func Saved(g *graph.Graph, outputs ...*graph.Node) (*SavedReport, error) {
 	}
 	sort.Slice(rep.Tensors, func(i, j int) bool { return rep.Tensors[i].Node < rep.Tensors[j].Node })
 	return rep, nil
+}
+
+// shapeBytes is the bytes of a tensor of shape s, or of all the outputs of a multi-output node (a tuple shape:
+// GoMLX v0.28.16's fused attention keeps its output and log-sum-exp, which its backward reads through split
+// nodes it creates in the backward pass).
+func shapeBytes(s shapes.Shape) int64 {
+	if s.IsTuple() {
+		var b int64
+		for _, e := range s.TupleShapes {
+			b += shapeBytes(e)
+		}
+		return b
+	}
+	return int64(s.Memory())
 }
 
 // Find returns the saved tensors whose shape has the given dimensions (any dtype).

@@ -184,7 +184,10 @@ def build_vit(args):
                     num_attention_heads=c["heads"], intermediate_size=c["mlp"], num_labels=c["labels"],
                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, attn_implementation=args.attention)
     model = ViTForImageClassification(cfg).to("cuda", dtype=torch.bfloat16)
-    targets = ["query", "value"] if args.method == "lora-qv" else ["query", "key", "value", "dense"]
+    if hasattr(model.vit, "layers"):  # transformers 5: vit.layers.N.attention.{q,k,v,o}_proj, mlp.fc1/fc2
+        targets = ["q_proj", "v_proj"] if args.method == "lora-qv" else ["q_proj", "k_proj", "v_proj", "o_proj", "fc1", "fc2"]
+    else:  # transformers 4: vit.encoder.layer.N.attention.attention.{query,key,value}, *.dense
+        targets = ["query", "value"] if args.method == "lora-qv" else ["query", "key", "value", "dense"]
     return model, targets, ["classifier"]
 
 
@@ -225,7 +228,13 @@ def apply_approx(model, args):
     """Replaces the activations with ReGELU2/ReSiLU2 and the norms with MS-LN/MS-RMSNorm (affine folded)."""
     if args.model == "vit-b16":
         vit = model.base_model.model.vit if hasattr(model, "base_model") else model.vit
-        for layer in vit.encoder.layer:
+        if hasattr(vit, "layers"):  # transformers 5 names
+            for layer in vit.layers:
+                layer.mlp.activation_fn = ReGELU2()
+                att = layer.attention
+                layer.layernorm_before = fold_affine(layer.layernorm_before, [att.q_proj, att.k_proj, att.v_proj])
+                layer.layernorm_after = fold_affine(layer.layernorm_after, [layer.mlp.fc1])
+        for layer in getattr(getattr(vit, "encoder", None), "layer", []):  # transformers 4 names
             layer.intermediate.intermediate_act_fn = ReGELU2()
             att = layer.attention.attention
             layer.layernorm_before = fold_affine(layer.layernorm_before, [att.query, att.key, att.value])
