@@ -58,6 +58,11 @@ func (c CPUCase) PerStep() int {
 	return c.Batch
 }
 
+// QLoRAPrefix marks a memfit-only variant of a LoRA case trained as QLoRA (NF4 base weights, the same adapters):
+// "qlora/plain" is plain QLoRA. The reference has no QLoRA (no bitsandbytes on the CPU), so such a row is
+// compared with memfit's LoRA row only.
+const QLoRAPrefix = "qlora/"
+
 // CPUCaseNames are the names of CPUCases' cases by key.
 var CPUCaseNames = map[string]string{"a": "vit-ti-full", "b": "llama-tiny-lora", "c": "llama-256-lora"}
 
@@ -74,11 +79,11 @@ func CPUCases(workDir, llamaTiny string) ([]CPUCase, error) {
 		return nil, err
 	}
 	return []CPUCase{
-		{Key: "a", Name: CPUCaseNames["a"], Model: tms[0].Dir, Method: "full", Batch: 16, StepGoal: 1.5,
+		{Key: "a", Name: CPUCaseNames["a"], Model: tms[0].Dir, Method: "full", Batch: 16, StepGoal: 0.8,
 			Describe: "ViT-Ti-shaped encoder (hidden 192, 3 heads, MLP 768, patch 16 at 224 = 197 tokens, 4 layers, 10 classes), full fine-tuning, batch 16"},
-		{Key: "b", Name: CPUCaseNames["b"], Model: llamaTiny, Method: "lora-all", Batch: 8, Seq: 256, StepGoal: 2.0,
+		{Key: "b", Name: CPUCaseNames["b"], Model: llamaTiny, Method: "lora-all", Batch: 8, Seq: 256, StepGoal: 0.8,
 			Describe: "pretrained/llama-tiny (hidden 128, 4 heads / 2 kv heads of 32, MLP 352, 4 layers, vocabulary 4096, tied embeddings), LoRA on every linear layer, batch 8 x 256"},
-		{Key: "c", Name: CPUCaseNames["c"], Model: tms[1].Dir, Method: "lora-all", Batch: 4, Seq: 256, StepGoal: 1.5,
+		{Key: "c", Name: CPUCaseNames["c"], Model: tms[1].Dir, Method: "lora-all", Batch: 4, Seq: 256, StepGoal: 0.8,
 			Describe: "the CPU grid's LLaMA (hidden 256, 4 heads / 2 kv heads of 64, MLP 688, 4 layers, vocabulary 1024), LoRA on every linear layer, batch 4 x 256"},
 	}, nil
 }
@@ -133,6 +138,16 @@ func (s CPUSettings) Config(c CPUCase, variant string) (finetune.Config, error) 
 	}
 	if c.Method != "full" && c.Method != "lora-all" {
 		return finetune.Config{}, fmt.Errorf("case %s: the reference implements methods full and lora-all, not %q", c.Key, c.Method)
+	}
+	if rest, ok := strings.CutPrefix(variant, QLoRAPrefix); ok {
+		// memfit's QLoRA row of a LoRA case: the same adapters over NF4 base weights (no reference).
+		if c.Method != "lora-all" {
+			return finetune.Config{}, fmt.Errorf("case %s: a %s row needs a LoRA case, not %q", c.Key, QLoRAPrefix, c.Method)
+		}
+		if method, err = GridMethodByName("qlora"); err != nil {
+			return finetune.Config{}, err
+		}
+		variant = rest
 	}
 	v, err := finetune.VariantByName(strings.TrimSuffix(variant, HostStepSuffix))
 	if err != nil {

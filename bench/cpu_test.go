@@ -125,7 +125,7 @@ func fakeSide(t *testing.T, dir, name string, result CPUSideResult) []string {
 	script := `out=; variant=plain
 while [ $# -gt 0 ]; do case "$1" in --json) out=$2; shift;; --variant) variant=$2; shift;; esac; shift; done
 [ "$variant" = broken ] && { echo "it broke" >&2; exit 3; }
-sed "s/VARIANT/$variant/" "` + canned + `" > "$out"`
+sed "s|VARIANT|$variant|" "` + canned + `" > "$out"`
 	return []string{"/bin/sh", "-c", script, name}
 }
 
@@ -238,5 +238,48 @@ func TestCPUSettingsAndMedian(t *testing.T) {
 	}
 	if m := MachineInfo(); m.Cores <= 0 || m.CPU == "" {
 		t.Errorf("machine %+v", m)
+	}
+}
+
+// TestCPUQLoRARows: a LoRA case named in QLoRACases also runs memfit's QLoRA rows (the step process gets the
+// qlora/ variants and trains NF4 base weights), compared with memfit's LoRA plain step only.
+func TestCPUQLoRARows(t *testing.T) {
+	dir := t.TempDir()
+	cases := tinyCPUCases(t, dir)
+	cfg, err := tinySettings().Config(cases[1], QLoRAPrefix+"approx-act+ms-norm")
+	if err != nil || cfg.Method != "qlora" || !cfg.ApproxAct || !cfg.MSNorm {
+		t.Fatalf("qlora config %+v, %v", cfg, err)
+	}
+	if _, err := tinySettings().Config(cases[0], QLoRAPrefix+"plain"); err == nil {
+		t.Errorf("a QLoRA row of the full fine-tuning case was accepted")
+	}
+	memfit := CPUSideResult{Side: "memfit", Variant: "VARIANT", Losses: []float64{2.5, 2.4}, StepSeconds: []float64{2}, MedianSeconds: 2,
+		Unit: "tokens/s", Versions: map[string]string{"go": "go1.x"}}
+	torch := CPUSideResult{Side: "pytorch", Variant: "plain", Losses: []float64{2.5, 2.41}, StepSeconds: []float64{2}, MedianSeconds: 2,
+		Unit: "tokens/s"}
+	o := CPUCompareOptions{Cases: cases[1:], Variants: []string{"plain", "approx-act+ms-norm"}, Settings: tinySettings(), LossTol: 1e-4,
+		WorkDir: filepath.Join(dir, "work"), OutDir: filepath.Join(dir, "out"), Memfit: fakeSide(t, dir, "memfit", memfit),
+		Python: fakeSide(t, dir, "torch", torch), QLoRACases: []string{"b"}}
+	run, err := RunCPUCompare(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range run.Cases[0].Memfit {
+		got = append(got, m.Variant+"="+m.Result.Variant)
+		if strings.HasPrefix(m.Variant, QLoRAPrefix) && (m.StepVsPyTorch != 0 || m.StepVsPlain != 1) {
+			t.Errorf("QLoRA row %+v: want a ratio to memfit plain only", m)
+		}
+	}
+	want := "plain=plain approx-act+ms-norm=approx-act+ms-norm qlora/plain=qlora/plain qlora/approx-act+ms-norm=qlora/approx-act+ms-norm"
+	if strings.Join(got, " ") != want {
+		t.Errorf("rows %q, want %q", strings.Join(got, " "), want)
+	}
+	var buf bytes.Buffer
+	if err := WriteCPURun(&buf, run); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "qlora/plain 1.000x memfit plain's (LoRA; informational)") || strings.Contains(buf.String(), "qlora/plain 0.0e+00") {
+		t.Errorf("table:\n%s", buf.String())
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -60,6 +61,9 @@ type CPUCompareOptions struct {
 	MemfitEnv []string
 	// Profile has each memfit process write a CPU profile of its timed steps to OutDir/processes/NAME.pprof.
 	Profile bool
+	// QLoRACases are the keys of LoRA cases that also get memfit's QLoRA rows: each variant again with
+	// QLoRAPrefix, compared with memfit's LoRA row (QLoRA's step beside LoRA's).
+	QLoRACases []string
 	// Log receives progress lines (may be nil).
 	Log io.Writer
 }
@@ -74,7 +78,9 @@ type CPUMachine struct {
 
 // CPUMemfitResult is one memfit variant of a case with its ratios.
 type CPUMemfitResult struct {
-	Result *CPUSideResult `json:"result"`
+	// Variant is the row's variant (a QLoRA row's carries QLoRAPrefix).
+	Variant string         `json:"variant"`
+	Result  *CPUSideResult `json:"result"`
 	// StepVsPyTorch is memfit's median step time over PyTorch's; StepVsPlain over memfit plain's.
 	StepVsPyTorch float64 `json:"step_x_pytorch,omitempty"`
 	StepVsPlain   float64 `json:"step_x_plain,omitempty"`
@@ -183,8 +189,16 @@ func RunCPUCompare(o CPUCompareOptions) (CPURun, error) {
 		if err := WriteCPUBatch(c, o.Settings, spec.BatchFile); err != nil {
 			return run, err
 		}
-		for i, v := range o.Variants {
-			name := fmt.Sprintf("%s-memfit-%s", c.Tag(), v)
+		variants := o.Variants
+		if c.Method == "lora-all" && slices.Contains(o.QLoRACases, c.Key) {
+			for _, v := range o.Variants {
+				if !strings.HasSuffix(v, HostStepSuffix) {
+					variants = append(variants, QLoRAPrefix+v)
+				}
+			}
+		}
+		for i, v := range variants {
+			name := fmt.Sprintf("%s-memfit-%s", c.Tag(), strings.ReplaceAll(v, "/", "-"))
 			args := []string{"--spec", specFile, "--variant", v}
 			if i == 0 {
 				args = append(args, "--write-init")
@@ -200,7 +214,7 @@ func RunCPUCompare(o CPUCompareOptions) (CPURun, error) {
 			} else {
 				logf("  first loss %.7g, median step %.3fs, max RSS %s", r.FirstLoss(), r.MedianSeconds, memory.FormatBytes(r.MaxRSSBytes))
 			}
-			cr.Memfit = append(cr.Memfit, CPUMemfitResult{Result: r})
+			cr.Memfit = append(cr.Memfit, CPUMemfitResult{Variant: v, Result: r})
 		}
 		logf("(%s) PyTorch ...", c.Key)
 		r, err := runCPUProcess(o.Python, []string{"--spec", specFile}, nil, procDir, c.Tag()+"-pytorch")
@@ -243,8 +257,8 @@ func (cr *CPUCaseResult) compare(tol float64) []string {
 		if plain != nil && plain.MedianSeconds > 0 {
 			m.StepVsPlain = r.MedianSeconds / plain.MedianSeconds
 		}
-		if p == nil {
-			continue
+		if p == nil || strings.HasPrefix(m.Variant, QLoRAPrefix) {
+			continue // no reference for QLoRA: its base weights are NF4, the reference's are float
 		}
 		if p.MedianSeconds > 0 {
 			m.StepVsPyTorch = r.MedianSeconds / p.MedianSeconds
@@ -375,10 +389,10 @@ func WriteCPURun(w io.Writer, run CPURun) error {
 			fmt.Fprintf(tw, "%s\tPyTorch\t-\tfailed\t\t\t\t\t\t\t\t\t\t\n", key)
 		}
 		key = ""
-		for i, mr := range cr.Memfit {
+		for _, mr := range cr.Memfit {
 			r := mr.Result
 			if r == nil {
-				fmt.Fprintf(tw, "%s\tmemfit\t%s\tfailed\t\t\t\t\t\t\t\t\t\t\n", key, run.Variants[i])
+				fmt.Fprintf(tw, "%s\tmemfit\t%s\tfailed\t\t\t\t\t\t\t\t\t\t\n", key, mr.Variant)
 				continue
 			}
 			if peakMethod == "" || r.PeakMethod != peakMethod && strings.HasPrefix(r.PeakMethod, "unavailable") {
@@ -400,7 +414,7 @@ func WriteCPURun(w io.Writer, run CPURun) error {
 	for _, cr := range run.Cases {
 		var l []string
 		for i, mr := range cr.Memfit {
-			if mr.Result == nil || cr.PyTorch == nil {
+			if mr.Result == nil || cr.PyTorch == nil || strings.HasPrefix(mr.Variant, QLoRAPrefix) {
 				continue
 			}
 			l = append(l, fmt.Sprintf("%s %.1e", mr.Result.Variant, mr.FirstLossRelDiff))
@@ -420,6 +434,8 @@ func WriteCPURun(w io.Writer, run CPURun) error {
 			if mr.Result != nil && mr.StepVsPlain > 0 && strings.HasSuffix(mr.Result.Variant, HostStepSuffix) {
 				g = append(g, fmt.Sprintf("the device-resident step: memfit %s's step %.3fx %s's (before it)", run.Variants[0],
 					1/mr.StepVsPlain, mr.Result.Variant))
+			} else if mr.Result != nil && mr.StepVsPlain > 0 && strings.HasPrefix(mr.Variant, QLoRAPrefix) {
+				g = append(g, fmt.Sprintf("%s %.3fx memfit %s's (LoRA; informational)", mr.Variant, mr.StepVsPlain, run.Variants[0]))
 			} else if mr.Result != nil && mr.StepVsPlain > 0 {
 				g = append(g, fmt.Sprintf("%s %.3fx memfit %s's (<= %.2f: %s)", mr.Result.Variant, mr.StepVsPlain, run.Variants[0],
 					ApproxGoal, goal(mr.StepVsPlain, ApproxGoal, true)))

@@ -367,7 +367,7 @@ variant and memfit's ratios to PyTorch, with issue 10's goals for every approx-a
 func newBenchCPUCommand(opts *Options) *cobra.Command {
 	settings := bench.DefaultCPUSettings()
 	var out, workDir, python, script, llamaTiny, memfitBin, invocation string
-	var caseList, variantList []string
+	var caseList, variantList, qloraCases []string
 	var lossTol float64
 	var profile bool
 	cmd := &cobra.Command{
@@ -447,7 +447,7 @@ with GOEXPERIMENT=simd and runs this with GODEBUG=cpu.fma=off.`,
 			}
 			run, err := bench.RunCPUCompare(bench.CPUCompareOptions{Cases: cases, Variants: variantList, Settings: settings,
 				LossTol: lossTol, WorkDir: workDir, OutDir: out, Memfit: memfitArgs, Python: []string{python, script},
-				MemfitEnv: env, Profile: profile, Log: stderr})
+				MemfitEnv: env, Profile: profile, QLoRACases: qloraCases, Log: stderr})
 			if err != nil {
 				return err
 			}
@@ -464,6 +464,7 @@ with GOEXPERIMENT=simd and runs this with GODEBUG=cpu.fma=off.`,
 	f.Float64Var(&settings.LR, "lr", settings.LR, "AdamW learning rate")
 	f.Uint64Var(&settings.Seed, "seed", settings.Seed, "seed of the batch and of memfit's adapter initialisation")
 	f.StringSliceVar(&caseList, "cases", []string{"a", "b", "c"}, "cases to run (a, b, c)")
+	f.StringSliceVar(&qloraCases, "qlora-cases", []string{"c"}, "LoRA cases that also get memfit's QLoRA rows (NF4 base weights, no reference), compared with memfit's LoRA step")
 	f.StringSliceVar(&variantList, "variants", []string{"plain", "approx-act+ms-norm"}, "memfit variants, plain first; a variant with the suffix "+bench.HostStepSuffix+" runs memfit's former host-side step (the before/after comparison)")
 	f.Float64Var(&lossTol, "loss-tol", 1e-4, "largest relative difference of the two sides' first-step losses")
 	f.StringVar(&out, "out", "bench-cpu-out", "folder for cpu-compare.txt, cpu-compare.json and processes/")
