@@ -211,9 +211,12 @@ type CPUSideResult struct {
 	// their median and PerSecond the throughput at the median in Unit.
 	StepSeconds   []float64 `json:"step_seconds"`
 	MedianSeconds float64   `json:"median_step_seconds"`
-	PerSecond     float64   `json:"per_second"`
-	Unit          string    `json:"unit"`
-	Threads       int       `json:"threads"`
+	// RoundMedians, for a row run in several rounds (CPUCompareOptions.Rounds), are each round's median;
+	// MedianSeconds is then their median and StepSeconds every round's steps.
+	RoundMedians []float64 `json:"round_medians,omitempty"`
+	PerSecond    float64   `json:"per_second"`
+	Unit         string    `json:"unit"`
+	Threads      int       `json:"threads"`
 	// RSSBeforeTrainBytes is the process's high-water resident set (VmHWM, /proc/self/status) once the model,
 	// the batch and the optimizer are set up, before the first step.
 	RSSBeforeTrainBytes int64 `json:"rss_before_train_bytes"`

@@ -283,3 +283,22 @@ func TestCPUQLoRARows(t *testing.T) {
 		t.Errorf("table:\n%s", buf.String())
 	}
 }
+
+// TestMergeRounds: a row run in rounds reports the median of the rounds' medians, every step, the largest
+// resident set, and skips a failed round.
+func TestMergeRounds(t *testing.T) {
+	r := func(med float64, rss int64) *CPUSideResult {
+		return &CPUSideResult{Losses: []float64{2}, StepSeconds: []float64{med}, MedianSeconds: med, PerSecond: 10 / med, MaxRSSBytes: rss}
+	}
+	m := mergeRounds([]*CPUSideResult{r(3, 100), nil, r(1, 300), r(2, 200)})
+	if m.MedianSeconds != 2 || len(m.StepSeconds) != 3 || m.MaxRSSBytes != 300 || math.Abs(m.PerSecond-5) > 1e-12 ||
+		len(m.RoundMedians) != 3 {
+		t.Errorf("merged %+v", m)
+	}
+	if mergeRounds([]*CPUSideResult{nil, nil}) != nil {
+		t.Errorf("all rounds failed: want nil")
+	}
+	if one := r(4, 1); mergeRounds([]*CPUSideResult{one}).RoundMedians != nil {
+		t.Errorf("one round: want no round medians")
+	}
+}

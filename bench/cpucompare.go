@@ -64,6 +64,11 @@ type CPUCompareOptions struct {
 	// QLoRACases are the keys of LoRA cases that also get memfit's QLoRA rows: each variant again with
 	// QLoRAPrefix, compared with memfit's LoRA row (QLoRA's step beside LoRA's).
 	QLoRACases []string
+	// Rounds runs every process of a case this many times, the sides taking turns (all of round 1, then all of
+	// round 2, ...), and reports each row's median over the rounds' medians: on a shared machine a single
+	// process's median moves by up to a fifth with the host's load, and the turns spread that over every row.
+	// 0 means 1.
+	Rounds int
 	// Log receives progress lines (may be nil).
 	Log io.Writer
 }
@@ -110,6 +115,7 @@ type CPURun struct {
 	Settings CPUSettings       `json:"settings"`
 	LossTol  float64           `json:"loss_tolerance"`
 	Variants []string          `json:"variants"`
+	Rounds   int               `json:"rounds,omitempty"`
 	Cases    []CPUCaseResult   `json:"cases"`
 	// Problems lists failed processes and first-step losses that disagree; the command fails when it is not
 	// empty.
@@ -147,6 +153,9 @@ func RunCPUCompare(o CPUCompareOptions) (CPURun, error) {
 	start := time.Now()
 	run := CPURun{Date: start.UTC().Format("2006-01-02 15:04 UTC"), Machine: MachineInfo(), Settings: o.Settings,
 		LossTol: o.LossTol, Variants: o.Variants, Env: map[string]string{}}
+	if o.Rounds > 1 {
+		run.Rounds = o.Rounds
+	}
 	if err := o.Settings.Validate(); err != nil {
 		return run, err
 	}
@@ -197,37 +206,50 @@ func RunCPUCompare(o CPUCompareOptions) (CPURun, error) {
 				}
 			}
 		}
-		for i, v := range variants {
-			name := fmt.Sprintf("%s-memfit-%s", c.Tag(), strings.ReplaceAll(v, "/", "-"))
-			args := []string{"--spec", specFile, "--variant", v}
-			if i == 0 {
-				args = append(args, "--write-init")
+		rounds := max(1, o.Rounds)
+		memfitRounds := make([][]*CPUSideResult, len(variants))
+		var torchRounds []*CPUSideResult
+		for round := range rounds {
+			suffix := ""
+			if rounds > 1 {
+				suffix = fmt.Sprintf("-r%d", round+1)
 			}
-			if o.Profile {
-				args = append(args, "--cpuprofile", filepath.Join(procDir, name+".pprof"))
+			for i, v := range variants {
+				name := fmt.Sprintf("%s-memfit-%s%s", c.Tag(), strings.ReplaceAll(v, "/", "-"), suffix)
+				args := []string{"--spec", specFile, "--variant", v}
+				if i == 0 && round == 0 {
+					args = append(args, "--write-init")
+				}
+				if o.Profile {
+					args = append(args, "--cpuprofile", filepath.Join(procDir, name+".pprof"))
+				}
+				logf("(%s) memfit %s%s ...", c.Key, v, suffix)
+				r, err := runCPUProcess(o.Memfit, args, env, procDir, name)
+				if err != nil {
+					run.Problems = append(run.Problems, err.Error())
+					logf("  %v", err)
+				} else {
+					logf("  first loss %.7g, median step %.3fs, max RSS %s", r.FirstLoss(), r.MedianSeconds, memory.FormatBytes(r.MaxRSSBytes))
+				}
+				memfitRounds[i] = append(memfitRounds[i], r)
 			}
-			logf("(%s) memfit %s ...", c.Key, v)
-			r, err := runCPUProcess(o.Memfit, args, env, procDir, name)
+			logf("(%s) PyTorch%s ...", c.Key, suffix)
+			r, err := runCPUProcess(o.Python, []string{"--spec", specFile}, nil, procDir, c.Tag()+"-pytorch"+suffix)
 			if err != nil {
 				run.Problems = append(run.Problems, err.Error())
 				logf("  %v", err)
 			} else {
 				logf("  first loss %.7g, median step %.3fs, max RSS %s", r.FirstLoss(), r.MedianSeconds, memory.FormatBytes(r.MaxRSSBytes))
 			}
-			cr.Memfit = append(cr.Memfit, CPUMemfitResult{Variant: v, Result: r})
+			torchRounds = append(torchRounds, r)
 		}
-		logf("(%s) PyTorch ...", c.Key)
-		r, err := runCPUProcess(o.Python, []string{"--spec", specFile}, nil, procDir, c.Tag()+"-pytorch")
-		if err != nil {
-			run.Problems = append(run.Problems, err.Error())
-			logf("  %v", err)
-		} else {
-			logf("  first loss %.7g, median step %.3fs, max RSS %s", r.FirstLoss(), r.MedianSeconds, memory.FormatBytes(r.MaxRSSBytes))
-			if run.PyTorch == nil {
-				run.PyTorch = r.Versions
-			}
+		for i, v := range variants {
+			cr.Memfit = append(cr.Memfit, CPUMemfitResult{Variant: v, Result: mergeRounds(memfitRounds[i])})
 		}
-		cr.PyTorch = r
+		cr.PyTorch = mergeRounds(torchRounds)
+		if cr.PyTorch != nil && run.PyTorch == nil {
+			run.PyTorch = cr.PyTorch.Versions
+		}
 		for _, m := range cr.Memfit {
 			if m.Result != nil && run.Memfit == nil {
 				run.Memfit = m.Result.Versions
@@ -238,6 +260,44 @@ func RunCPUCompare(o CPUCompareOptions) (CPURun, error) {
 	}
 	run.Seconds = time.Since(start).Seconds()
 	return run, nil
+}
+
+// roundsNote describes a run in several rounds for the settings line.
+func roundsNote(rounds int) string {
+	if rounds <= 1 {
+		return ""
+	}
+	return fmt.Sprintf(", in %d rounds (each row's step is the median of its rounds' medians)", rounds)
+}
+
+// mergeRounds combines one row's processes over the rounds (nil where a round failed): the first one's losses,
+// versions and memory figures, every round's timed steps, the median of the rounds' medians (RoundMedians lists
+// them) and the largest resident sets. It returns nil when every round failed.
+func mergeRounds(rs []*CPUSideResult) *CPUSideResult {
+	var out *CPUSideResult
+	var medians []float64
+	for _, r := range rs {
+		if r == nil {
+			continue
+		}
+		if out == nil {
+			c := *r
+			c.StepSeconds = nil
+			out = &c
+		}
+		medians = append(medians, r.MedianSeconds)
+		out.StepSeconds = append(out.StepSeconds, r.StepSeconds...)
+		out.MaxRSSBytes = max(out.MaxRSSBytes, r.MaxRSSBytes)
+		out.Wait4MaxRSSBytes = max(out.Wait4MaxRSSBytes, r.Wait4MaxRSSBytes)
+		out.RSSBeforeTrainBytes = max(out.RSSBeforeTrainBytes, r.RSSBeforeTrainBytes)
+	}
+	if out == nil || len(rs) == 1 {
+		return out
+	}
+	med := median(medians)
+	out.PerSecond *= out.MedianSeconds / med
+	out.MedianSeconds, out.RoundMedians = med, medians
+	return out
 }
 
 // compare fills the ratios and returns the case's first-step loss disagreements.
@@ -370,8 +430,9 @@ func WriteCPURun(w io.Writer, run CPURun) error {
 	s := run.Settings
 	p("%s", wrap(fmt.Sprintf("settings: %s; AdamW lr %g, betas (%g, %g), eps %g, weight decay %g; LoRA r=%d, alpha %g; memfit attention %s; "+
 		"the same batch on both sides (seed %d); per process %d warm-up step(s) (memfit compiles in the first), then the median of %d timed steps; "+
-		"one process per row, one after the other (%.0f s in all)",
-		s.DType, s.LR, s.Beta1, s.Beta2, s.Eps, s.WeightDecay, s.LoRARank, s.LoRAAlpha, s.Attention, s.Seed, s.Warmup, s.Steps, run.Seconds), 118, "  "))
+		"one process per row, one after the other%s (%.0f s in all)",
+		s.DType, s.LR, s.Beta1, s.Beta2, s.Eps, s.WeightDecay, s.LoRARank, s.LoRAAlpha, s.Attention, s.Seed, s.Warmup, s.Steps,
+		roundsNote(run.Rounds), run.Seconds), 118, "  "))
 	for _, cr := range run.Cases {
 		p("%s", wrap("("+cr.Case.Key+") "+cr.Case.Describe, 118, "    "))
 	}

@@ -368,6 +368,7 @@ func newBenchCPUCommand(opts *Options) *cobra.Command {
 	settings := bench.DefaultCPUSettings()
 	var out, workDir, python, script, llamaTiny, memfitBin, invocation string
 	var caseList, variantList, qloraCases []string
+	var rounds int
 	var lossTol float64
 	var profile bool
 	cmd := &cobra.Command{
@@ -399,6 +400,9 @@ with GOEXPERIMENT=simd and runs this with GODEBUG=cpu.fma=off.`,
 			}
 			if len(variantList) == 0 || variantList[0] != "plain" {
 				return usagef("--variants must start with plain (the baseline of the ratios)")
+			}
+			if rounds < 1 {
+				return usagef("--rounds must be at least 1, got %d", rounds)
 			}
 			for _, k := range caseList {
 				if k = strings.TrimSpace(k); bench.CPUCaseNames[k] == "" && !slices.Contains(slices.Collect(maps.Values(bench.CPUCaseNames)), k) {
@@ -447,7 +451,7 @@ with GOEXPERIMENT=simd and runs this with GODEBUG=cpu.fma=off.`,
 			}
 			run, err := bench.RunCPUCompare(bench.CPUCompareOptions{Cases: cases, Variants: variantList, Settings: settings,
 				LossTol: lossTol, WorkDir: workDir, OutDir: out, Memfit: memfitArgs, Python: []string{python, script},
-				MemfitEnv: env, Profile: profile, QLoRACases: qloraCases, Log: stderr})
+				MemfitEnv: env, Profile: profile, QLoRACases: qloraCases, Rounds: rounds, Log: stderr})
 			if err != nil {
 				return err
 			}
@@ -464,6 +468,7 @@ with GOEXPERIMENT=simd and runs this with GODEBUG=cpu.fma=off.`,
 	f.Float64Var(&settings.LR, "lr", settings.LR, "AdamW learning rate")
 	f.Uint64Var(&settings.Seed, "seed", settings.Seed, "seed of the batch and of memfit's adapter initialisation")
 	f.StringSliceVar(&caseList, "cases", []string{"a", "b", "c"}, "cases to run (a, b, c)")
+	f.IntVar(&rounds, "rounds", 1, "run every process this many times, the rows taking turns, and report the median of each row's rounds (steadier on a shared machine)")
 	f.StringSliceVar(&qloraCases, "qlora-cases", []string{"c"}, "LoRA cases that also get memfit's QLoRA rows (NF4 base weights, no reference), compared with memfit's LoRA step")
 	f.StringSliceVar(&variantList, "variants", []string{"plain", "approx-act+ms-norm"}, "memfit variants, plain first; a variant with the suffix "+bench.HostStepSuffix+" runs memfit's former host-side step (the before/after comparison)")
 	f.Float64Var(&lossTol, "loss-tol", 1e-4, "largest relative difference of the two sides' first-step losses")
