@@ -302,3 +302,42 @@ func TestMergeRounds(t *testing.T) {
 		t.Errorf("one round: want no round medians")
 	}
 }
+
+// TestCPUInterleaved trains two variants of a tiny case in one process in turns: every timed step of each is
+// recorded, the first variant's ratio to itself is 1, and the goals line judges the variants by the interleaved
+// ratio.
+func TestCPUInterleaved(t *testing.T) {
+	dir := t.TempDir()
+	c := tinyCPUCases(t, dir)[1]
+	s := tinySettings()
+	spec := CPUSpec{Case: c, Settings: s, BatchFile: filepath.Join(dir, "batch.safetensors")}
+	if err := WriteCPUBatch(c, s, spec.BatchFile); err != nil {
+		t.Fatal(err)
+	}
+	backend, err := engine.NewBackend(engine.DefaultBackend)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer backend.Finalize()
+	r, err := RunCPUInterleaved(backend, spec, []string{"plain", "approx-act+ms-norm"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.StepSeconds) != 2 || len(r.StepSeconds[0]) != s.Steps || len(r.StepSeconds[1]) != s.Steps || r.RatioToFirst[0] != 1 ||
+		!(r.RatioToFirst[1] > 0) || !(r.MedianSeconds[1] > 0) {
+		t.Fatalf("interleaved %+v", r)
+	}
+	if _, err := RunCPUInterleaved(backend, spec, []string{"plain"}); err == nil {
+		t.Errorf("one variant accepted")
+	}
+	run := CPURun{Variants: []string{"plain", "approx-act+ms-norm"}, Cases: []CPUCaseResult{{Case: c, Interleaved: &r,
+		Memfit: []CPUMemfitResult{{Variant: "plain", Result: &CPUSideResult{Variant: "plain", Losses: []float64{1}, MedianSeconds: 1}},
+			{Variant: "approx-act+ms-norm", Result: &CPUSideResult{Variant: "approx-act+ms-norm", Losses: []float64{1}, MedianSeconds: 1.5}, StepVsPlain: 1.5}}}}}
+	var buf bytes.Buffer
+	if err := WriteCPURun(&buf, run); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "interleaved in one process (1.500x in separate processes)") || !strings.Contains(buf.String(), "interleaved: memfit's variants") {
+		t.Errorf("table:\n%s", buf.String())
+	}
+}

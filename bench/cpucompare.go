@@ -69,6 +69,10 @@ type CPUCompareOptions struct {
 	// process's median moves by up to a fifth with the host's load, and the turns spread that over every row.
 	// 0 means 1.
 	Rounds int
+	// MemfitInterleave, when set, is the command (program and leading arguments) that runs `finetune bench cpu
+	// interleave`: after its rounds each case's memfit variants (not the host-step or QLoRA rows) also train in
+	// one process a step of each in turn, and the goals judge the variants' step ratio by that run.
+	MemfitInterleave []string
 	// Log receives progress lines (may be nil).
 	Log io.Writer
 }
@@ -102,6 +106,8 @@ type CPUCaseResult struct {
 	Case    CPUCase           `json:"case"`
 	PyTorch *CPUSideResult    `json:"pytorch"`
 	Memfit  []CPUMemfitResult `json:"memfit"`
+	// Interleaved is memfit's variants trained in one process in turns (CPUCompareOptions.MemfitInterleave).
+	Interleaved *CPUInterleaved `json:"interleaved,omitempty"`
 }
 
 // CPURun is the whole comparison, as `finetune bench cpu` writes it to JSON.
@@ -250,6 +256,24 @@ func RunCPUCompare(o CPUCompareOptions) (CPURun, error) {
 		if cr.PyTorch != nil && run.PyTorch == nil {
 			run.PyTorch = cr.PyTorch.Versions
 		}
+		var inter []string
+		for _, v := range o.Variants {
+			if !strings.HasSuffix(v, HostStepSuffix) {
+				inter = append(inter, v)
+			}
+		}
+		if len(o.MemfitInterleave) > 0 && len(inter) > 1 {
+			logf("(%s) memfit %s interleaved in one process ...", c.Key, strings.Join(inter, ", "))
+			var ir CPUInterleaved
+			name := c.Tag() + "-memfit-interleaved"
+			if _, err := runJSONProcess(o.MemfitInterleave, []string{"--spec", specFile, "--variants", strings.Join(inter, ",")},
+				env, procDir, name, &ir); err != nil {
+				run.Problems = append(run.Problems, err.Error())
+				logf("  %v", err)
+			} else {
+				cr.Interleaved = &ir
+			}
+		}
 		for _, m := range cr.Memfit {
 			if m.Result != nil && run.Memfit == nil {
 				run.Memfit = m.Result.Versions
@@ -260,6 +284,19 @@ func RunCPUCompare(o CPUCompareOptions) (CPURun, error) {
 	}
 	run.Seconds = time.Since(start).Seconds()
 	return run, nil
+}
+
+// interleavedRatio returns variant's step over the baseline's from the case's interleaved run (0 without one).
+func (cr CPUCaseResult) interleavedRatio(variant string) float64 {
+	if cr.Interleaved == nil {
+		return 0
+	}
+	for i, v := range cr.Interleaved.Variants {
+		if v == variant && i < len(cr.Interleaved.RatioToFirst) {
+			return cr.Interleaved.RatioToFirst[i]
+		}
+	}
+	return 0
 }
 
 // roundsNote describes a run in several rounds for the settings line.
@@ -497,6 +534,9 @@ func WriteCPURun(w io.Writer, run CPURun) error {
 					1/mr.StepVsPlain, mr.Result.Variant))
 			} else if mr.Result != nil && mr.StepVsPlain > 0 && strings.HasPrefix(mr.Variant, QLoRAPrefix) {
 				g = append(g, fmt.Sprintf("%s %.3fx memfit %s's (LoRA; informational)", mr.Variant, mr.StepVsPlain, run.Variants[0]))
+			} else if r := cr.interleavedRatio(mr.Variant); mr.Result != nil && r > 0 {
+				g = append(g, fmt.Sprintf("%s %.3fx memfit %s's interleaved in one process (%.3fx in separate processes) (<= %.2f: %s)",
+					mr.Result.Variant, r, run.Variants[0], mr.StepVsPlain, ApproxGoal, goal(r, ApproxGoal, true)))
 			} else if mr.Result != nil && mr.StepVsPlain > 0 {
 				g = append(g, fmt.Sprintf("%s %.3fx memfit %s's (<= %.2f: %s)", mr.Result.Variant, mr.StepVsPlain, run.Variants[0],
 					ApproxGoal, goal(mr.StepVsPlain, ApproxGoal, true)))
@@ -511,6 +551,24 @@ func WriteCPURun(w io.Writer, run CPURun) error {
 		if strings.Contains(pr, "first-step loss") {
 			verdict = "DISAGREEMENT, see below"
 		}
+	}
+	var inter []string
+	for _, cr := range run.Cases {
+		if in := cr.Interleaved; in != nil {
+			var parts []string
+			for i, v := range in.Variants {
+				part := fmt.Sprintf("%s %.3fs", v, in.MedianSeconds[i])
+				if i > 0 {
+					part += fmt.Sprintf(" (%.3fx)", in.RatioToFirst[i])
+				}
+				parts = append(parts, part)
+			}
+			inter = append(inter, "("+cr.Case.Key+") "+strings.Join(parts, ", "))
+		}
+	}
+	if len(inter) > 0 {
+		p("%s", wrap("interleaved: memfit's variants in one process, a step of each in turn, median step (median of the per-turn ratios to "+
+			run.Variants[0]+"): "+strings.Join(inter, "; "), 118, "  "))
 	}
 	p("%s", wrap(fmt.Sprintf("first-step loss, relative difference memfit vs PyTorch (tolerance %.0e): %s: %s", run.LossTol, strings.Join(loss, "; "), verdict), 118, "  "))
 	if len(upd) > 0 {

@@ -369,6 +369,7 @@ func newBenchCPUCommand(opts *Options) *cobra.Command {
 	var out, workDir, python, script, llamaTiny, memfitBin, invocation string
 	var caseList, variantList, qloraCases []string
 	var rounds int
+	var interleave bool
 	var lossTol float64
 	var profile bool
 	cmd := &cobra.Command{
@@ -440,6 +441,7 @@ with GOEXPERIMENT=simd and runs this with GODEBUG=cpu.fma=off.`,
 			if opts.Backend != "" {
 				memfitArgs = append(memfitArgs, "--backend", opts.Backend)
 			}
+			interleaveArgs := append(slices.Clone(memfitArgs), "bench", "cpu", "interleave")
 			memfitArgs = append(memfitArgs, "bench", "cpu", "step")
 			env := os.Environ()
 			if engine.FMAWorkaround() {
@@ -449,9 +451,13 @@ with GOEXPERIMENT=simd and runs this with GODEBUG=cpu.fma=off.`,
 			if invocation == "" {
 				invocation = "finetune " + strings.Join(os.Args[1:], " ")
 			}
-			run, err := bench.RunCPUCompare(bench.CPUCompareOptions{Cases: cases, Variants: variantList, Settings: settings,
+			o := bench.CPUCompareOptions{Cases: cases, Variants: variantList, Settings: settings,
 				LossTol: lossTol, WorkDir: workDir, OutDir: out, Memfit: memfitArgs, Python: []string{python, script},
-				MemfitEnv: env, Profile: profile, QLoRACases: qloraCases, Rounds: rounds, Log: stderr})
+				MemfitEnv: env, Profile: profile, QLoRACases: qloraCases, Rounds: rounds, Log: stderr}
+			if interleave {
+				o.MemfitInterleave = interleaveArgs
+			}
+			run, err := bench.RunCPUCompare(o)
 			if err != nil {
 				return err
 			}
@@ -468,6 +474,7 @@ with GOEXPERIMENT=simd and runs this with GODEBUG=cpu.fma=off.`,
 	f.Float64Var(&settings.LR, "lr", settings.LR, "AdamW learning rate")
 	f.Uint64Var(&settings.Seed, "seed", settings.Seed, "seed of the batch and of memfit's adapter initialisation")
 	f.StringSliceVar(&caseList, "cases", []string{"a", "b", "c"}, "cases to run (a, b, c)")
+	f.BoolVar(&interleave, "interleave", true, "also train each case's memfit variants in one process, a step of each in turn, and judge their step ratio by that run")
 	f.IntVar(&rounds, "rounds", 1, "run every process this many times, the rows taking turns, and report the median of each row's rounds (steadier on a shared machine)")
 	f.StringSliceVar(&qloraCases, "qlora-cases", []string{"c"}, "LoRA cases that also get memfit's QLoRA rows (NF4 base weights, no reference), compared with memfit's LoRA step")
 	f.StringSliceVar(&variantList, "variants", []string{"plain", "approx-act+ms-norm"}, "memfit variants, plain first; a variant with the suffix "+bench.HostStepSuffix+" runs memfit's former host-side step (the before/after comparison)")
@@ -481,7 +488,45 @@ with GOEXPERIMENT=simd and runs this with GODEBUG=cpu.fma=off.`,
 	f.BoolVar(&profile, "cpuprofile", false, "each memfit process writes a CPU profile of its timed steps to DIR/processes/*.pprof")
 	f.StringVar(&invocation, "invocation", "", "the command line to print (bench/cpu/compare.sh passes its own)")
 	_ = f.MarkHidden("invocation")
-	cmd.AddCommand(newBenchCPUStepCommand(opts))
+	cmd.AddCommand(newBenchCPUStepCommand(opts), newBenchCPUInterleaveCommand(opts))
+	return cmd
+}
+
+func newBenchCPUInterleaveCommand(opts *Options) *cobra.Command {
+	var specFile, jsonOut string
+	var variants []string
+	cmd := &cobra.Command{
+		Use:   "interleave --spec FILE --variants plain,V --json OUT",
+		Short: "memfit's variants of one \"bench cpu\" case trained in one process, a step of each in turn",
+		Long: `Reads a spec written by "finetune bench cpu" and trains its case in every variant in this one process, one step
+of each variant in turn on the same batch, for the spec's warm-up and timed steps, and writes each variant's step
+times, median and the median over the turns of its step over the first variant's. The ratio then sees the same
+machine at the same moments, which separate processes on a shared host do not.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			spec, err := bench.ReadCPUSpec(specFile)
+			if err != nil {
+				return usageError{err}
+			}
+			if jsonOut == "" {
+				return usagef("--json is required")
+			}
+			backend, err := opts.NewBackend()
+			if err != nil {
+				return err
+			}
+			defer backend.Finalize()
+			r, err := bench.RunCPUInterleaved(backend, spec, variants)
+			if err != nil {
+				return err
+			}
+			return writeResult(jsonOut, r)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&specFile, "spec", "", "spec file written by finetune bench cpu")
+	f.StringSliceVar(&variants, "variants", []string{"plain", "approx-act+ms-norm"}, "memfit variants, the baseline first")
+	f.StringVar(&jsonOut, "json", "", "write the result here")
 	return cmd
 }
 
