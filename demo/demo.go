@@ -128,6 +128,8 @@ func FineTune(ctx context.Context, modelDir string, train, test finetune.Example
 	if run.AccuracyAfter, err = finetune.Accuracy(trainer.Logits, test, 250); err != nil {
 		return run, err
 	}
+	// Free this run's buffers before the next run's step is measured (a pool counter counts the whole process).
+	trainer.Release()
 	var speeds []float64
 	for i, s := range run.Steps {
 		run.Seconds += s.Seconds

@@ -387,3 +387,25 @@ func (t *Trainer) StepGraph(b Batch) (*graph.Graph, error) {
 	}
 	return sp.g, nil
 }
+
+// Release frees what the trainer holds on its backend and owns: the tensors its programs produced (after a step:
+// the trainable tensors, the optimizer state, the RNG and Mesa states) and its compiled programs. Tensors it
+// did not produce (the model's parameters, an initial adapter) are left alone. Call it when the trainer is done
+// (after any export) and before another trainer's memory is measured in the same process: the pool counter of
+// tools/peakmem counts every buffer alive in the process. The trainer cannot be used afterwards.
+func (t *Trainer) Release() {
+	for tt := range t.owned {
+		tt.FinalizeAll()
+	}
+	for _, sp := range t.programs {
+		sp.g.Finalize()
+	}
+	for _, gs := range t.gradSteps {
+		gs.g.Finalize()
+	}
+	if t.update != nil {
+		t.update.g.Finalize()
+	}
+	t.Train, t.M, t.V, t.owned, t.RNG, t.ok, t.Mesa = nil, nil, nil, nil, nil, nil, nil
+	t.programs, t.gradSteps, t.update = nil, nil, nil
+}
