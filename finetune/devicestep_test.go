@@ -267,3 +267,29 @@ func TestDeviceStepMatchesHostStep(t *testing.T) {
 		})
 	}
 }
+
+// TestRelease: a trainer's Release finalizes the tensors its steps produced and leaves the model's own alone.
+func TestRelease(t *testing.T) {
+	model, data := imageTask(t, vit.Options{})
+	tr, err := finetune.New(model, config(finetune.MethodLoRA, 2), gtest.Backend(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _ := finetune.NewLoader(data, 4, 1, false)
+	b, _ := l.Next()
+	if _, err := tr.TrainStep([]finetune.Batch{b}); err != nil {
+		t.Fatal(err)
+	}
+	trained := tr.Train
+	tr.Release()
+	for n, p := range trained {
+		if p.Ok() {
+			t.Errorf("%s still holds its data after Release", n)
+		}
+	}
+	for n, p := range model.Params() {
+		if !p.Ok() {
+			t.Errorf("the model's %s was finalized", n)
+		}
+	}
+}
