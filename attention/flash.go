@@ -11,7 +11,7 @@ import (
 // FlashSupported reports whether Flash would run the backend's fused attention for q [B, N, H*Dh] with the
 // given heads and mask, and otherwise why not (Flash then computes MemoryEfficient). The conditions are the
 // backend's: GoMLX's fused scaled-dot-product attention op and its fused backward, which the pure-Go backend
-// does not have and XLA's CUDA plugin has (cuDNN flash attention, go-xla v0.4.1 compute/xla/flash.go:
+// does not have and XLA's CUDA plugin has (cuDNN flash attention, go-xla v0.4.13 compute/xla/flash.go (unchanged since v0.4.1):
 // float16/bfloat16 inputs, head size a multiple of 8, query heads a multiple of the kv heads, padding given as
 // per-batch sequence lengths, no materialised mask); and memfit's: Mesa int8 storage (Mask.Keep) needs q, k, v
 // as tensors of their own, so it runs MemoryEfficient. A backend may still refuse the call when the graph is

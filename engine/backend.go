@@ -27,7 +27,9 @@ const DefaultBackend = "go"
 //     2-core VM), but it runs ops in the order they become ready, and the measured peak (tools/peakmem's pool
 //     counter) rose from 232 to 317-361 MiB on that ViT step and from 158 to 293 MiB with approx-act + ms-norm,
 //     from 57 to 123 MiB on the LLaMA step with approx-act + ms-norm: the memory saving was gone. Matrix
-//     products stay multi-threaded inside either way.
+//     products stay multi-threaded inside either way. Measured again on v0.28.16 (docs/simd.md): no deadlock
+//     seen, but slower and higher (the CPU comparison's ViT step 0.40 -> 0.56 s, its measured peak with
+//     approx-act + ms-norm 237 -> 321 MiB).
 //   - creation_order: run the ops in the order the graph built them (forward, then backward layer by layer),
 //     as GoMLX v0.26 did. v0.28's default order (longest path to an output first) postpones every weight
 //     gradient to the end and keeps its inputs alive until then: on the scaled ViT step the simulated peak
