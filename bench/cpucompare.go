@@ -70,8 +70,8 @@ type CPUCompareOptions struct {
 	// 0 means 1.
 	Rounds int
 	// MemfitInterleave, when set, is the command (program and leading arguments) that runs `finetune bench cpu
-	// interleave`: after its rounds each case's memfit variants (not the host-step or QLoRA rows) also train in
-	// one process a step of each in turn, and the goals judge the variants' step ratio by that run.
+	// interleave`: after its rounds each case's memfit variants (QLoRA rows included, not the host-step ones)
+	// also train in one process a step of each in turn, and the goals judge the variants' step ratio by that run.
 	MemfitInterleave []string
 	// Log receives progress lines (may be nil).
 	Log io.Writer
@@ -257,7 +257,7 @@ func RunCPUCompare(o CPUCompareOptions) (CPURun, error) {
 			run.PyTorch = cr.PyTorch.Versions
 		}
 		var inter []string
-		for _, v := range o.Variants {
+		for _, v := range variants {
 			if !strings.HasSuffix(v, HostStepSuffix) {
 				inter = append(inter, v)
 			}
@@ -533,7 +533,12 @@ func WriteCPURun(w io.Writer, run CPURun) error {
 				g = append(g, fmt.Sprintf("the device-resident step: memfit %s's step %.3fx %s's (before it)", run.Variants[0],
 					1/mr.StepVsPlain, mr.Result.Variant))
 			} else if mr.Result != nil && mr.StepVsPlain > 0 && strings.HasPrefix(mr.Variant, QLoRAPrefix) {
-				g = append(g, fmt.Sprintf("%s %.3fx memfit %s's (LoRA; informational)", mr.Variant, mr.StepVsPlain, run.Variants[0]))
+				if r := cr.interleavedRatio(mr.Variant); r > 0 {
+					g = append(g, fmt.Sprintf("%s %.3fx memfit %s's (LoRA) interleaved (%.3fx in separate processes; informational)",
+						mr.Variant, r, run.Variants[0], mr.StepVsPlain))
+				} else {
+					g = append(g, fmt.Sprintf("%s %.3fx memfit %s's (LoRA; informational)", mr.Variant, mr.StepVsPlain, run.Variants[0]))
+				}
 			} else if r := cr.interleavedRatio(mr.Variant); mr.Result != nil && r > 0 {
 				g = append(g, fmt.Sprintf("%s %.3fx memfit %s's interleaved in one process (%.3fx in separate processes) (<= %.2f: %s)",
 					mr.Result.Variant, r, run.Variants[0], mr.StepVsPlain, ApproxGoal, goal(r, ApproxGoal, true)))
