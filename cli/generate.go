@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -57,12 +58,17 @@ as one JSON object per prompt. Token counts, prefill time and decode tokens/s go
 				return usagef("--model is required (a LLaMA causal-LM folder)")
 			case (prompt == "") == (promptsFile == ""):
 				return usagef("give --prompt TEXT or --prompts FILE.jsonl")
-			case o.Temperature < 0:
-				return usagef("--temperature %g: give 0 (greedy) or more", o.Temperature)
+			case math.IsNaN(o.Temperature) || math.IsInf(o.Temperature, 0) || o.Temperature < 0:
+				return usagef("--temperature %g: give 0 (greedy) or a finite positive number", o.Temperature)
 			case o.TopK < 0:
 				return usagef("--top-k %d: give 0 (no limit) or more", o.TopK)
-			case o.TopP <= 0 || o.TopP > 1:
+			case math.IsNaN(o.TopP) || o.TopP <= 0 || o.TopP > 1:
 				return usagef("--top-p %g: give a probability in (0, 1]", o.TopP)
+			}
+			for _, s := range stops {
+				if s == "" {
+					return usagef("--stop \"\": a stop string needs at least one character")
+				}
 			}
 			var prompts []generate.Prompt
 			if prompt != "" {
@@ -123,6 +129,12 @@ as one JSON object per prompt. Token counts, prefill time and decode tokens/s go
 				if stream {
 					streamer = &generate.Streamer{W: stdout, Decode: o.Detokenize, Stops: stops, StopTokens: o.EOS}
 					o.OnToken = func(_, token int) { streamer.Add(token) }
+				}
+				// Each prompt's random stream is keyed by its index in the input, not its row in the batch:
+				// the completions do not depend on --batch-size.
+				o.Indices = o.Indices[:0]
+				for k := start; k < end; k++ {
+					o.Indices = append(o.Indices, k)
 				}
 				out, st, err := gen.Generate(ids[start:end], o)
 				if err != nil {

@@ -191,3 +191,36 @@ func TestShippedAlpacaAdapter(t *testing.T) {
 		t.Errorf("replies in the learned format: %d of 8 with the adapter (want >= 7), %d of 8 without (want <= 1)\nadapter: %+v\nbase: %+v", tuned, base, gs, bs)
 	}
 }
+
+// TestGenerateSampledBatchSizes: sampled completions do not depend on --batch-size: each prompt's random stream
+// is keyed by its index in the prompt file, so three identical prompts sample three different completions, the
+// same ones at batch sizes 1, 2 and 3.
+func TestGenerateSampledBatchSizes(t *testing.T) {
+	model := filepath.Join("..", "pretrained", "llama-tiny")
+	prompts := filepath.Join(t.TempDir(), "same.jsonl")
+	os.WriteFile(prompts, []byte(strings.Repeat(`{"prompt": "It was a bright cold day"}`+"\n", 3)), 0o644)
+	var first []generated
+	for _, bs := range []string{"1", "3", "2"} {
+		out, errOut, code := run(t, "generate", "--model", model, "--prompts", prompts, "--max-new-tokens", "12", "--temperature", "1",
+			"--seed", "11", "--batch-size", bs, "--json")
+		if code != 0 {
+			t.Fatalf("--batch-size %s: exit %d: %s", bs, code, errOut)
+		}
+		g := readGenerated(t, out)
+		if len(g) != 3 {
+			t.Fatalf("--batch-size %s: %d completions", bs, len(g))
+		}
+		if first == nil {
+			first = g
+			if g[0].Completion == g[1].Completion || g[1].Completion == g[2].Completion || g[0].Completion == g[2].Completion {
+				t.Errorf("three identical prompts at batch size 1 sampled %q, %q, %q: want three different samples", g[0].Completion, g[1].Completion, g[2].Completion)
+			}
+			continue
+		}
+		for i := range g {
+			if g[i] != first[i] {
+				t.Errorf("prompt %d at --batch-size %s: %+v; at 1: %+v", i, bs, g[i], first[i])
+			}
+		}
+	}
+}

@@ -3,6 +3,7 @@ package runner
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"time"
@@ -42,9 +43,14 @@ type GenerateOptions struct {
 	// TopP keeps the smallest set of most likely tokens whose probabilities sum to at least P (nucleus
 	// sampling; 0 or 1: all).
 	TopP float64
-	// Seed makes sampling deterministic: row i of the prompts draws from its own generator seeded by (Seed, i),
-	// so a prompt's output does not depend on the prompts batched with it beyond the numerics.
+	// Seed makes sampling deterministic: each prompt draws from its own generator seeded by (Seed, its index:
+	// Indices[r], or r without Indices), so a prompt's output does not depend on the prompts batched with it
+	// beyond the numerics.
 	Seed uint64
+	// Indices, when set, hold each prompt's index in the caller's whole input (one per prompt, distinct and not
+	// negative): they key the prompts' random streams, so a prompt file decoded in batches of any size samples
+	// the same completions, and errors name them. Without them prompt r of the call has index r.
+	Indices []int
 	// EOS are the token ids that end a row (not included in its output).
 	EOS []int
 	// StopStrings end a row as soon as its decoded output contains one of them (the output is cut before it);
@@ -63,6 +69,26 @@ type GenerateOptions struct {
 	// OnToken, when set, is called with each new token of each row as it is produced (streaming), before the
 	// row's stop checks; row indexes the prompts.
 	OnToken func(row, token int)
+}
+
+// checkSampling refuses sampling settings that would not sample what they say: a temperature that is negative,
+// NaN or infinite (NaN gave empty completions), a negative top-k, a top-p outside [0, 1] or NaN (NaN acted as
+// 1), an empty stop string (it was ignored).
+func (o GenerateOptions) checkSampling() error {
+	switch {
+	case math.IsNaN(o.Temperature) || math.IsInf(o.Temperature, 0) || o.Temperature < 0:
+		return fmt.Errorf("temperature %g: give 0 (greedy) or a finite positive number", o.Temperature)
+	case o.TopK < 0:
+		return fmt.Errorf("top-k %d: give 0 (no limit) or more", o.TopK)
+	case math.IsNaN(o.TopP) || o.TopP < 0 || o.TopP > 1:
+		return fmt.Errorf("top-p %g: give a probability in (0, 1] (0: no limit)", o.TopP)
+	}
+	for i, s := range o.StopStrings {
+		if s == "" {
+			return fmt.Errorf("stop string %d is empty: a stop string needs at least one character", i)
+		}
+	}
+	return nil
 }
 
 // Stop reasons of a Generation.
@@ -233,8 +259,22 @@ func (gen *Generator) Generate(prompts [][]int, o GenerateOptions) ([]Generation
 	if len(o.StopStrings) > 0 && o.Detokenize == nil {
 		return nil, st, errors.New("stop strings need a detokenizer")
 	}
-	if o.Temperature < 0 || o.TopK < 0 || o.TopP < 0 || o.TopP > 1 {
-		return nil, st, fmt.Errorf("sampling settings out of range: temperature %g (>= 0), top-k %d (>= 0), top-p %g (0 to 1)", o.Temperature, o.TopK, o.TopP)
+	if err := o.checkSampling(); err != nil {
+		return nil, st, err
+	}
+	index := func(r int) int { return r }
+	if o.Indices != nil {
+		if len(o.Indices) != len(prompts) {
+			return nil, st, fmt.Errorf("%d prompt indices for %d prompts", len(o.Indices), len(prompts))
+		}
+		seen := map[int]bool{}
+		for _, i := range o.Indices {
+			if i < 0 || seen[i] {
+				return nil, st, fmt.Errorf("prompt indices %v: give distinct indices of 0 or more", o.Indices)
+			}
+			seen[i] = true
+		}
+		index = func(r int) int { return o.Indices[r] }
 	}
 	padTo := o.PadTo
 	if padTo <= 0 {
@@ -243,11 +283,11 @@ func (gen *Generator) Generate(prompts [][]int, o GenerateOptions) ([]Generation
 	longest := 0
 	for i, p := range prompts {
 		if len(p) == 0 {
-			return nil, st, fmt.Errorf("prompt %d is empty (give at least one token, e.g. BOS)", i)
+			return nil, st, fmt.Errorf("prompt %d is empty (give at least one token, e.g. BOS)", index(i))
 		}
 		if o.MaxPositions > 0 && len(p)+o.MaxNewTokens > o.MaxPositions {
 			return nil, st, fmt.Errorf("prompt %d has %d tokens; with %d new tokens that is more than the model's %d positions: shorten the prompt or lower the new tokens",
-				i, len(p), o.MaxNewTokens, o.MaxPositions)
+				index(i), len(p), o.MaxNewTokens, o.MaxPositions)
 		}
 		longest = max(longest, len(p))
 		st.PromptTokens += len(p)
@@ -277,7 +317,7 @@ func (gen *Generator) Generate(prompts [][]int, o GenerateOptions) ([]Generation
 	}
 	rows := make([]rowState, batch)
 	for r := range rows {
-		rows[r] = rowState{rng: rand.New(rand.NewPCG(o.Seed, uint64(r)))}
+		rows[r] = rowState{index: index(r), rng: rand.New(rand.NewPCG(o.Seed, uint64(index(r))))}
 	}
 	eos := map[int]bool{}
 	for _, e := range o.EOS {
@@ -306,7 +346,7 @@ func (gen *Generator) Generate(prompts [][]int, o GenerateOptions) ([]Generation
 	if err != nil {
 		return nil, st, err
 	}
-	next, err := gen.choose(outs[0], rows, o)
+	next, err := gen.choose(outs[0], rows, o, 1)
 	st.PrefillSeconds = time.Since(t0).Seconds()
 	if err != nil {
 		return nil, st, err
@@ -353,7 +393,7 @@ func (gen *Generator) Generate(prompts [][]int, o GenerateOptions) ([]Generation
 			return nil, st, err
 		}
 		cache = outs[1:]
-		next, err = gen.choose(outs[0], rows, o)
+		next, err = gen.choose(outs[0], rows, o, step+1)
 		st.DecodeSeconds += time.Since(t1).Seconds()
 		if err != nil {
 			return nil, st, err
@@ -382,12 +422,29 @@ type rowState struct {
 	text     string // set when a stop string ended the row
 	stop     string
 	produced int
+	index    int // the prompt's index in the caller's input (GenerateOptions.Indices)
 	rng      *rand.Rand
 }
 
+// NonFiniteError is Generate's error when a running row's logits hold NaN or an infinity: a model or adapter
+// with NaN or infinite weights, or one whose activations overflow. Nothing is chosen from such a row (greedy
+// decoding picked token 0 every step, sampling an arbitrary one); the call stops.
+type NonFiniteError struct {
+	// Prompt is the prompt's index (GenerateOptions.Indices), Step the new token being chosen (1: the one after
+	// the prompt), Value the first non-finite logit and Token its id.
+	Prompt, Step, Token int
+	Value               float32
+}
+
+func (e *NonFiniteError) Error() string {
+	return fmt.Sprintf("prompt index %d, step %d: the logits of new token %d are not finite (%v at token id %d): the model's or adapter's weights hold NaN or infinite values, or its activations overflow; generation stopped",
+		e.Prompt, e.Step, e.Step, e.Value, e.Token)
+}
+
 // choose reads the last tokens' logits [B, vocab] and picks each running row's next token (finished rows get
-// token 0, fed back but never read).
-func (gen *Generator) choose(logits *tensors.Tensor, rows []rowState, o GenerateOptions) ([]int, error) {
+// token 0, fed back but never read); step numbers the new token (1: the first). A running row with a
+// non-finite logit is a *NonFiniteError.
+func (gen *Generator) choose(logits *tensors.Tensor, rows []rowState, o GenerateOptions, step int) ([]int, error) {
 	defer logits.FinalizeAll()
 	next := make([]int, len(rows))
 	dims := logits.Shape().Dimensions
@@ -395,16 +452,27 @@ func (gen *Generator) choose(logits *tensors.Tensor, rows []rowState, o Generate
 		return nil, fmt.Errorf("decode logits have shape %v, want [%d, vocab]", dims, len(rows))
 	}
 	vocab := dims[1]
+	var bad error
 	err := engine.Try(func() {
 		tensors.ConstFlatData[float32](logits, func(f []float32) {
 			for r := range rows {
 				if rows[r].stop != "" {
 					continue
 				}
-				next[r] = Sample(f[r*vocab:(r+1)*vocab], o.Temperature, o.TopK, o.TopP, rows[r].rng)
+				row := f[r*vocab : (r+1)*vocab]
+				for id, v := range row {
+					if v-v != 0 { // NaN or an infinity
+						bad = &NonFiniteError{Prompt: rows[r].index, Step: step, Token: id, Value: v}
+						return
+					}
+				}
+				next[r] = Sample(row, o.Temperature, o.TopK, o.TopP, rows[r].rng)
 			}
 		})
 	})
+	if err == nil {
+		err = bad
+	}
 	return next, err
 }
 

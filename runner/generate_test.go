@@ -1,6 +1,7 @@
 package runner_test
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -218,6 +219,93 @@ func TestSampledGeneration(t *testing.T) {
 	}
 }
 
+// TestSampledStreamsKeyedByIndex: a prompt's random stream is keyed by its index in the input (Indices), not
+// by its row in the batch: three identical prompts decoded one at a time sample three different completions,
+// each the same as in one batch of three.
+func TestSampledStreamsKeyedByIndex(t *testing.T) {
+	m := decoders(t)["llama-tiny"]
+	p := []int{m.Config.BOSTokenID, 100, 200, 300}
+	gen := runner.NewGenerator(gtest.Backend(t), m, nil, nil)
+	o := runner.GenerateOptions{MaxNewTokens: 12, Temperature: 1, Seed: 7}
+	batched, _, err := gen.Generate([][]int{p, p, p}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for i := range 3 {
+		o.Indices = []int{i}
+		alone, _, err := gen.Generate([][]int{p}, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := fmt.Sprint(alone[0].Tokens)
+		if want := fmt.Sprint(batched[i].Tokens); got != want {
+			t.Errorf("prompt %d at batch size 1 sampled %s, at batch size 3 %s", i, got, want)
+		}
+		seen[got] = true
+	}
+	if len(seen) != 3 {
+		t.Errorf("three identical prompts with indices 0, 1, 2 sampled %d different completions, want 3: %v", len(seen), seen)
+	}
+	// Two of the three in one batch, in the other order, sample what they sample at their own indices.
+	o.Indices = []int{2, 0}
+	two, _, err := gen.Generate([][]int{p, p}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(two[0].Tokens, two[1].Tokens) != fmt.Sprint(batched[2].Tokens, batched[0].Tokens) {
+		t.Errorf("indices 2, 0 sampled %v %v; want %v %v", two[0].Tokens, two[1].Tokens, batched[2].Tokens, batched[0].Tokens)
+	}
+}
+
+// TestNonFiniteLogitsStop: a row whose logits hold NaN stops the call with an error naming the prompt's index
+// and the new token, not a completion of token 0 (greedy) or of arbitrary tokens (sampled).
+func TestNonFiniteLogitsStop(t *testing.T) {
+	m := decoders(t)["mha-untied"] // its own head: the embeddings feed only the input side
+	backend := gtest.Backend(t)
+	prompt := []int{m.Config.BOSTokenID, 10, 20, 30}
+	out, _, err := runner.NewGenerator(backend, m, nil, nil).Generate([][]int{prompt}, runner.GenerateOptions{MaxNewTokens: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := out[0].Tokens[0]
+	// The embedding of the first generated token set to NaN: the first token is chosen from finite logits, the
+	// second from NaN ones.
+	params := models.Params{}
+	for n, v := range m.Params() {
+		params[n] = v
+	}
+	emb := params[llama.EmbedTokens]
+	v := gtest.Float32s(emb)
+	hidden := emb.Shape().Dim(1)
+	for i := range hidden {
+		v[first*hidden+i] = float32(math.NaN())
+	}
+	params[llama.EmbedTokens] = tensors.FromFlatDataAndDimensions(v, emb.Shape().Dimensions...)
+	gen := runner.NewGenerator(backend, m, params, nil)
+	for _, o := range []runner.GenerateOptions{{MaxNewTokens: 4, Indices: []int{5, 6}}, {MaxNewTokens: 4, Indices: []int{5, 6}, Temperature: 1, Seed: 3}} {
+		// Row 0 never feeds that token (its first token differs) unless it samples it; row 1 does.
+		_, _, err := gen.Generate([][]int{{m.Config.BOSTokenID, first}, prompt}, o)
+		var nf *runner.NonFiniteError
+		if !errors.As(err, &nf) {
+			t.Fatalf("temperature %g: error %v, want a NonFiniteError", o.Temperature, err)
+		}
+		if nf.Prompt != 5 && nf.Prompt != 6 || nf.Step < 1 || !strings.Contains(err.Error(), "are not finite (NaN") {
+			t.Errorf("temperature %g: %v", o.Temperature, err)
+		}
+		if o.Temperature == 0 && (nf.Prompt != 5 || nf.Step != 1) {
+			t.Errorf("greedy: %v; want prompt 5 (its prompt holds the NaN embedding), new token 1", err)
+		}
+		t.Log(err)
+	}
+	// Greedy on the prompt alone: the NaN arrives with the second new token.
+	_, _, err = gen.Generate([][]int{prompt}, runner.GenerateOptions{MaxNewTokens: 4, Indices: []int{3}})
+	var nf *runner.NonFiniteError
+	if !errors.As(err, &nf) || nf.Prompt != 3 || nf.Step != 2 {
+		t.Errorf("error %v, want prompt 3, new token 2", err)
+	}
+}
+
 // TestSampleDistribution: the sampler draws from the temperature-scaled softmax restricted by top-k and top-p.
 func TestSampleDistribution(t *testing.T) {
 	// Probabilities 1/7, 2/7, 4/7 at temperature 1; at temperature 2, proportional to 1, sqrt 2, 2.
@@ -265,6 +353,16 @@ func TestGenerateRefuses(t *testing.T) {
 		{[][]int{{1, 2}}, runner.GenerateOptions{MaxNewTokens: 2, TopP: 1.5}, "top-p"},
 		{[][]int{{1, 2}}, runner.GenerateOptions{MaxNewTokens: 2, StopStrings: []string{"x"}}, "detokenizer"},
 		{[][]int{make([]int, 120)}, runner.GenerateOptions{MaxNewTokens: 10, MaxPositions: 128}, "positions"},
+		{[][]int{{1, 2}}, runner.GenerateOptions{MaxNewTokens: 2, Temperature: math.NaN()}, "temperature NaN"},
+		{[][]int{{1, 2}}, runner.GenerateOptions{MaxNewTokens: 2, Temperature: math.Inf(1)}, "temperature +Inf"},
+		{[][]int{{1, 2}}, runner.GenerateOptions{MaxNewTokens: 2, Temperature: -0.5}, "temperature -0.5"},
+		{[][]int{{1, 2}}, runner.GenerateOptions{MaxNewTokens: 2, TopP: math.NaN()}, "top-p NaN"},
+		{[][]int{{1, 2}}, runner.GenerateOptions{MaxNewTokens: 2, TopP: -0.1}, "top-p -0.1"},
+		{[][]int{{1, 2}}, runner.GenerateOptions{MaxNewTokens: 2, TopK: -1}, "top-k -1"},
+		{[][]int{{1, 2}}, runner.GenerateOptions{MaxNewTokens: 2, StopStrings: []string{""}, Detokenize: func([]int) string { return "" }}, "stop string 0 is empty"},
+		{[][]int{{1, 2}, {3}}, runner.GenerateOptions{MaxNewTokens: 2, Indices: []int{4}}, "1 prompt indices for 2 prompts"},
+		{[][]int{{1, 2}, {3}}, runner.GenerateOptions{MaxNewTokens: 2, Indices: []int{4, 4}}, "distinct"},
+		{[][]int{{1, 2}, {}}, runner.GenerateOptions{MaxNewTokens: 2, Indices: []int{4, 9}}, "prompt 9 is empty"},
 	} {
 		if _, _, err := gen.Generate(c.prompts, c.o); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: error %v, want one saying %q", c.o, err, c.want)
