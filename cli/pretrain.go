@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/pretrained"
 	"github.com/memfit/memfit/safetensors"
 	"github.com/memfit/memfit/tokenizer/bpetrain"
@@ -187,28 +188,27 @@ tokenizer.json and tokenizer_config.json (special tokens <|begin_of_text|> as BO
 }
 
 // readTextDocs reads a .txt file as one document, or a .jsonl file as one document per row (its string fields
-// joined by newlines, in key order; rows with a "status" other than "ok" skipped).
+// joined by newlines, in key order; rows with a "status" other than "ok" skipped). A line longer than
+// data.MaxLineBytes is an error naming the file and line.
 func readTextDocs(path string) ([]string, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
 	if !strings.HasSuffix(path, ".jsonl") {
-		return []string{string(data)}, nil
+		text, err := data.ReadTextFile(path)
+		if err != nil {
+			return nil, err
+		}
+		return []string{text}, nil
 	}
 	var docs []string
-	sc := bufio.NewScanner(strings.NewReader(string(data)))
-	sc.Buffer(make([]byte, 1<<20), 64<<20)
-	for line := 1; sc.Scan(); line++ {
-		if strings.TrimSpace(sc.Text()) == "" {
-			continue
+	err := data.EachFileLine(path, func(line int, text string) error {
+		if strings.TrimSpace(text) == "" {
+			return nil
 		}
 		var row map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &row); err != nil {
-			return nil, fmt.Errorf("%s:%d: not a JSON object: %v", path, line, err)
+		if err := json.Unmarshal([]byte(text), &row); err != nil {
+			return fmt.Errorf("%s:%d: not a JSON object: %v", path, line, err)
 		}
 		if s, ok := row["status"]; ok && s != "ok" {
-			continue
+			return nil
 		}
 		var fields []string
 		for _, k := range []string{"instruction", "input", "output", "text"} {
@@ -229,8 +229,9 @@ func readTextDocs(path string) ([]string, error) {
 			}
 		}
 		docs = append(docs, strings.Join(fields, "\n"))
-	}
-	return docs, sc.Err()
+		return nil
+	})
+	return docs, err
 }
 
 // writeFileAtomic writes data to path through a temporary file and a rename.

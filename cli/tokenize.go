@@ -1,14 +1,13 @@
 package cli
 
 import (
-	"bufio"
 	"encoding/json"
-	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/tokenizer"
 )
 
@@ -64,17 +63,7 @@ one text.`,
 				}
 				return nil
 			}
-			sc := bufio.NewScanner(cmd.InOrStdin())
-			sc.Buffer(make([]byte, 1<<20), 64<<20)
-			for sc.Scan() {
-				if err := do(sc.Text()); err != nil {
-					return err
-				}
-			}
-			if err := sc.Err(); err != nil {
-				return fmt.Errorf("reading standard input: %w", err)
-			}
-			return nil
+			return data.EachLineOf(cmd.InOrStdin(), "standard input", func(_ int, text string) error { return do(text) })
 		},
 	}
 	f := cmd.Flags()

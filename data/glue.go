@@ -104,8 +104,8 @@ func GLUEFiles(root, task, split string) ([]string, error) {
 	return out, nil
 }
 
-// ReadGLUE reads a task's split from the GLUE data root (see GLUEFiles); a malformed row is an error naming the
-// file and line.
+// ReadGLUE reads a task's split from the GLUE data root (see GLUEFiles); a malformed row or a line longer than
+// MaxLineBytes is an error naming the file and line.
 func ReadGLUE(root, task, split string) ([]GLUEExample, error) {
 	files, err := GLUEFiles(root, task, split)
 	if err != nil {
@@ -114,11 +114,11 @@ func ReadGLUE(root, task, split string) ([]GLUEExample, error) {
 	info, _ := GLUETask(task)
 	var out []GLUEExample
 	for _, path := range files {
-		raw, err := os.ReadFile(path)
+		raw, err := ReadTextFile(path)
 		if err != nil {
 			return nil, err
 		}
-		text := strings.TrimPrefix(string(raw), "\ufeff")
+		text := strings.TrimPrefix(raw, "\ufeff")
 		lines := strings.Split(strings.ReplaceAll(text, "\r\n", "\n"), "\n")
 		for i, line := range lines {
 			if strings.TrimSpace(line) == "" {

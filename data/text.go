@@ -1,12 +1,10 @@
 package data
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 )
 
@@ -18,16 +16,11 @@ type Instruction struct {
 }
 
 // ReadInstructions reads Alpaca-format JSONL (one object per line with instruction, input and output; rows with
-// a "status" field other than "ok" are skipped, as alpaca-libre marks rejected rows). A malformed line is an
-// error naming the file and line.
+// a "status" field other than "ok" are skipped, as alpaca-libre marks rejected rows). A malformed line, two JSON
+// values on one line or a line longer than MaxLineBytes is an error naming the file and line.
 func ReadInstructions(path string) ([]Instruction, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
 	var out []Instruction
-	err = EachLine(f, func(line int, text string) error {
+	err := EachFileLine(path, func(line int, text string) error {
 		if strings.TrimSpace(text) == "" {
 			return nil
 		}
@@ -37,8 +30,12 @@ func ReadInstructions(path string) ([]Instruction, error) {
 			Output      *string `json:"output"`
 			Status      *string `json:"status"`
 		}
-		if err := json.Unmarshal([]byte(text), &row); err != nil {
+		dec := json.NewDecoder(strings.NewReader(text))
+		if err := dec.Decode(&row); err != nil {
 			return fmt.Errorf("%s:%d: not a JSON object: %v", path, line, err)
+		}
+		if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+			return fmt.Errorf("%s:%d: trailing data after the JSON object (one JSON object per line)", path, line)
 		}
 		if row.Status != nil && *row.Status != "ok" {
 			return nil
@@ -56,26 +53,6 @@ func ReadInstructions(path string) ([]Instruction, error) {
 		return nil, fmt.Errorf("%s: no usable rows", path)
 	}
 	return out, nil
-}
-
-// EachLine calls fn with every line of r (1-based numbers, without the newline), lines of any length; it stops
-// at fn's first error and returns it.
-func EachLine(r io.Reader, fn func(line int, text string) error) error {
-	br := bufio.NewReaderSize(r, 1<<20)
-	for line := 1; ; line++ {
-		text, err := br.ReadString('\n')
-		if len(text) > 0 {
-			if ferr := fn(line, strings.TrimRight(text, "\r\n")); ferr != nil {
-				return ferr
-			}
-		}
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-	}
 }
 
 // Documents splits plain text into documents at blank lines (paragraphs); whitespace inside is kept.

@@ -4,7 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"os"
+	"io"
 	"strconv"
 	"strings"
 
@@ -78,14 +78,15 @@ func ScoreGLUE(task string, gold []data.GLUEExample, preds []float64) (GLUEResul
 	return r, err
 }
 
-// ReadPredictions reads a predictions file: one class index (or, for STS-B, a score) per line, in dev-set order.
+// ReadPredictions reads a predictions file: one class index (or, for STS-B, a score) per line, in dev-set order
+// (a line longer than data.MaxLineBytes is an error naming the file and line).
 func ReadPredictions(path string) ([]float64, error) {
-	raw, err := os.ReadFile(path)
+	raw, err := data.ReadTextFile(path)
 	if err != nil {
 		return nil, err
 	}
 	var out []float64
-	for i, line := range strings.Split(strings.TrimRight(string(raw), "\n"), "\n") {
+	for i, line := range strings.Split(strings.TrimRight(raw, "\n"), "\n") {
 		line = strings.TrimSpace(line)
 		v, err := strconv.ParseFloat(line, 64)
 		if err != nil {
@@ -104,11 +105,11 @@ func DevHash(root, task string) (string, error) {
 	}
 	h := sha256.New()
 	for _, f := range files {
-		b, err := os.ReadFile(f)
+		b, err := data.ReadTextFile(f)
 		if err != nil {
 			return "", err
 		}
-		h.Write(b)
+		io.WriteString(h, b)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }

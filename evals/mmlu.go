@@ -8,12 +8,13 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/memfit/memfit/data"
 )
 
 // Letters are the MMLU answer letters.
@@ -71,14 +72,19 @@ func MMLUFile(dir, split, subject string) string {
 }
 
 // ReadMMLUFile reads one subject's CSV in either layout: with the header question,choice0..choice3,answer
-// (answer an index 0-3, as ../shared/data/mmlu), or the original layout without header (answer a letter A-D).
+// (answer an index 0-3, as ../shared/data/mmlu), or the original layout without header (answer a letter A-D). A
+// line longer than data.MaxLineBytes is an error naming the file and line.
 func ReadMMLUFile(path, subject string) ([]Question, error) {
-	f, err := os.Open(path)
+	raw, err := data.ReadTextFile(path)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	r := csv.NewReader(f)
+	return parseMMLU(raw, path, subject)
+}
+
+// parseMMLU parses the CSV text raw of the file path (ReadMMLUFile).
+func parseMMLU(raw, path, subject string) ([]Question, error) {
+	r := csv.NewReader(strings.NewReader(raw))
 	r.FieldsPerRecord = 6
 	var out []Question
 	for line := 1; ; line++ {
@@ -428,12 +434,15 @@ func ReadMMLU(dir string, subjects []string) (dev, test map[string][]Question, h
 	for _, s := range subjects {
 		for _, split := range []string{"dev", "test"} {
 			path := MMLUFile(dir, split, s)
-			raw, err := os.ReadFile(path)
+			raw, err := data.ReadTextFile(path)
+			if tl := (*data.LineTooLongError)(nil); errors.As(err, &tl) {
+				return nil, nil, "", err
+			}
 			if err != nil {
 				return nil, nil, "", fmt.Errorf("MMLU subject %s: %w (expected <data>/%s/%s_%s.csv)", s, err, split, s, split)
 			}
-			h.Write(raw)
-			qs, err := ReadMMLUFile(path, s)
+			io.WriteString(h, raw)
+			qs, err := parseMMLU(raw, path, s)
 			if err != nil {
 				return nil, nil, "", err
 			}

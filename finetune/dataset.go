@@ -274,13 +274,13 @@ func textExamplesNoted(path string, opts DataOptions, model Model, modelDir stri
 			return nil, err
 		}
 	case FormatText:
-		raw, err := os.ReadFile(path)
+		raw, err := data.ReadTextFile(path)
 		if err != nil {
 			return nil, err
 		}
 		eos, _ := tok.EOS()
 		var seqs [][]int
-		for _, d := range data.Documents(string(raw)) {
+		for _, d := range data.Documents(raw) {
 			seqs = append(seqs, tok.Encode(d, false))
 		}
 		blocks := data.Pack(seqs, eos, seqLen)
