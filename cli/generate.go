@@ -72,17 +72,22 @@ as one JSON object per prompt. Token counts, prefill time and decode tokens/s go
 			}
 			var prompts []generate.Prompt
 			if prompt != "" {
-				prompts = []generate.Prompt{{Prompt: prompt, System: system}}
+				prompts = []generate.Prompt{{Prompt: prompt}}
 			} else {
 				var err error
 				if prompts, err = generate.ReadPrompts(promptsFile); err != nil {
 					return err
 				}
-				for i := range prompts {
-					if prompts[i].System == "" {
-						prompts[i].System = system
-					}
+			}
+			// --system is the system message of every prompt that has none of its own.
+			for i, p := range prompts {
+				if system == "" || p.System != "" || p.HasSystemMessage() {
+					continue
 				}
+				if p.Prompt != "" && !chat {
+					return usagef("--system needs --chat: a plain prompt is continued as it is, with no place for a system message")
+				}
+				prompts[i].System = system
 			}
 			m, set, t, err := loadForEval(model, adapterDir, tok)
 			if err != nil {
@@ -93,8 +98,17 @@ as one JSON object per prompt. Token counts, prefill time and decode tokens/s go
 				return fmt.Errorf("%s: generate needs a LLaMA causal LM (LlamaForCausalLM)", model)
 			}
 			f := generate.Formatter{Tok: t, Chat: chat, Template: template}
-			if _, err := f.Resolved(); err != nil {
-				return usageError{err}
+			needed := template != generate.TemplateAuto
+			for _, p := range prompts {
+				needed = needed || f.UsesTemplate(p)
+			}
+			if needed {
+				if _, err := f.Resolved(); err != nil {
+					if template != generate.TemplateAuto {
+						err = fmt.Errorf("--chat-template %s: %w", template, err)
+					}
+					return usageError{err}
+				}
 			}
 			ids := make([][]int, len(prompts))
 			texts := make([]string, len(prompts))

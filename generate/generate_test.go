@@ -10,6 +10,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/internal/golden"
 	"github.com/memfit/memfit/tokenizer"
 )
@@ -36,6 +37,13 @@ func TestReadPrompts(t *testing.T) {
 		{`{"messages": [{"role": "robot", "content": "x"}]}`, `message role "robot"`},
 		{`["a"]`, "p.jsonl:1: json: cannot unmarshal array"},
 		{"\n\n", "no prompts"},
+		{`{"prompt": "a"}` + "\n" + `{"prompt": "b"} {"prompt": "c"}`, "p.jsonl:2: trailing data after the JSON object"},
+		{`{"prompt": "a"}, `, "p.jsonl:1: trailing data after the JSON object"},
+		{`{"prompt": "a", "temperature": 0.2}`, `p.jsonl:1: "temperature": memfit reads no per-prompt sampling settings`},
+		{`{"prompt": "a", "top_p": 2}`, `p.jsonl:1: "top_p": memfit reads no per-prompt sampling settings`},
+		{`{"prompt": "a", "stop": [""]}`, `p.jsonl:1: "stop": memfit reads no per-prompt sampling settings`},
+		{`{"messages": [{"role": "system", "content": "x"}, {"role": "user", "content": "y"}], "system": "z"}`, "p.jsonl:1: give the system message once"},
+		{`{"prompt": "a"}` + "\n" + strings.Repeat(" ", data.MaxLineBytes) + `{"prompt": "b"}`, "p.jsonl:2: the line is longer than 16 MiB"},
 	} {
 		os.WriteFile(good, []byte(c.text), 0o644)
 		if _, err := ReadPrompts(good); err == nil || !strings.Contains(err.Error(), c.want) {
@@ -44,6 +52,11 @@ func TestReadPrompts(t *testing.T) {
 	}
 	if _, err := ReadPrompts(filepath.Join(dir, "missing.jsonl")); err == nil {
 		t.Error("a missing file read without error")
+	}
+	if _, err := os.Stat("/dev/zero"); err == nil {
+		if _, err := ReadPrompts("/dev/zero"); err == nil || !strings.Contains(err.Error(), "/dev/zero:1: the line is longer than 16 MiB") {
+			t.Errorf("/dev/zero: %v", err)
+		}
 	}
 }
 
@@ -77,8 +90,41 @@ func TestFormatter(t *testing.T) {
 	if tmpl, _ := f.Resolved(); tmpl != TemplateAlpaca {
 		t.Errorf("llama-tiny's template resolved to %q, want alpaca", tmpl)
 	}
-	if ids, _, _ := f.Encode(Prompt{Prompt: "Hello", System: "ignored"}); !slices.Equal(ids, tiny.Encode(tokenizer.AlpacaPrompt("Hello", ""), true)) {
+	if ids, _, _ := f.Encode(Prompt{Prompt: "Hello"}); !slices.Equal(ids, tiny.Encode(tokenizer.AlpacaPrompt("Hello", ""), true)) {
 		t.Errorf("chat prompt under Alpaca: %v", ids)
+	}
+	// A system message takes the preamble's place (it was dropped); a conversation keeps its earlier turns as
+	// the input (they were dropped, and the last user message kept alone).
+	if _, text, _ := f.Encode(Prompt{Prompt: "Hello", System: "Answer in French."}); text != "Answer in French.\n\n### Instruction:\nHello\n\n### Response:\n" {
+		t.Errorf("chat prompt with a system message under Alpaca: %q", text)
+	}
+	conv := []tokenizer.Message{{Role: "user", Content: "Hi"}, {Role: "assistant", Content: "Hello."}, {Role: "user", Content: "Name a colour."}}
+	ids, text, err = f.Encode(Prompt{Messages: conv, System: "Be brief."})
+	want = "Be brief.\n\n### Instruction:\nName a colour.\n\n### Input:\nUser: Hi\nAssistant: Hello.\n\n### Response:\n"
+	if err != nil || text != want || !slices.Equal(ids, tiny.Encode(want, true)) {
+		t.Errorf("conversation under Alpaca: %q, %v\nwant %q", text, err, want)
+	}
+	if _, _, err := f.Encode(Prompt{Messages: conv[:2]}); err == nil || !strings.Contains(err.Error(), "ends with a user message") {
+		t.Errorf("a conversation ending with the assistant under Alpaca: %v", err)
+	}
+	if _, text, _ := f.Encode(Prompt{Instruction: "Name a colour.", System: "Be brief."}); text != "Be brief.\n\n### Instruction:\nName a colour.\n\n### Response:\n" {
+		t.Errorf("instruction with a system message: %q", text)
+	}
+	if _, _, err := (Formatter{Tok: tiny}).Encode(Prompt{Prompt: "Hello", System: "x"}); err == nil || !strings.Contains(err.Error(), "needs chat formatting") {
+		t.Errorf("a system message for a plain prompt: %v", err)
+	}
+	// Llama-3 and ChatML on a tokenizer without their special tokens: refused naming them.
+	for _, tmpl := range []string{TemplateLlama3, TemplateChatML} {
+		g := Formatter{Tok: tiny, Chat: true, Template: tmpl}
+		if _, err := g.Resolved(); err == nil || !strings.Contains(err.Error(), "special tokens this tokenizer lacks") {
+			t.Errorf("%s on llama-tiny: %v", tmpl, err)
+		}
+		if _, _, err := g.Encode(Prompt{Prompt: "Hello"}); err == nil {
+			t.Errorf("%s on llama-tiny encoded a prompt", tmpl)
+		}
+		if _, _, err := g.Encode(Prompt{Instruction: "Hello"}); err != nil {
+			t.Errorf("%s: an instruction (Alpaca, no template) refused: %v", tmpl, err)
+		}
 	}
 	if _, _, err := (Formatter{Tok: tiny, Template: "jinja"}).Encode(Prompt{Prompt: "x"}); err == nil || !strings.Contains(err.Error(), "unknown chat template") {
 		t.Errorf("unknown template: %v", err)
@@ -103,6 +149,14 @@ func TestFormatter(t *testing.T) {
 	}
 	if !slices.Equal(ids, wantIDs) || !strings.HasSuffix(text, "<|start_header_id|>assistant<|end_header_id|>\n\n") {
 		t.Errorf("Llama-3 chat: %q", text)
+	}
+	// A conversation: the system message and every turn, in order.
+	_, text, err = f.Encode(Prompt{Messages: conv, System: "Be brief."})
+	want = "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>" +
+		"<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nName a colour.<|eot_id|>" +
+		"<|start_header_id|>assistant<|end_header_id|>\n\n"
+	if err != nil || text != want {
+		t.Errorf("Llama-3 conversation: %q, %v\nwant %q", text, err, want)
 	}
 	eot, _ := l3.TokenID("<|eot_id|>")
 	if st := f.StopTokens(); !slices.Contains(st, eot) {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/memfit/memfit/data"
@@ -36,13 +37,24 @@ type Prompt struct {
 	// Instruction and Input are an Alpaca row's (formatted with the Alpaca prompt, as training formats them).
 	Instruction string `json:"instruction,omitempty"`
 	Input       string `json:"input,omitempty"`
-	// Messages is a conversation (rendered with the chat template, ending with the assistant's header).
+	// Messages is a conversation (rendered with the chat template, ending with the assistant's header): every
+	// turn, in order.
 	Messages []tokenizer.Message `json:"messages,omitempty"`
-	// System is a system message put before the user's turn in chat formatting (ignored by Alpaca).
+	// System is a system message: the first turn of a conversation or of a chat-formatted prompt, and under the
+	// Alpaca prompt the text in place of its preamble (tokenizer.AlpacaSystemPrompt). A plain prompt continued
+	// as it is has no place for one.
 	System string `json:"system,omitempty"`
 }
 
-// ReadPrompts reads a JSONL prompt file: one Prompt object per non-blank line.
+// samplingKeys are keys of other tools' prompt files (OpenAI-style requests, vLLM, transformers' generation
+// config) that set sampling per prompt; memfit reads none of them, and says so.
+var samplingKeys = []string{"temperature", "top_p", "top_k", "seed", "stop", "max_tokens", "max_new_tokens",
+	"do_sample", "n", "repetition_penalty", "min_p", "typical_p"}
+
+// ReadPrompts reads a JSONL prompt file: one Prompt object per non-blank line. A line that is not one JSON object
+// of Prompt's keys (two objects, or anything after the object, included), that sets per-prompt sampling (memfit
+// reads none: the flags apply to every prompt) or that is longer than data.MaxLineBytes is an error naming the
+// file and line.
 func ReadPrompts(path string) ([]Prompt, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -54,7 +66,7 @@ func ReadPrompts(path string) ([]Prompt, error) {
 
 func readPrompts(r io.Reader, name string) ([]Prompt, error) {
 	var out []Prompt
-	err := data.EachLine(r, func(line int, text string) error {
+	err := data.EachLineOf(r, name, func(line int, text string) error {
 		if text = strings.TrimSpace(text); text == "" {
 			return nil
 		}
@@ -62,7 +74,18 @@ func readPrompts(r io.Reader, name string) ([]Prompt, error) {
 		dec.DisallowUnknownFields()
 		var p Prompt
 		if err := dec.Decode(&p); err != nil {
+			var keys map[string]json.RawMessage
+			if json.Unmarshal([]byte(text), &keys) == nil {
+				for _, k := range samplingKeys {
+					if _, ok := keys[k]; ok {
+						return fmt.Errorf("%s:%d: %q: memfit reads no per-prompt sampling settings from a prompt file: give --temperature, --top-k, --top-p, --seed, --stop or --max-new-tokens, which apply to every prompt", name, line, k)
+					}
+				}
+			}
 			return fmt.Errorf("%s:%d: %v (each line is a JSON object with prompt, instruction/input or messages, and optionally system)", name, line, err)
+		}
+		if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+			return fmt.Errorf("%s:%d: trailing data after the JSON object (one JSON object per line)", name, line)
 		}
 		if err := p.check(); err != nil {
 			return fmt.Errorf("%s:%d: %w", name, line, err)
@@ -99,7 +122,15 @@ func (p Prompt) check() error {
 			return fmt.Errorf("message role %q: use system, user or assistant", m.Role)
 		}
 	}
+	if p.System != "" && p.HasSystemMessage() {
+		return errors.New(`give the system message once: in "system" or as the first message`)
+	}
 	return nil
+}
+
+// HasSystemMessage reports whether the conversation starts with a system message of its own.
+func (p Prompt) HasSystemMessage() bool {
+	return len(p.Messages) > 0 && p.Messages[0].Role == "system"
 }
 
 // Formatter encodes prompts for a model's tokenizer.
@@ -113,38 +144,61 @@ type Formatter struct {
 }
 
 // Resolved returns the template that applies: Template, or for auto the tokenizer's chat format, else Alpaca.
+// A Llama-3 or ChatML template with a tokenizer that lacks its special tokens is an error naming them
+// (tokenizer.CheckChatFormat): its markup would be encoded as plain text.
 func (f Formatter) Resolved() (string, error) {
-	switch f.Template {
+	tmpl := f.Template
+	switch tmpl {
 	case "", TemplateAuto:
-		if c := f.Tok.ChatFormat(); c != "" {
-			return c, nil
+		if tmpl = f.Tok.ChatFormat(); tmpl == "" {
+			return TemplateAlpaca, nil
 		}
-		return TemplateAlpaca, nil
 	case TemplateLlama3, TemplateChatML, TemplateAlpaca:
-		return f.Template, nil
+	default:
+		return "", fmt.Errorf("unknown chat template %q: use one of %s", f.Template, strings.Join(Templates, ", "))
 	}
-	return "", fmt.Errorf("unknown chat template %q: use one of %s", f.Template, strings.Join(Templates, ", "))
+	if tmpl != TemplateAlpaca {
+		if err := f.Tok.CheckChatFormat(tmpl); err != nil {
+			return "", err
+		}
+	}
+	return tmpl, nil
+}
+
+// UsesTemplate reports whether p is rendered with the chat template (a conversation, or a plain prompt with
+// Chat), rather than the Alpaca instruction prompt or as it is.
+func (f Formatter) UsesTemplate(p Prompt) bool {
+	return len(p.Messages) > 0 || (p.Prompt != "" && f.Chat)
 }
 
 // Encode returns the token ids of p, ready to be continued, and the text they render (for display).
+//
+// An instruction takes the Alpaca prompt as training formats it (a system message in place of its preamble). A
+// plain prompt without Chat is continued as it is (a system message is refused: it has no place there). A
+// conversation, or a plain prompt with Chat as the user's turn, takes the chat template with the system message
+// first: Llama-3 and ChatML render every turn in order as the Hugging Face templates do (tokenizer.FormatChat);
+// Alpaca renders it with tokenizer.AlpacaConversation (the last user message the instruction, the turns before
+// it the input), and refuses a conversation it cannot render.
 func (f Formatter) Encode(p Prompt) ([]int, string, error) {
 	if err := p.check(); err != nil {
 		return nil, "", err
 	}
-	tmpl, err := f.Resolved()
-	if err != nil {
-		return nil, "", err
-	}
-	alpaca := func(instruction, input string) ([]int, string) {
-		text := tokenizer.AlpacaPrompt(instruction, input)
-		return f.Tok.Encode(text, true), text
+	if f.Template != "" && !slices.Contains(Templates, f.Template) {
+		return nil, "", fmt.Errorf("unknown chat template %q: use one of %s", f.Template, strings.Join(Templates, ", "))
 	}
 	switch {
 	case p.Instruction != "":
-		ids, text := alpaca(p.Instruction, p.Input)
-		return ids, text, nil
+		text := tokenizer.AlpacaSystemPrompt(p.System, p.Instruction, p.Input)
+		return f.Tok.Encode(text, true), text, nil
 	case p.Prompt != "" && !f.Chat:
+		if p.System != "" {
+			return nil, "", errors.New("a system message needs chat formatting (--chat): a plain prompt is continued as it is")
+		}
 		return f.Tok.Encode(p.Prompt, true), p.Prompt, nil
+	}
+	tmpl, err := f.Resolved()
+	if err != nil {
+		return nil, "", err
 	}
 	msgs := p.Messages
 	if p.Prompt != "" {
@@ -154,18 +208,11 @@ func (f Formatter) Encode(p Prompt) ([]int, string, error) {
 		msgs = append([]tokenizer.Message{{Role: "system", Content: p.System}}, msgs...)
 	}
 	if tmpl == TemplateAlpaca {
-		// The Alpaca prompt has one instruction: the last user turn (a system message is not part of it).
-		last := ""
-		for _, m := range msgs {
-			if m.Role == "user" {
-				last = m.Content
-			}
+		text, err := tokenizer.AlpacaConversation(msgs)
+		if err != nil {
+			return nil, "", err
 		}
-		if last == "" {
-			return nil, "", errors.New("the Alpaca template needs a user message")
-		}
-		ids, text := alpaca(last, "")
-		return ids, text, nil
+		return f.Tok.Encode(text, true), text, nil
 	}
 	ids, _, err := f.Tok.FormatChat(msgs, tmpl, true)
 	if err != nil {

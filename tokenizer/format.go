@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -99,15 +100,72 @@ func PadRow(ids []int, length, pad int, side string) (padded, mask []int) {
 	return padded, mask
 }
 
+// The Stanford Alpaca prompt's preambles, without and with an input.
+const (
+	alpacaPreamble      = "Below is an instruction that describes a task. Write a response that appropriately completes the request."
+	alpacaInputPreamble = "Below is an instruction that describes a task, paired with an input that provides further context. " +
+		"Write a response that appropriately completes the request."
+)
+
 // AlpacaPrompt is the Stanford Alpaca prompt for an instruction and an optional input; the response follows it.
 func AlpacaPrompt(instruction, input string) string {
-	if strings.TrimSpace(input) == "" {
-		return "Below is an instruction that describes a task. Write a response that appropriately completes the request.\n\n" +
-			"### Instruction:\n" + instruction + "\n\n### Response:\n"
+	return AlpacaSystemPrompt("", instruction, input)
+}
+
+// AlpacaSystemPrompt is AlpacaPrompt with a system message in place of the preamble ("Below is an instruction
+// that describes a task..."), as FastChat's and axolotl's Alpaca chat templates put a system message; system ""
+// keeps the preamble, which is then AlpacaPrompt exactly.
+func AlpacaSystemPrompt(system, instruction, input string) string {
+	hasInput := strings.TrimSpace(input) != ""
+	if system == "" {
+		system = alpacaPreamble
+		if hasInput {
+			system = alpacaInputPreamble
+		}
 	}
-	return "Below is an instruction that describes a task, paired with an input that provides further context. " +
-		"Write a response that appropriately completes the request.\n\n### Instruction:\n" + instruction +
-		"\n\n### Input:\n" + input + "\n\n### Response:\n"
+	if !hasInput {
+		return system + "\n\n### Instruction:\n" + instruction + "\n\n### Response:\n"
+	}
+	return system + "\n\n### Instruction:\n" + instruction + "\n\n### Input:\n" + input + "\n\n### Response:\n"
+}
+
+// AlpacaConversation renders a conversation in the Alpaca prompt memfit's instruction tuning trains on, for the
+// reply to its last message, which must be the user's:
+//
+//   - the last message is the instruction;
+//   - a system message, allowed only as the first message, takes the place of the preamble
+//     (AlpacaSystemPrompt);
+//   - the turns between them are the input, the context the instruction is paired with: one line per turn,
+//     "User: " or "Assistant: " and the content, in order.
+//
+// A single user message renders as AlpacaPrompt(content, "") exactly, as training formats an instruction. A
+// conversation that does not end with a user message, or holds a system message elsewhere than first, is an
+// error (the Alpaca prompt has no place for it).
+func AlpacaConversation(messages []Message) (string, error) {
+	system := ""
+	if len(messages) > 0 && messages[0].Role == "system" {
+		system, messages = messages[0].Content, messages[1:]
+		if strings.TrimSpace(system) == "" {
+			system = ""
+		}
+	}
+	if len(messages) == 0 || messages[len(messages)-1].Role != "user" {
+		return "", errors.New("the Alpaca template renders a conversation that ends with a user message (the instruction the reply answers)")
+	}
+	var context []string
+	for _, m := range messages[:len(messages)-1] {
+		switch m.Role {
+		case "user":
+			context = append(context, "User: "+m.Content)
+		case "assistant":
+			context = append(context, "Assistant: "+m.Content)
+		case "system":
+			return "", errors.New("the Alpaca template takes a system message only as the first message")
+		default:
+			return "", fmt.Errorf("message role %q: use system, user or assistant", m.Role)
+		}
+	}
+	return AlpacaSystemPrompt(system, messages[len(messages)-1].Content, strings.Join(context, "\n")), nil
 }
 
 // FormatInstruction encodes an Alpaca-style example for supervised fine-tuning, as the Stanford Alpaca training
@@ -143,6 +201,37 @@ const (
 	ChatML     = "chatml" // <|im_start|>role\ncontent<|im_end|>\n
 )
 
+// ChatTokens are the special tokens each chat format's markup is made of. A model trained on the format saw each
+// as one token; a tokenizer without them would encode the markup as plain text, so the model would not see its
+// template and would never produce the end-of-turn token that ends its reply.
+var ChatTokens = map[string][]string{
+	ChatLlama3: {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"},
+	ChatML:     {"<|im_start|>", "<|im_end|>"},
+}
+
+// MissingChatTokens returns the tokens of format's markup (ChatTokens) that the tokenizer does not encode as one
+// token of their own (nil when it has them all, or format is not in ChatTokens).
+func (t *Tokenizer) MissingChatTokens(format string) []string {
+	var missing []string
+	for _, tok := range ChatTokens[format] {
+		id, ok := t.TokenID(tok)
+		if ids := t.Encode(tok, false); !ok || len(ids) != 1 || ids[0] != id {
+			missing = append(missing, tok)
+		}
+	}
+	return missing
+}
+
+// CheckChatFormat returns an error naming the special tokens of format's markup that the tokenizer lacks (nil
+// when it has them all).
+func (t *Tokenizer) CheckChatFormat(format string) error {
+	if missing := t.MissingChatTokens(format); len(missing) > 0 {
+		return fmt.Errorf("the %s chat template needs special tokens this tokenizer lacks: %s (it would encode them as plain text, and the model's end of turn would never come): use the model's own tokenizer, or the alpaca template",
+			format, strings.Join(missing, ", "))
+	}
+	return nil
+}
+
 // ChatFormat returns the chat format of the tokenizer's chat template ("" when there is none or it is not one
 // of the simple formats memfit renders).
 func (t *Tokenizer) ChatFormat() string {
@@ -159,11 +248,18 @@ func (t *Tokenizer) ChatFormat() string {
 // FormatChat renders a conversation with the tokenizer's chat format (format "" picks it from the chat
 // template) and encodes it; labels are IgnoreIndex everywhere except the assistant turns' content and their end
 // marker, so a model learns only its own replies. addGenerationPrompt appends the header of an assistant turn
-// (for generation rather than training).
+// (for generation rather than training). Every message is rendered, in order, as the Hugging Face templates do:
+// Llama-3 puts BOS first and trims each content; ChatML keeps contents as they are. A tokenizer without the
+// format's special tokens (ChatTokens) is an error naming the missing ones.
 func (t *Tokenizer) FormatChat(messages []Message, format string, addGenerationPrompt bool) (ids, labels []int, err error) {
 	if format == "" {
 		if format = t.ChatFormat(); format == "" {
 			return nil, nil, fmt.Errorf("the tokenizer has no chat template memfit can render (known: %s, %s); use the Alpaca format instead", ChatLlama3, ChatML)
+		}
+	}
+	if _, known := ChatTokens[format]; known {
+		if err := t.CheckChatFormat(format); err != nil {
+			return nil, nil, err
 		}
 	}
 	add := func(text string, learn bool) {
