@@ -116,7 +116,7 @@ func DevHash(root, task string) (string, error) {
 
 // PredictGLUE runs a LLaMA sequence classifier over examples (encoded by data.GLUEExample.TokenIDs, cut at seqLen,
 // padded with the model's pad token) and returns the predicted class indices, or the scores of a one-label
-// regression model.
+// regression model. A NaN or infinite logit is an error naming the example.
 func PredictGLUE(lr *runner.LogitsRunner, tok *tokenizer.Tokenizer, examples []data.GLUEExample, seqLen, batchSize int, progress func(done, total int)) ([]float64, error) {
 	m, ok := lr.Model.(interface{ LlamaConfig() llama.Config })
 	if !ok {
@@ -147,6 +147,7 @@ func PredictGLUE(lr *runner.LogitsRunner, tok *tokenizer.Tokenizer, examples []d
 			return nil, err
 		}
 		dims := logits.Shape().Dimensions
+		var bad error
 		err = tensors.ConstFlatData[float32](logits, func(f []float32) {
 			for i := range chunk {
 				row := f[i*dims[1] : (i+1)*dims[1]]
@@ -161,9 +162,17 @@ func PredictGLUE(lr *runner.LogitsRunner, tok *tokenizer.Tokenizer, examples []d
 					}
 				}
 				out = append(out, float64(best))
+				for _, v := range row {
+					if v-v != 0 && bad == nil { // NaN or an infinity
+						bad = fmt.Errorf("GLUE example %d: the classifier's logits are not finite (%v): its weights or adapter hold NaN or infinite values, or its activations overflow; no metric is reported", start+i+1, v)
+					}
+				}
 			}
 		})
 		logits.MustFinalizeAll()
+		if err == nil {
+			err = bad
+		}
 		if err != nil {
 			return nil, err
 		}

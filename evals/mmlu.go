@@ -231,7 +231,25 @@ type MMLUResult struct {
 	Generated map[string][][]int `json:"-"`
 }
 
-// EvalMMLU scores the test questions of each subject in test with shots from dev.
+// NonFiniteError is EvalMMLU's error when a score is NaN or infinite: a model or adapter with NaN or infinite
+// weights, or one whose activations overflow. Accuracies over such scores would be numbers (argmax picks the
+// first choice), not results, so none are reported.
+type NonFiniteError struct {
+	// Subject and Question (its 0-based index in the subject's test questions) name the question; Candidate is
+	// the scored continuation (0-3: " A".." D", 4-7: the letters "A".."D"), Value its log-likelihood.
+	Subject   string
+	Question  int
+	Candidate int
+	Value     float64
+}
+
+func (e *NonFiniteError) Error() string {
+	return fmt.Sprintf("MMLU %s question %d: the model's log-likelihood scores are not finite (%v): its weights or adapter hold NaN or infinite values, or its activations overflow; no accuracy is reported",
+		e.Subject, e.Question+1, e.Value)
+}
+
+// EvalMMLU scores the test questions of each subject in test with shots from dev. A NaN or infinite score stops it
+// with a *NonFiniteError (and scoring by generation with runner's *NonFiniteError).
 func EvalMMLU(lm LM, tok Tokenizer, dev, test map[string][]Question, o MMLUOptions) (*MMLUResult, error) {
 	if o.Shots == 0 {
 		o.Shots = 5
@@ -321,6 +339,13 @@ func EvalMMLU(lm LM, tok Tokenizer, dev, test map[string][]Question, o MMLUOptio
 		lp, err := lm.NextLogProbs(ctxs, cs)
 		if err != nil {
 			return nil, err
+		}
+		for i, it := range batch {
+			for k, v := range lp[i] {
+				if math.IsNaN(v) || math.IsInf(v, 0) {
+					return nil, &NonFiniteError{Subject: it.subject, Question: it.index, Candidate: k, Value: v}
+				}
+			}
 		}
 		var replies [][]int
 		if gen != nil {

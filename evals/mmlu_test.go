@@ -1,6 +1,8 @@
 package evals
 
 import (
+	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -179,4 +181,41 @@ func TestGenerationScoring(t *testing.T) {
 	}
 	t.Logf("%d of 24 replies start with a continuation token; generation accuracy %.3f; first reply %q", letterFirst, float64(correct)/24,
 		tok.Decode(res.Generated["anatomy"][0], false))
+}
+
+// nanLM scores every continuation NaN from its third context on (what a model with NaN weights gives).
+type nanLM struct{ calls int }
+
+func (n *nanLM) NextLogProbs(ctxs, cands [][]int) ([][]float64, error) {
+	out := make([][]float64, len(ctxs))
+	for i := range ctxs {
+		out[i] = make([]float64, len(cands[i]))
+		for k := range out[i] {
+			out[i][k] = -1.5
+			if n.calls+i >= 2 {
+				out[i][k] = math.NaN()
+			}
+		}
+	}
+	n.calls += len(ctxs)
+	return out, nil
+}
+
+// TestNonFiniteScoresRefused: NaN log-likelihoods stop the evaluation naming the question (argmax took the
+// first choice and the results said 25% or 0.00%).
+func TestNonFiniteScoresRefused(t *testing.T) {
+	dev, test, _, err := ReadMMLU(filepath.Join(golden.SharedDir(t), "mmlu"), []string{"anatomy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.Load(filepath.Join("..", "pretrained", "llama-tiny"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := EvalMMLU(&nanLM{}, tok, dev, test, MMLUOptions{BatchSize: 2})
+	var nf *NonFiniteError
+	if res != nil || !errors.As(err, &nf) || nf.Subject != "anatomy" || nf.Question != 2 ||
+		!strings.Contains(err.Error(), "MMLU anatomy question 3: the model's log-likelihood scores are not finite (NaN)") {
+		t.Errorf("result %v, error %v; want a NonFiniteError for anatomy question 3", res, err)
+	}
 }
