@@ -114,6 +114,9 @@ as one JSON object per prompt. Token counts, prefill time and decode tokens/s go
 			texts := make([]string, len(prompts))
 			for i, p := range prompts {
 				if ids[i], texts[i], err = f.Encode(p); err != nil {
+					if p.Line > 0 {
+						return fmt.Errorf("%s:%d: %w", promptsFile, p.Line, err)
+					}
 					return fmt.Errorf("prompt %d: %w", i+1, err)
 				}
 			}

@@ -27,7 +27,7 @@ func TestReadPrompts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ps) != 3 || ps[0].Prompt != "Once upon a time" || ps[1].Input != "2 and 3" || ps[2].Messages[0].Content != "Hi" || ps[2].System != "Be brief." {
+	if len(ps) != 3 || ps[0].Prompt != "Once upon a time" || ps[1].Input != "2 and 3" || ps[2].Messages[0].Content != "Hi" || ps[2].System != "Be brief." || ps[2].Line != 4 {
 		t.Errorf("read %+v", ps)
 	}
 	for _, c := range []struct{ text, want string }{

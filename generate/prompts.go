@@ -44,6 +44,8 @@ type Prompt struct {
 	// Alpaca prompt the text in place of its preamble (tokenizer.AlpacaSystemPrompt). A plain prompt continued
 	// as it is has no place for one.
 	System string `json:"system,omitempty"`
+	// Line is the prompt's line in the file ReadPrompts read it from (0 otherwise), for messages.
+	Line int `json:"-"`
 }
 
 // samplingKeys are keys of other tools' prompt files (OpenAI-style requests, vLLM, transformers' generation
@@ -90,6 +92,7 @@ func readPrompts(r io.Reader, name string) ([]Prompt, error) {
 		if err := p.check(); err != nil {
 			return fmt.Errorf("%s:%d: %w", name, line, err)
 		}
+		p.Line = line
 		out = append(out, p)
 		return nil
 	})
