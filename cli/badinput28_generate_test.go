@@ -100,6 +100,12 @@ func TestBadInputSweepGenerate(t *testing.T) {
 	zero("glue-zero/SST-2/dev.tsv")
 	overflow := filepath.Join(tmp, "overflow")
 	overflowCopy(t, llama, overflow)
+	sst2 := filepath.Join(tmp, "sst2")
+	if _, stderr, code := run(t, "init", "--from", llama, "--num-labels", "2", "--out", sst2); code != 0 {
+		t.Fatal(stderr)
+	}
+	overflowSST2 := filepath.Join(tmp, "sst2-overflow")
+	overflowCopy(t, sst2, overflowSST2)
 
 	gen := func(args ...string) []string {
 		return append([]string{"generate", "--model", llama, "--max-new-tokens", "4"}, args...)
@@ -142,6 +148,7 @@ func TestBadInputSweepGenerate(t *testing.T) {
 		{[]string{"generate", "--model", overflow, "--prompt", "It was", "--max-new-tokens", "8"}, 1, "prompt index 0, step 1: the logits of new token 1 are not finite"},
 		{[]string{"generate", "--model", overflow, "--prompt", "It was", "--max-new-tokens", "8", "--temperature", "0.8", "--json"}, 1, "are not finite"},
 		{[]string{"eval", "mmlu", "--model", overflow, "--data", mmlu, "--subjects", "anatomy", "--shots", "0", "--limit", "2", "--out", filepath.Join(tmp, "mmlu.json")}, 1, "MMLU anatomy question 1: the model's log-likelihood scores are not finite"},
+		{[]string{"eval", "glue", "--task", "sst2", "--model", overflowSST2, "--data", glue}, 1, "GLUE example 1: the classifier's logits are not finite"},
 	}
 	for _, c := range cases {
 		stdout, stderr, code := run(t, c.args...)
