@@ -36,14 +36,17 @@ func newGenerateCommand(opts *Options) *cobra.Command {
 		Short: "Generate text with a LLaMA causal LM (and an adapter): key/value cache, greedy or sampled, streamed",
 		Long: `Continues prompts with a LLaMA causal LM, optionally with a PEFT adapter: one prefill program for the
 prompts, then one decode program per token with the key/value cache kept on the backend. Decoding is greedy
-(--temperature 0, the default) or sampled (--temperature, --top-k, --top-p; deterministic for a --seed), and stops
+(--temperature 0, the default) or sampled (--temperature, --top-k, --top-p; deterministic for a --seed, each
+prompt drawing from its own stream keyed by its index in the input, so --batch-size changes nothing), and stops
 at the tokenizer's EOS (and the chat template's end-of-turn token), at a --stop string, or after
 --max-new-tokens. --chat formats a --prompt as a user's turn with the chat template (--chat-template: the
 tokenizer's Llama-3 or ChatML template, else the Alpaca prompt memfit's instruction fine-tuning trains on).
 
 --prompts reads a JSONL file, one object per line: {"prompt": TEXT}, {"instruction": TEXT, "input": TEXT} (the
 Alpaca prompt, as training formats it) or {"messages": [{"role": "user", "content": TEXT}, ...]}, with an
-optional "system". Prompts are decoded --batch-size at a time, left-padded to a common length.
+optional "system"; lines longer than 16 MiB and anything after a line's JSON object are refused. Prompts are
+decoded --batch-size at a time, left-padded to a common length. A conversation under the Alpaca template keeps
+its system message (in place of the preamble) and earlier turns (as the input): see docs/generate.md.
 
 A single prompt is streamed to stdout as it is produced; several are printed as each batch ends, or with --json
 as one JSON object per prompt. Token counts, prefill time and decode tokens/s go to stderr.`,
