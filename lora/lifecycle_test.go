@@ -2,6 +2,7 @@ package lora_test
 
 import (
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -141,7 +142,7 @@ func TestPEFTConfigRoundTrip(t *testing.T) {
 		}
 	}
 	got, err := lora.FromPEFT(c)
-	if err != nil || got != want {
+	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("FromPEFT(PEFTConfig) = %+v, %v; want %+v", got, err, want)
 	}
 	f, err := adapter.FormatOf(c)
