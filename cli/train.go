@@ -110,6 +110,17 @@ gradients to the host; the loss is read back every --log-every steps.`,
 			if err := spec.Config.Validate(); err != nil {
 				return usageError{err}
 			}
+			if !resume {
+				ins := inputs{}.add("--model", spec.Model, modelReads...).add("--tokenizer", spec.DataOptions.Tokenizer, tokenizerReads...).
+					add("--config", configFile).add("--init-adapter", spec.Config.InitAdapter, adapterReads...)
+				for _, d := range strings.Split(spec.Data, ",") { // an IDX pair is two paths
+					ins = ins.add("--data", d)
+				}
+				// The run's own files: --overwrite deletes and rewrites them (CheckFreshRun), never an input.
+				if err := outputFolder("--out", out, trainWrites, ins, true, false); err != nil {
+					return err
+				}
+			}
 			if dryRun {
 				resolved, _ := yaml.Marshal(spec)
 				_, err := cmd.OutOrStdout().Write(resolved)
@@ -151,6 +162,9 @@ gradients to the host; the loss is read back every --log-every steps.`,
 	alias(f, "accum-steps", "accum")
 	return cmd
 }
+
+// trainWrites are the files and folders train writes in its output folder.
+var trainWrites = []string{finetune.RunFile, finetune.MetricsFile, finetune.LatestFile, "checkpoint-*/", "adapter/", finetune.LockFile}
 
 func abs(p string) string {
 	if a, err := filepath.Abs(p); err == nil {
