@@ -438,10 +438,15 @@ with GOEXPERIMENT=simd and runs this with GODEBUG=cpu.fma=off.`,
 					return usagef("unknown case %q: use a, b or c", k)
 				}
 			}
-			ins := inputs{}.add("--script", script).add("--llama-tiny", llamaTiny, modelReads...).add("--memfit-bin", memfitBin).
-				add("--work-dir", workDir)
-			if err := outputFolder("--out", out, []string{"cpu-compare.txt", "cpu-compare.json", "processes/"}, ins, overwrite, true); err != nil {
+			reads := inputs{}.add("--script", script).add("--llama-tiny", llamaTiny, modelReads...).add("--memfit-bin", memfitBin)
+			if err := outputFolder("--out", out, []string{"cpu-compare.txt", "cpu-compare.json", "processes/"}, reads.add("--work-dir", workDir), overwrite, true); err != nil {
 				return err
+			}
+			if workDir != "" { // the scratch folder: its files are rewritten by every run, but never over an input
+				scratch := []string{"vit/", "llama/", "spec-*.json", "batch-*.safetensors", "init-*.safetensors"}
+				if err := outputFolder("--work-dir", workDir, scratch, reads, true, false); err != nil {
+					return err
+				}
 			}
 			if memfitBin == "" {
 				exe, err := os.Executable()

@@ -49,9 +49,14 @@ JSON and log under DIR/processes.`,
 					return usagef("--batch-sizes %d: give 1 to 256 rows", b)
 				}
 			}
-			ins := inputs{}.add("--model", model, modelReads...).add("--script", script).add("--work-dir", workDir)
-			if err := outputFolder("--out", out, []string{"generate.txt", "generate.json", "processes/"}, ins, overwrite, true); err != nil {
+			reads := inputs{}.add("--model", model, modelReads...).add("--script", script)
+			if err := outputFolder("--out", out, []string{"generate.txt", "generate.json", "processes/"}, reads.add("--work-dir", workDir), overwrite, true); err != nil {
 				return err
+			}
+			if workDir != "" { // the scratch folder: rewritten by every run, never over an input
+				if err := outputFolder("--work-dir", workDir, []string{"generate-b*.json"}, reads, true, false); err != nil {
+					return err
+				}
 			}
 			m, _, tok, err := loadForEval(model, "", "")
 			if err != nil {
