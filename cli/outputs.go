@@ -104,6 +104,14 @@ func realPath(p string) string {
 	return p
 }
 
+// absPath is p made absolute (links kept).
+func absPath(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
+}
+
 // under reports whether path is dir or lies inside it (both real paths).
 func under(path, dir string) bool {
 	rel, err := filepath.Rel(dir, path)
@@ -120,7 +128,7 @@ func (ins inputs) replacesInput(flag, path string) error {
 	if file == in.path {
 		what = in.flag
 	}
-	if filepath.Clean(file) == filepath.Clean(path) {
+	if absPath(file) == absPath(path) {
 		return usagef("%s %s is a file this command reads (%s): writing there would replace it; choose another path", flag, path, what)
 	}
 	return usagef("%s %s is %s, which this command reads (%s): writing there would replace it; choose another path", flag, path, file, what)
@@ -181,7 +189,7 @@ func outputFolder(flag, out string, patterns []string, ins inputs, overwrite, ne
 		}
 	}
 	if len(existing) > 0 && needOverwrite && !overwrite {
-		return usagef("%s %s already holds %s from an earlier run: pass --overwrite to replace it, or choose another folder",
+		return usagef("%s %s already holds %s: pass --overwrite to replace it, or choose another folder",
 			flag, out, filepath.Base(existing[0]))
 	}
 	return nil
