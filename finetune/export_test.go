@@ -346,4 +346,31 @@ func TestInitAdapterKeptInCheckpoints(t *testing.T) {
 	if err := resumed.ExportAdapter(filepath.Join(tmp, "export"), "x"); err != nil {
 		t.Errorf("export after the init adapter's folder is gone: %v", err)
 	}
+
+	// A checkpoint written before runs kept their init adapter (no copy, the default lora_targets the run
+	// ignored) still resumes from the adapter's folder.
+	os.MkdirAll(dir, 0o755)
+	for _, f := range []string{finetune.AdapterConfig, finetune.AdapterWeights} {
+		b, _ := os.ReadFile(filepath.Join(out, "checkpoint-2", "init-adapter", f))
+		os.WriteFile(filepath.Join(dir, f), b, 0o644)
+	}
+	ckpt := filepath.Join(out, "checkpoint-2")
+	os.RemoveAll(filepath.Join(ckpt, "init-adapter"))
+	state := map[string]any{}
+	raw, _ := os.ReadFile(filepath.Join(ckpt, finetune.StateFile))
+	if err := json.Unmarshal(raw, &state); err != nil {
+		t.Fatal(err)
+	}
+	sums := state["checksums"].(map[string]any)
+	for k := range sums {
+		if strings.HasPrefix(k, "init-adapter") {
+			delete(sums, k)
+		}
+	}
+	state["config"].(map[string]any)["lora_targets"] = []string{"k"} // not the adapter's q, v
+	raw, _ = json.Marshal(state)
+	os.WriteFile(filepath.Join(ckpt, finetune.StateFile), raw, 0o644)
+	if _, err := finetune.Resume(ckpt, model, gtest.Backend(t), nil); err != nil {
+		t.Errorf("a checkpoint without the init adapter's copy: %v", err)
+	}
 }

@@ -263,6 +263,8 @@ func Resume(dir string, model Model, backend compute.Backend, data Iterator, opt
 		// The run's own copy of its init adapter; checkpoints written before memfit kept one read the folder.
 		if _, err := os.Stat(filepath.Join(dir, InitAdapterDir, AdapterConfig)); err == nil {
 			opts = append(slices.Clone(opts), func(o *options) { o.initFrom = filepath.Join(dir, InitAdapterDir) })
+		} else {
+			opts = append(slices.Clone(opts), func(o *options) { o.legacyInit = true })
 		}
 	}
 	t, err := New(model, s.Config, backend, opts...)

@@ -173,6 +173,9 @@ type options struct {
 	hostStep bool
 	// initFrom is the checkpoint's copy of the init_adapter that Resume reads instead of the config's folder.
 	initFrom string
+	// legacyInit resumes a checkpoint written before runs kept their init adapter: its lora_targets are the
+	// defaults the run then ignored, not the adapter's layers, so they are not checked.
+	legacyInit bool
 }
 
 // WithHostStep runs each optimizer step the way memfit did before its device-resident step: one program per
@@ -235,8 +238,10 @@ func New(model Model, cfg Config, backend compute.Backend, opts ...Option) (*Tra
 				return nil, fmt.Errorf("init_adapter %s has r=%d, alpha=%g, rslora=%v but the config says %d, %g, %v: leave lora_r, lora_alpha and rslora out, the adapter sets them",
 					cfg.InitAdapter, saved.Rank, saved.Alpha, saved.RSLoRA, cfg.LoRARank, cfg.LoRAAlpha, cfg.RSLoRA)
 			}
-			if err := sameTargets(model, cfg, peft.Set); err != nil {
-				return nil, err
+			if !o.legacyInit {
+				if err := sameTargets(model, cfg, peft.Set); err != nil {
+					return nil, err
+				}
 			}
 			// The adapter's ranks and alphas (with its rank_pattern and alpha_pattern), the config's dropout and
 			// frozen A.
