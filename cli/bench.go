@@ -629,6 +629,9 @@ initial adapter tensors go to the spec's init file, for the reference to start f
 				return err
 			}
 			if prof != nil {
+				if err := prof.Chmod(0o644); err != nil {
+					return err
+				}
 				if err := prof.Close(); err != nil {
 					return err
 				}

@@ -133,6 +133,9 @@ func FineTune(ctx context.Context, modelDir string, train, test finetune.Example
 		if err := bw.Flush(); err != nil {
 			return run, err
 		}
+		if err := metricsFile.Chmod(0o644); err != nil {
+			return run, err
+		}
 		if err := metricsFile.Close(); err != nil {
 			return run, err
 		}
