@@ -133,6 +133,7 @@ func TestBadInputSweepOutputs(t *testing.T) {
 		{trainArgs("--init-adapter", p("t1", "adapter"), "--out", p("t1")), "is a file this command reads (--init-adapter"},
 		{trainArgs("--config", p("t2", "run.yaml"), "--out", p("t2"), "--overwrite"), "is a file this command reads (--config)"},
 		{[]string{"train", "--model", model, "--data", filepath.Join(runDir, "metrics.jsonl"), "--data-format", "text", "--out", runDir, "--overwrite"}, "metrics.jsonl is a file this command reads (--data)"},
+		{[]string{"train", "--model", model, "--data", p("glue"), "--data-format", "glue", "--task", "sst2", "--out", p("glue", "run")}, "lies in --data"},
 		{[]string{"bench", "grid", "--render", earlier, "--json", earlier, "--overwrite"}, "is a file this command reads (--render)"},
 		{[]string{"bench", "step", "--model", model, "--json", filepath.Join(model, "config.json"), "--overwrite"}, "is a file this command reads (--model"},
 		{[]string{"bench", "compare", p("cmp"), "--json", p("cmp", "memfit-a.json"), "--overwrite"}, "is a file this command reads (DIR"},

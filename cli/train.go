@@ -116,6 +116,9 @@ gradients to the host; the loss is read back every --log-every steps.`,
 					add("--config", configFile).add("--init-adapter", spec.Config.InitAdapter, adapterReads...)
 				for _, d := range strings.Split(spec.Data, ",") { // an IDX pair is two paths
 					ins = ins.add("--data", d)
+					if st, err := os.Stat(d); err == nil && st.IsDir() && under(realPath(out), realPath(d)) {
+						return usagef("--out %s lies in --data %s: the run's files would become part of the data (an image folder would take checkpoint-1 for a class); choose a folder outside it", out, d)
+					}
 				}
 				// The run's own files: --overwrite deletes and rewrites them (CheckFreshRun), never an input.
 				if err := outputFolder("--out", out, trainWrites, ins, true, false); err != nil {
