@@ -15,6 +15,11 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 	"sigs.k8s.io/yaml"
 
+	"github.com/memfit/memfit/adapter"
+	"github.com/memfit/memfit/examples/dora"
+	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/internal/gtest"
+	"github.com/memfit/memfit/lora"
 	"github.com/memfit/memfit/safetensors"
 )
 
@@ -434,5 +439,74 @@ func TestPEFTConfigFieldsHonoured(t *testing.T) {
 		if !closeTo(got, want) {
 			t.Errorf("case %d, %s: logits differ from the equivalent adapter's", i, c.name)
 		}
+	}
+}
+
+// TestDoRAAdapterThroughTheCLI: a PEFT DoRA adapter (peft_type LORA, use_dora true) made with examples/dora on
+// pretrained/llama-tiny loads through `finetune logits --adapter` (the CLI registers the DoRA format) and gives
+// the logits of its merged export.
+func TestDoRAAdapterThroughTheCLI(t *testing.T) {
+	tmp := t.TempDir()
+	dir := filepath.Join("..", "pretrained", "llama-tiny")
+	model, err := finetune.LoadModel(dir, finetune.Defaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	newDoRA, err := dora.New(lora.Config{Rank: 4, Alpha: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := adapter.NewSet(model.LinearLayers(), []string{"q", "v", "down"}, newDoRA, 3, finetune.BaseWeights(model))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range set.Params { // a trained-looking adapter: B and the magnitude away from their start
+		if strings.HasSuffix(name, lora.SuffixB) || strings.HasSuffix(name, dora.SuffixMagnitude) {
+			vals := gtest.Rand(uint64(len(name)), v.Shape().Size(), 0.05)
+			if strings.HasSuffix(name, dora.SuffixMagnitude) {
+				tensors.ConstFlatData[float32](v, func(m []float32) {
+					for i := range vals {
+						vals[i] += m[i]
+					}
+				})
+			}
+			set.Params[name] = tensors.FromFlatDataAndDimensions(vals, v.Shape().Dimensions...)
+		}
+	}
+	cfg := finetune.Defaults()
+	cfg.Method, cfg.LoRARank, cfg.LoRATarget = finetune.MethodCustom, 0, nil
+	tr, err := finetune.New(model, cfg, gtest.Backend(t), finetune.WithAdapters(set))
+	if err != nil {
+		t.Fatal(err)
+	}
+	peft, merged := filepath.Join(tmp, "dora"), filepath.Join(tmp, "merged")
+	if err := tr.ExportAdapter(peft, dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.ExportMergedFolder(merged, dir, ""); err != nil {
+		t.Fatal(err)
+	}
+	inputs := filepath.Join(tmp, "inputs.json")
+	os.WriteFile(inputs, []byte(`{"input_ids": [[1, 312, 45, 1907, 23, 88]]}`), 0o644)
+	var a, m struct{ Logits [][][]float64 }
+	json.Unmarshal([]byte(mustRun(t, "logits", "--model", dir, "--adapter", peft, "--inputs", inputs)), &a)
+	json.Unmarshal([]byte(mustRun(t, "logits", "--model", merged, "--inputs", inputs)), &m)
+	worst := 0.0
+	for i := range a.Logits[0] {
+		for j := range a.Logits[0][i] {
+			worst = max(worst, abs64(a.Logits[0][i][j]-m.Logits[0][i][j]))
+		}
+	}
+	if len(a.Logits) == 0 || worst > 1e-4 {
+		t.Errorf("DoRA adapter through the CLI vs its merged export: largest difference %g", worst)
+	}
+	var b struct{ Logits [][][]float64 }
+	json.Unmarshal([]byte(mustRun(t, "logits", "--model", dir, "--inputs", inputs)), &b)
+	moved := 0.0
+	for j := range b.Logits[0][5] {
+		moved = max(moved, abs64(a.Logits[0][5][j]-b.Logits[0][5][j]))
+	}
+	if moved < 1e-3 {
+		t.Errorf("the DoRA adapter changes the logits by only %g", moved)
 	}
 }
