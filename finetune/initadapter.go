@@ -47,7 +47,7 @@ func readInitAdapterSums(dir string) (map[string]string, error) {
 	return sums, nil
 }
 
-// copyInitAdapter writes the init adapter's files into dst (a checkpoint being written) and checks them against
+// copyInto writes the init adapter's files into dst (a checkpoint being written) and checks them against
 // the sums the run read; it returns their checksums, keyed by their path inside the checkpoint.
 func (s *initAdapterSource) copyInto(dst string) (map[string]string, error) {
 	if err := os.MkdirAll(dst, 0o755); err != nil {

@@ -377,9 +377,9 @@ var (
 	initHonoured = []string{"gaussian", "eva", "orthogonal", "mica"}
 )
 
-// set reports whether a config value is set to something other than PEFT's "off" (null, false, "", 0, an empty
+// isSet reports whether a config value is set to something other than PEFT's "off" (null, false, "", 0, an empty
 // list or object).
-func set(v any) bool {
+func isSet(v any) bool {
 	switch x := v.(type) {
 	case nil:
 		return false
@@ -415,11 +415,11 @@ func ReadSettings(c adapter.PEFTConfig) (Config, error) {
 		switch {
 		case slices.Contains(peftCommon, key), slices.Contains(loraHonoured, key), slices.Contains(loraInert, key):
 		case slices.Contains(loraRefused, key):
-			if set(v) {
+			if isSet(v) {
 				return bad(fmt.Errorf("%s is set (%v): %s; memfit refuses this adapter rather than load it wrongly", key, v, loraRefusedWhy[key]))
 			}
 		default:
-			if set(v) {
+			if isSet(v) {
 				return bad(fmt.Errorf("%s is %v, a setting memfit does not know (not one of PEFT's LoraConfig fields): refusing the adapter rather than ignoring it", key, v))
 			}
 		}
