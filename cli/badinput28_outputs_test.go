@@ -157,7 +157,7 @@ func TestBadInputSweepOutputs(t *testing.T) {
 		{logits(dora), "use_dora true"},
 		{logits(bad("rank", map[string]any{"rank_pattern": map[string]any{"v_proj": 4}}, nil)), "rank_pattern"},
 		{logits(bad("layers", map[string]any{"layers_to_transform": []any{0}}, nil)), "layers_to_transform [0] leaves out model.layers.1"},
-		{logits(bad("save", map[string]any{"modules_to_save": []any{"lm_head"}}, nil)), `modules_to_save names "lm_head"`},
+		{logits(bad("save", map[string]any{"modules_to_save": []any{"classifier", "norm"}}, nil)), `modules_to_save names "norm"`},
 		{logits(bad("unknown-target", map[string]any{"target_modules": []any{"q_proj", "v_proj", "k_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "foo_proj"}}, nil)), `target_modules names "foo_proj"`},
 		{logits(bad("regex-nothing", map[string]any{"target_modules": `.*\.attention\.query`}, nil)), "target_modules names the regular expression"},
 		{logits(bad("bad-regex", map[string]any{"target_modules": `(q_proj`}, nil)), "target_modules"},

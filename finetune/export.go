@@ -441,14 +441,19 @@ func ReadAdapter(dir string, model Model) (*PEFTAdapter, error) {
 		return nil, fmt.Errorf("%s: no %s adapter tensors", dir, format.Name)
 	}
 	for _, m := range toSave {
-		found := false
-		for name := range out.Modules {
+		inModel, found := false, false
+		for name := range base {
 			if got, _ := adapter.ModulesToSave(name, []string{m}); got == m {
-				found = true
-				break
+				inModel = true
+				_, found = out.Modules[name]
+				if found {
+					break
+				}
 			}
 		}
-		if !found {
+		// A name that matches no module of this model is one PEFT wraps nothing for (its sequence classifiers
+		// add both "classifier" and "score"): nothing to load.
+		if inModel && !found {
 			return nil, fmt.Errorf("%s: modules_to_save names %q but %s holds none of its tensors (a module of the model whose path ends in %q)",
 				dir, m, AdapterWeights, m)
 		}
