@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/safetensors"
 )
 
 // CPUSpec is what one process of the CPU benchmark runs, written to a JSON file that both sides read: the case,
@@ -198,7 +200,7 @@ func RunCPUCompare(o CPUCompareOptions) (CPURun, error) {
 		}
 		specFile := filepath.Join(o.WorkDir, "spec-"+c.Tag()+".json")
 		b, _ := json.MarshalIndent(spec, "", "  ")
-		if err := os.WriteFile(specFile, b, 0o644); err != nil {
+		if err := writeFileAtomic(specFile, b); err != nil {
 			return run, err
 		}
 		if err := WriteCPUBatch(c, o.Settings, spec.BatchFile); err != nil {
@@ -429,7 +431,7 @@ func runCPUProcess(command, args, env []string, dir, name string) (*CPUSideResul
 	}
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err == nil {
-		err = os.WriteFile(p.out, append(b, '\n'), 0o644)
+		err = writeFileAtomic(p.out, append(b, '\n'))
 	}
 	return &r, err
 }
@@ -667,4 +669,12 @@ func envLine(env map[string]string) string {
 		return "no GODEBUG/GOGC/GOMAXPROCS set"
 	}
 	return strings.Join(parts, " ")
+}
+
+// writeFileAtomic writes data to path through a temporary file beside it and a rename.
+func writeFileAtomic(path string, data []byte) error {
+	return safetensors.WriteAtomic(path, func(w *bufio.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
 }

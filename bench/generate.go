@@ -145,7 +145,7 @@ func RunGenerateCompare(o GenerateCompareOptions) (GenerateRun, error) {
 		fmt.Fprintf(o.Log, "batch %d: PyTorch\n", b)
 		spec := filepath.Join(o.WorkDir, fmt.Sprintf("generate-b%d.json", b))
 		sb, _ := json.Marshal(GenerateSpec{Model: o.Model, Prompts: prompts, NewTokens: o.NewTokens, Runs: o.Runs})
-		if err := os.WriteFile(spec, sb, 0o644); err != nil {
+		if err := writeFileAtomic(spec, sb); err != nil {
 			return run, err
 		}
 		py, err := pytorchGenerate(o.Python, spec, procDir, fmt.Sprintf("generate-b%d-pytorch", b))

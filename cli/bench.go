@@ -68,6 +68,7 @@ its ratio to GELU+LN.`,
 
 func newBenchMemoryCommand(opts *Options) *cobra.Command {
 	var jsonOut string
+	var overwrite bool
 	var vitBatch, llamaBatch, llamaSeq int
 	var llamaModels []string
 	base := finetune.Defaults()
@@ -87,6 +88,13 @@ writes every cell.`,
 			base.LoRAAlpha = float64(2 * base.LoRARank)
 			if err := base.Validate(); err != nil {
 				return usageError{err}
+			}
+			var ins inputs
+			for _, m := range llamaModels {
+				ins = ins.add("--llama", m, modelReads...)
+			}
+			if err := outputFile("--json", jsonOut, ins, overwrite, true); err != nil {
+				return err
 			}
 			backend, err := opts.NewBackend()
 			if err != nil {
@@ -116,6 +124,7 @@ writes every cell.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&jsonOut, "json", "", "write every cell to this JSON file")
+	f.BoolVar(&overwrite, "overwrite", false, "replace an existing --json file")
 	f.IntVar(&vitBatch, "vit-batch-size", 64, "ViT examples per step")
 	f.IntVar(&llamaBatch, "llama-batch-size", 4, "LLaMA sequences per step")
 	f.IntVar(&llamaSeq, "llama-seq-len", 512, "LLaMA tokens per sequence")
@@ -158,6 +167,7 @@ func pickVariants(list string) ([]bench.Variant, error) {
 func newBenchGridCommand(opts *Options) *cobra.Command {
 	var jsonOut, methodList, variantList, seqBudget, render string
 	var steps int
+	var overwrite bool
 	cmd := &cobra.Command{
 		Use:   "grid [--steps N] [--json FILE]",
 		Short: "Timed training steps of every model x method x variant in one run (CPU-scaled models)",
@@ -171,6 +181,9 @@ memory tables use "finetune bench memory".`,
 		Example: `  finetune bench grid --steps 3 --json docs/benchmarks/grid-cpu.json`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := outputFile("--json", jsonOut, inputs{}.add("--render", render), overwrite, true); err != nil {
+				return err
+			}
 			if render != "" {
 				b, err := os.ReadFile(render)
 				if err != nil {
@@ -248,6 +261,7 @@ memory tables use "finetune bench memory".`,
 	f := cmd.Flags()
 	f.IntVar(&steps, "steps", 3, "timed steps per cell, after one warm-up step")
 	f.StringVar(&jsonOut, "json", "", "write every cell to this JSON file")
+	f.BoolVar(&overwrite, "overwrite", false, "replace an existing --json file")
 	f.StringVar(&seqBudget, "seq-budget", "256MiB", "memory budget of the LLaMA's longest-sequence search (0: skip it)")
 	f.StringVar(&render, "render", "", "print the table of an earlier run from its --json file instead of running")
 	f.StringVar(&methodList, "methods", "lora-qv,lora-all,lora-fa,full,qlora", "methods")
@@ -258,6 +272,7 @@ memory tables use "finetune bench memory".`,
 func newBenchStepCommand(opts *Options) *cobra.Command {
 	var model, methodName, variantName, jsonOut, workDir string
 	var numLabels, batch, seqLen, steps int
+	var overwrite bool
 	base := finetune.Defaults()
 	base.ComputeDType, base.Attention = "bfloat16", "memory-efficient"
 	cmd := &cobra.Command{
@@ -288,6 +303,13 @@ bench/gpu/compare.sh runs both.`,
 			base.LoRAAlpha = float64(2 * base.LoRARank)
 			if err := base.Validate(); err != nil {
 				return usageError{err}
+			}
+			ins := inputs{}.add("--model", model, modelReads...)
+			if workDir != "" {
+				ins = ins.add("--work-dir", workDir, "*/config.json", "*/*.safetensors")
+			}
+			if err := outputFile("--json", jsonOut, ins, overwrite, true); err != nil {
+				return err
 			}
 			backend, err := opts.NewBackend()
 			if err != nil {
@@ -329,6 +351,7 @@ bench/gpu/compare.sh runs both.`,
 	f.IntVar(&steps, "steps", 10, "timed steps after one warm-up step")
 	bindSettings(f, &base, false, "compute_dtype", "attention", "lora_r", "block_plan")
 	f.StringVar(&jsonOut, "json", "", "also write the result to this file")
+	f.BoolVar(&overwrite, "overwrite", false, "replace an existing --json file")
 	f.StringVar(&workDir, "work-dir", "", "where a preset's random checkpoint is written, or reused when already there (default: a temporary folder, removed after)")
 	alias(f, "num-labels", "labels")
 	alias(f, "batch-size", "batch")
@@ -338,6 +361,7 @@ bench/gpu/compare.sh runs both.`,
 
 func newBenchCompareCommand() *cobra.Command {
 	var jsonOut string
+	var overwrite bool
 	cmd := &cobra.Command{
 		Use:   "compare DIR",
 		Short: "Side-by-side table of memfit and PyTorch + PEFT results (bench/gpu/compare.sh writes DIR)",
@@ -347,6 +371,9 @@ its step peak; PyTorch's torch.cuda.max_memory_allocated), both throughputs, the
 variant and memfit's ratios to PyTorch, with issue 10's goals for every approx-act+ms-norm row.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := outputFile("--json", jsonOut, inputs{}.add("DIR", args[0], "memfit-*.json", "pytorch-*.json"), overwrite, true); err != nil {
+				return err
+			}
 			rows, err := bench.ReadComparison(args[0])
 			if err != nil {
 				return usageError{err}
@@ -361,6 +388,7 @@ variant and memfit's ratios to PyTorch, with issue 10's goals for every approx-a
 		},
 	}
 	cmd.Flags().StringVar(&jsonOut, "json", "", "also write the paired rows to this JSON file")
+	cmd.Flags().BoolVar(&overwrite, "overwrite", false, "replace an existing --json file")
 	return cmd
 }
 
@@ -369,7 +397,7 @@ func newBenchCPUCommand(opts *Options) *cobra.Command {
 	var out, workDir, python, script, llamaTiny, memfitBin, invocation string
 	var caseList, variantList, qloraCases []string
 	var rounds int
-	var interleave bool
+	var interleave, overwrite bool
 	var lossTol float64
 	var profile bool
 	cmd := &cobra.Command{
@@ -408,6 +436,16 @@ with GOEXPERIMENT=simd and runs this with GODEBUG=cpu.fma=off.`,
 			for _, k := range caseList {
 				if k = strings.TrimSpace(k); bench.CPUCaseNames[k] == "" && !slices.Contains(slices.Collect(maps.Values(bench.CPUCaseNames)), k) {
 					return usagef("unknown case %q: use a, b or c", k)
+				}
+			}
+			reads := inputs{}.add("--script", script).add("--llama-tiny", llamaTiny, modelReads...).add("--memfit-bin", memfitBin)
+			if err := outputFolder("--out", out, []string{"cpu-compare.txt", "cpu-compare.json", "processes/"}, reads.add("--work-dir", workDir), overwrite, true); err != nil {
+				return err
+			}
+			if workDir != "" { // the scratch folder: its files are rewritten by every run, but never over an input
+				scratch := []string{"vit/", "llama/", "spec-*.json", "batch-*.safetensors", "init-*.safetensors"}
+				if err := outputFolder("--work-dir", workDir, scratch, reads, true, false); err != nil {
+					return err
 				}
 			}
 			if memfitBin == "" {
@@ -480,6 +518,7 @@ with GOEXPERIMENT=simd and runs this with GODEBUG=cpu.fma=off.`,
 	f.StringSliceVar(&variantList, "variants", []string{"plain", "approx-act+ms-norm"}, "memfit variants, plain first; a variant with the suffix "+bench.HostStepSuffix+" runs memfit's former host-side step (the before/after comparison)")
 	f.Float64Var(&lossTol, "loss-tol", 1e-4, "largest relative difference of the two sides' first-step losses")
 	f.StringVar(&out, "out", "bench-cpu-out", "folder for cpu-compare.txt, cpu-compare.json and processes/")
+	f.BoolVar(&overwrite, "overwrite", false, "replace the results of an earlier run in --out")
 	f.StringVar(&workDir, "work-dir", "", "folder for the checkpoints, batches and specs (default: a temporary one, removed after)")
 	f.StringVar(&python, "python", "/usr/bin/python3", "Python with torch (Debian's python3-torch)")
 	f.StringVar(&script, "script", "bench/pytorch/cpu_compare.py", "the reference script")
@@ -510,6 +549,10 @@ machine at the same moments, which separate processes on a shared host do not.`,
 			}
 			if jsonOut == "" {
 				return usagef("--json is required")
+			}
+			// Driven by bench cpu, which names the file in its own folder: an earlier result is replaced.
+			if err := outputFile("--json", jsonOut, inputs{}.add("--spec", specFile).add("the spec's batch", spec.BatchFile), true, false); err != nil {
+				return err
 			}
 			backend, err := opts.NewBackend()
 			if err != nil {
@@ -549,6 +592,19 @@ initial adapter tensors go to the spec's init file, for the reference to start f
 			if jsonOut == "" {
 				return usagef("--json is required")
 			}
+			// Driven by bench cpu, which names the files in its own folder: earlier results are replaced.
+			ins := inputs{}.add("--spec", specFile).add("the spec's batch", spec.BatchFile)
+			if err := outputFile("--json", jsonOut, ins, true, false); err != nil {
+				return err
+			}
+			if err := outputFile("--cpuprofile", profile, ins, true, false); err != nil {
+				return err
+			}
+			if writeInit {
+				if err := outputFile("the spec's init file", spec.InitFile, ins, true, false); err != nil {
+					return err
+				}
+			}
 			backend, err := opts.NewBackend()
 			if err != nil {
 				return err
@@ -558,17 +614,30 @@ initial adapter tensors go to the spec's init file, for the reference to start f
 			if writeInit {
 				o.InitFile = spec.InitFile
 			}
+			var prof *os.File
 			if profile != "" {
-				f, err := os.Create(profile)
-				if err != nil {
+				// Written to a temporary file beside it and renamed into place when complete.
+				if prof, err = os.CreateTemp(filepath.Dir(profile), "."+filepath.Base(profile)+".tmp-"); err != nil {
 					return err
 				}
-				defer f.Close()
-				o.Profile = f
+				defer os.Remove(prof.Name())
+				defer prof.Close()
+				o.Profile = prof
 			}
 			r, err := bench.RunCPUStep(backend, o)
 			if err != nil {
 				return err
+			}
+			if prof != nil {
+				if err := prof.Chmod(0o644); err != nil {
+					return err
+				}
+				if err := prof.Close(); err != nil {
+					return err
+				}
+				if err := os.Rename(prof.Name(), profile); err != nil {
+					return err
+				}
 			}
 			return writeResult(jsonOut, r)
 		},

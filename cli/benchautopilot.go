@@ -24,6 +24,7 @@ func newBenchAutopilotCommand(opts *Options) *cobra.Command {
 	var caseList []string
 	var fractions []float64
 	var steps, rounds, calibSteps, vitBatch, llamaBatch, llamaSeq int
+	var overwrite bool
 	margin := 0.05
 	cmd := &cobra.Command{
 		Use:   "autopilot [--out DIR]",
@@ -67,6 +68,10 @@ Writes DIR/autopilot.txt, DIR/autopilot.json and each process's JSON and log und
 				if !slices.Contains(autopilotCaseNames, k) {
 					return usagef("unknown case %q: use %s", k, strings.Join(autopilotCaseNames, ", "))
 				}
+			}
+			ins := inputs{}.add("--memfit-bin", memfitBin).add("--work-dir", workDir)
+			if err := outputFolder("--out", out, []string{"autopilot.txt", "autopilot.json", "processes/"}, ins, overwrite, true); err != nil {
+				return err
 			}
 			if memfitBin == "" {
 				if memfitBin, err = os.Executable(); err != nil {
@@ -122,6 +127,7 @@ Writes DIR/autopilot.txt, DIR/autopilot.json and each process's JSON and log und
 	}
 	f := cmd.Flags()
 	f.StringVar(&out, "out", "bench-autopilot-out", "folder for autopilot.txt, autopilot.json and processes/")
+	f.BoolVar(&overwrite, "overwrite", false, "replace the results of an earlier run in --out")
 	f.StringSliceVar(&caseList, "cases", autopilotCaseNames, "cases: vit and llama (run, CPU-scaled), vit-b16 and llama-1b (planned; need their sibling)")
 	f.Float64SliceVar(&fractions, "budgets", bench.AutopilotFractions, "budgets as fractions of plain's planned total")
 	f.Float64Var(&margin, "budget-margin", margin, "fraction of each budget the autopilot keeps free")

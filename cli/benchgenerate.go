@@ -19,6 +19,7 @@ func newBenchGenerateCommand(opts *Options) *cobra.Command {
 	var model, out, python, script, workDir, invocation string
 	var batches []int
 	var promptLen, newTokens, runs int
+	var overwrite bool
 	cmd := &cobra.Command{
 		Use:   "generate [--model DIR] [--out DIR]",
 		Short: "Greedy decoding tokens/s with the key/value cache, memfit against a plain-PyTorch loop on the same model",
@@ -46,6 +47,15 @@ JSON and log under DIR/processes.`,
 			for _, b := range batches {
 				if b < 1 || b > 256 {
 					return usagef("--batch-sizes %d: give 1 to 256 rows", b)
+				}
+			}
+			reads := inputs{}.add("--model", model, modelReads...).add("--script", script)
+			if err := outputFolder("--out", out, []string{"generate.txt", "generate.json", "processes/"}, reads.add("--work-dir", workDir), overwrite, true); err != nil {
+				return err
+			}
+			if workDir != "" { // the scratch folder: rewritten by every run, never over an input
+				if err := outputFolder("--work-dir", workDir, []string{"generate-b*.json"}, reads, true, false); err != nil {
+					return err
 				}
 			}
 			m, _, tok, err := loadForEval(model, "", "")
@@ -93,6 +103,7 @@ JSON and log under DIR/processes.`,
 	f.IntVar(&newTokens, "new-tokens", 128, "tokens generated per row")
 	f.IntVar(&runs, "runs", 3, "timed runs per side (after one warm-up run); the median is reported")
 	f.StringVar(&out, "out", "bench-generate-out", "folder for generate.txt, generate.json and processes/")
+	f.BoolVar(&overwrite, "overwrite", false, "replace the results of an earlier run in --out")
 	f.StringVar(&python, "python", "/usr/bin/python3", "Python with torch (Debian's python3-torch)")
 	f.StringVar(&script, "script", "bench/pytorch/generate_compare.py", "the reference script")
 	f.StringVar(&workDir, "work-dir", "", "folder for the specs (default: a temporary one, removed after)")

@@ -96,7 +96,7 @@ func newEvalMMLUCommand(opts *Options) *cobra.Command {
 	var model, adapter, tok, dataDir, out string
 	var subjects []string
 	var o evals.MMLUOptions
-	var asJSON bool
+	var asJSON, overwrite bool
 	var limit, shots int
 	cmd := &cobra.Command{
 		Use:   "mmlu --model DIR --data DIR [--adapter DIR] [--subjects a,b] [--shots 5]",
@@ -130,7 +130,12 @@ adapter (or the model) as eval-mmlu.json, with the prompt format, shots, averagi
 			if shots == 0 {
 				o.Shots = -1 // evals: 0 means the default (5), a negative number zero-shot
 			}
-			if err := checkOutFile(out); err != nil {
+			ins := evalInputs(model, adapter, tok).add("--data", dataDir)
+			if err := outputFile("--out", out, ins, overwrite, true); err != nil {
+				return err
+			}
+			path := resultPath(out, model, adapter, "eval-mmlu.json")
+			if err := outputFile("the results file", path, ins, true, false); err != nil {
 				return err
 			}
 			for _, s := range subjects {
@@ -181,7 +186,6 @@ adapter (or the model) as eval-mmlu.json, with the prompt format, shots, averagi
 				Limit      int    `json:"questions_per_subject_limit,omitempty"`
 				*evals.MMLUResult
 			}{abs(model), absIf(adapter), abs(dataDir), hash, limit, res}
-			path := resultPath(out, model, adapter, "eval-mmlu.json")
 			if err := writeResult(path, full); err != nil {
 				return err
 			}
@@ -202,7 +206,8 @@ adapter (or the model) as eval-mmlu.json, with the prompt format, shots, averagi
 	f.IntVar(&o.BatchSize, "batch-size", 8, "prompts per forward pass")
 	f.IntVar(&limit, "limit", 0, "score only the first N test questions of each subject (0: all; the results say so)")
 	f.BoolVar(&o.Generate, "generate", false, "also score by generation: the letter a greedy 2-token reply starts with (the runner of finetune generate)")
-	f.StringVar(&out, "out", "", "results file (default: eval-mmlu.json next to the adapter or model)")
+	f.StringVar(&out, "out", "", "results file (default: eval-mmlu.json next to the adapter or model, replaced by each run)")
+	f.BoolVar(&overwrite, "overwrite", false, "replace an existing --out file")
 	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
 	checksOwnRange(f, "seq-len") // 0 is the model's positions; the command names them
 	alias(f, "seq-len", "max-len")
@@ -260,7 +265,7 @@ func writeMMLUTable(w io.Writer, r *evals.MMLUResult, path string) error {
 func newEvalGLUECommand(opts *Options) *cobra.Command {
 	var task, dataDir, preds, model, adapter, tok, out string
 	var seqLen, batch int
-	var asJSON bool
+	var asJSON, overwrite bool
 	cmd := &cobra.Command{
 		Use:   "glue --data DIR [--task cola|sst2|mrpc|stsb|rte] (--predictions FILE | --model DIR [--adapter DIR])",
 		Short: "GLUE dev-set metrics of a predictions file or of a LLaMA sequence classifier",
@@ -290,8 +295,16 @@ next to the adapter or model, or --out).`,
 			if (preds == "") == (model == "") {
 				return usagef("give either --predictions or --model")
 			}
-			if err := checkOutFile(out); err != nil {
+			ins := evalInputs(model, adapter, tok).add("--data", dataDir).add("--predictions", preds)
+			if err := outputFile("--out", out, ins, overwrite, true); err != nil {
 				return err
+			}
+			resultFile := ""
+			if out != "" || model != "" {
+				resultFile = resultPath(out, model, adapter, "eval-glue-"+task+".json")
+				if err := outputFile("the results file", resultFile, ins, true, false); err != nil {
+					return err
+				}
 			}
 			if model != "" && (batch < 1 || batch > maxEvalBatch) {
 				return usagef("--batch-size %d: give 1 to %d examples per forward pass", batch, maxEvalBatch)
@@ -347,8 +360,8 @@ next to the adapter or model, or --out).`,
 				return err
 			}
 			res.DataSHA256, res.Source = hash, source
-			if out != "" || model != "" {
-				if err := writeResult(resultPath(out, model, adapter, "eval-glue-"+task+".json"), res); err != nil {
+			if resultFile != "" {
+				if err := writeResult(resultFile, res); err != nil {
 					return err
 				}
 			}
@@ -380,7 +393,8 @@ next to the adapter or model, or --out).`,
 	f.StringVar(&tok, "tokenizer", "", "tokenizer (default: the model folder)")
 	f.IntVar(&seqLen, "seq-len", 128, "tokens per example")
 	f.IntVar(&batch, "batch-size", 32, "examples per forward pass")
-	f.StringVar(&out, "out", "", "results file")
+	f.StringVar(&out, "out", "", "results file (default with --model: eval-glue-TASK.json next to the adapter or model, replaced by each run)")
+	f.BoolVar(&overwrite, "overwrite", false, "replace an existing --out file")
 	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
 	return cmd
 }
@@ -429,17 +443,8 @@ func countProgress(w io.Writer, label string) func(done, total int) {
 	}
 }
 
-// checkOutFile refuses, before any work, an --out results file that cannot be written: a folder, or a path whose
-// folder does not exist.
-func checkOutFile(out string) error {
-	if out == "" {
-		return nil
-	}
-	if st, err := os.Stat(out); err == nil && st.IsDir() {
-		return usagef("--out %s is a folder: give a file name, e.g. %s", out, filepath.Join(out, "results.json"))
-	}
-	if st, err := os.Stat(filepath.Dir(out)); err != nil || !st.IsDir() {
-		return usagef("--out %s: the folder %s does not exist", out, filepath.Dir(out))
-	}
-	return nil
+// evalInputs are the inputs of a command that loads a model with an optional adapter and tokenizer.
+func evalInputs(model, adapter, tok string) inputs {
+	return inputs{}.add("--model", model, modelReads...).add("--adapter", adapter, adapterReads...).
+		add("--tokenizer", tok, tokenizerReads...)
 }

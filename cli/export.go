@@ -18,8 +18,12 @@ func newExportCommand(opts *Options) *cobra.Command {
 		Short: "Export a training run as a PEFT adapter or a merged Hugging Face checkpoint",
 		Long: `Reads a training output folder (run.yaml and its latest checkpoint, or --checkpoint) and writes either the PEFT
 LoRA adapter (adapter_model.safetensors + adapter_config.json; adapters trained with MS-norm are converted to the
-original checkpoint's basis) or a merged checkpoint (config.json + model.safetensors) that transformers and memfit
-load unchanged: adapters merged, norm affines restored.`,
+original checkpoint's basis) or a merged checkpoint that transformers and memfit load unchanged: config.json and
+model.safetensors (adapters merged, norm affines restored), the tokenizer files of the run's tokenizer and the base
+model's generation_config.json (made from the config's token ids for a causal LM without one), so that
+finetune generate and eval take the folder as a model. A run started from --init-adapter exports from its own copy
+of that adapter (its folder may be gone). --out is refused when it would replace a file export reads (the base
+model, the run, its tokenizer), and an earlier export there needs --overwrite.`,
 		Example: `  finetune export --run runs/vit --format merged --out /tmp/vit-finetuned`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -33,8 +37,10 @@ load unchanged: adapters merged, norm affines restored.`,
 			if err != nil {
 				return err
 			}
-			if err := exportTarget(out, spec.Model, format, overwrite); err != nil {
-				return usageError{err}
+			ins := inputs{}.add("--run", run, runReads...).add("--checkpoint", checkpoint, checkpointReads...).
+				add("the run's base model", spec.Model, modelReads...).add("the run's tokenizer", spec.DataOptions.Tokenizer, tokenizerReads...)
+			if err := exportTarget(out, spec.Model, format, overwrite, ins); err != nil {
+				return err
 			}
 			model, err := finetune.LoadModel(spec.Model, spec.Config)
 			if err != nil {
@@ -55,7 +61,7 @@ load unchanged: adapters merged, norm affines restored.`,
 			if format == "peft" {
 				err = tr.ExportAdapter(out, spec.Model)
 			} else {
-				err = tr.ExportMerged(out)
+				err = tr.ExportMergedFolder(out, spec.Model, spec.DataOptions.Tokenizer)
 			}
 			if err != nil {
 				return err
@@ -72,23 +78,35 @@ load unchanged: adapters merged, norm affines restored.`,
 	return cmd
 }
 
+// The files export reads in a run folder and in a checkpoint folder.
+var (
+	runReads        = []string{finetune.RunFile, finetune.LatestFile, "checkpoint-*/*", "checkpoint-*/" + finetune.InitAdapterDir + "/*"}
+	checkpointReads = []string{"*", finetune.InitAdapterDir + "/*"}
+)
+
 // exportTarget refuses an --out that would lose something: the run's base model (its weights would be replaced
-// by the merged ones), a training output folder or a checkpoint (whose files would mix with the export), or an
-// earlier export unless overwrite (whose files it then removes).
-func exportTarget(out, baseModel, format string, overwrite bool) error {
+// by the merged ones), a training output folder or a checkpoint (whose files would mix with the export), any
+// other file the export reads (ins), or an earlier export unless overwrite (whose files it then removes).
+func exportTarget(out, baseModel, format string, overwrite bool, ins inputs) error {
 	if same(out, baseModel) {
-		return fmt.Errorf("--out %s is the run's base model: exporting there would replace the weights the run trains on; choose another folder", out)
+		return usagef("--out %s is the run's base model: exporting there would replace the weights the run trains on; choose another folder", out)
 	}
 	for _, f := range []struct{ file, what string }{{finetune.RunFile, "a training output folder"}, {"trainer_state.json", "a checkpoint"}} {
 		if _, err := os.Stat(filepath.Join(out, f.file)); err == nil {
-			return fmt.Errorf("--out %s is %s (it holds %s): export to a folder of its own, e.g. %s", out, f.what, f.file, filepath.Join(out, format))
+			return usagef("--out %s is %s (it holds %s): export to a folder of its own, e.g. %s", out, f.what, f.file, filepath.Join(out, format))
 		}
 	}
 	files := modelFiles
 	if format == "peft" {
 		files = []string{"adapter_config.json", "adapter_model.safetensors"}
 	}
-	return clearFiles(out, files, "an export", overwrite)
+	if err := outputFolder("--out", out, files, ins, overwrite, false); err != nil {
+		return err
+	}
+	if err := clearFiles(out, files, "an export", overwrite); err != nil {
+		return usageError{err}
+	}
+	return nil
 }
 
 // same reports whether two paths name the same folder (after resolving links).

@@ -45,6 +45,9 @@ when a checkpoint is loaded with a new num_labels; tokenizer files come along.`,
 			if from != "" && same(from, out) {
 				return usagef("--out %s is the --from model: writing there would replace the weights it reads; choose another folder", out)
 			}
+			if err := outputFolder("--out", out, modelFiles, inputs{}.add("--from", from, modelReads...), overwrite, false); err != nil {
+				return err
+			}
 			if err := freshModelFolder(out, overwrite); err != nil {
 				return usageError{err}
 			}

@@ -34,6 +34,7 @@ const fashionDir = "/usr/share/datasets/fashion-mnist"
 
 func newPretrainViTCommand(opts *Options) *cobra.Command {
 	var dir, out string
+	var overwrite bool
 	var o pretrained.PretrainViTOptions
 	cmd := &cobra.Command{
 		Use:   "vit --out DIR [--fashion-mnist DIR]",
@@ -47,6 +48,9 @@ dataset-fashion-mnist (apt install dataset-fashion-mnist), which installs it in 
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if out == "" {
 				return usagef("--out is required")
+			}
+			if err := outputFolder("--out", out, modelFiles, inputs{}.add("--fashion-mnist", dir), overwrite, true); err != nil {
+				return err
 			}
 			backend, err := opts.NewBackend()
 			if err != nil {
@@ -72,11 +76,13 @@ dataset-fashion-mnist (apt install dataset-fashion-mnist), which installs it in 
 	f.IntVar(&o.BatchSize, "batch-size", 64, "batch size")
 	f.Float64Var(&o.LR, "lr", 1e-3, "peak learning rate")
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the initialisation and the data order")
+	f.BoolVar(&overwrite, "overwrite", false, "replace the model in an --out that holds one")
 	return cmd
 }
 
 func newPretrainDemoDataCommand() *cobra.Command {
 	var dir, out string
+	var overwrite bool
 	var perClassTrain, perClassTest int
 	cmd := &cobra.Command{
 		Use:   "demo-data --out DIR [--fashion-mnist DIR]",
@@ -88,6 +94,9 @@ original IDX format, gzip-compressed, for finetune demo.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if out == "" {
 				return usagef("--out is required")
+			}
+			if err := outputFolder("--out", out, []string{"fashion-5to9-*.idx.gz"}, inputs{}.add("--fashion-mnist", dir), overwrite, true); err != nil {
+				return err
 			}
 			if err := os.MkdirAll(out, 0o755); err != nil {
 				return err
@@ -124,12 +133,14 @@ original IDX format, gzip-compressed, for finetune demo.`,
 	f.StringVar(&out, "out", "", "output folder")
 	f.IntVar(&perClassTrain, "train-per-class", 300, "training images per class")
 	f.IntVar(&perClassTest, "test-per-class", 200, "test images per class")
+	f.BoolVar(&overwrite, "overwrite", false, "replace the data files in an --out that holds them")
 	return cmd
 }
 
 func newPretrainTokenizerCommand() *cobra.Command {
 	var texts []string
 	var out string
+	var overwrite bool
 	var vocab, maxLen int
 	cmd := &cobra.Command{
 		Use:   "tokenizer --text FILE [--text FILE...] --vocab N --out DIR",
@@ -144,6 +155,13 @@ tokenizer.json and tokenizer_config.json (special tokens <|begin_of_text|> as BO
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(texts) == 0 || out == "" {
 				return usagef("--text and --out are required")
+			}
+			var ins inputs
+			for _, t := range texts {
+				ins = ins.add("--text", t)
+			}
+			if err := outputFolder("--out", out, []string{"tokenizer.json", "tokenizer_config.json"}, ins, overwrite, true); err != nil {
+				return err
 			}
 			var corpus []string
 			for _, path := range texts {
@@ -184,6 +202,7 @@ tokenizer.json and tokenizer_config.json (special tokens <|begin_of_text|> as BO
 	f.StringVar(&out, "out", "", "output folder")
 	f.IntVar(&vocab, "vocab", 4096, "vocabulary size, special tokens included")
 	f.IntVar(&maxLen, "max-length", 512, "model_max_length written to tokenizer_config.json")
+	f.BoolVar(&overwrite, "overwrite", false, "replace the tokenizer in an --out that holds one (a model's tokenizer no longer matches its vocabulary)")
 	return cmd
 }
 
@@ -245,6 +264,7 @@ func writeFileAtomic(path string, data []byte) error {
 func newPretrainLlamaCommand(opts *Options) *cobra.Command {
 	var tok, out string
 	var texts []string
+	var overwrite bool
 	var o pretrained.PretrainLlamaOptions
 	cmd := &cobra.Command{
 		Use:   "llama --tokenizer DIR --text FILE... --out DIR",
@@ -259,6 +279,17 @@ tokenizer files. Prints the held-out loss and perplexity (every 50th block is he
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if tok == "" || out == "" || len(texts) == 0 {
 				return usagef("--tokenizer, --text and --out are required")
+			}
+			ins := inputs{}.add("--tokenizer", tok, tokenizerReads...)
+			for _, t := range texts {
+				ins = ins.add("--text", t)
+			}
+			writes := []string{"config.json", "*.safetensors", "model.safetensors.index.json"}
+			if !same(tok, out) { // the documented pipeline trains the tokenizer into the model's folder first
+				writes = append(writes, "tokenizer.json", "tokenizer_config.json")
+			}
+			if err := outputFolder("--out", out, writes, ins, overwrite, true); err != nil {
+				return err
 			}
 			backend, err := opts.NewBackend()
 			if err != nil {
@@ -283,5 +314,6 @@ tokenizer files. Prints the held-out loss and perplexity (every 50th block is he
 	f.IntVar(&o.SeqLen, "seq-len", 128, "tokens per sequence")
 	f.Float64Var(&o.LR, "lr", 3e-3, "peak learning rate")
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the initialisation and the data order")
+	f.BoolVar(&overwrite, "overwrite", false, "replace the model in an --out that holds one")
 	return cmd
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -110,6 +111,20 @@ gradients to the host; the loss is read back every --log-every steps.`,
 			if err := spec.Config.Validate(); err != nil {
 				return usageError{err}
 			}
+			if !resume {
+				ins := inputs{}.add("--model", spec.Model, modelReads...).add("--tokenizer", spec.DataOptions.Tokenizer, tokenizerReads...).
+					add("--config", configFile).add("--init-adapter", spec.Config.InitAdapter, adapterReads...)
+				for _, d := range strings.Split(spec.Data, ",") { // an IDX pair is two paths
+					ins = ins.add("--data", d)
+					if st, err := os.Stat(d); err == nil && st.IsDir() && under(realPath(out), realPath(d)) {
+						return usagef("--out %s lies in --data %s: the run's files would become part of the data (an image folder would take checkpoint-1 for a class); choose a folder outside it", out, d)
+					}
+				}
+				// The run's own files: --overwrite deletes and rewrites them (CheckFreshRun), never an input.
+				if err := outputFolder("--out", out, trainWrites, ins, true, false); err != nil {
+					return err
+				}
+			}
 			if dryRun {
 				resolved, _ := yaml.Marshal(spec)
 				_, err := cmd.OutOrStdout().Write(resolved)
@@ -152,6 +167,9 @@ gradients to the host; the loss is read back every --log-every steps.`,
 	return cmd
 }
 
+// trainWrites are the files and folders train writes in its output folder.
+var trainWrites = []string{finetune.RunFile, finetune.MetricsFile, finetune.LatestFile, "checkpoint-*/", "adapter/", finetune.LockFile}
+
 func abs(p string) string {
 	if a, err := filepath.Abs(p); err == nil {
 		return a
@@ -186,12 +204,19 @@ func peekBatch(loader finetune.Iterator) (finetune.Batch, finetune.Shape, error)
 	return b, in, nil
 }
 
-func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out string, resume, overwrite bool, ap *autopilotRequest) error {
+func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out string, resume, overwrite bool, ap *autopilotRequest) (err error) {
+	_, statErr := os.Stat(out)
+	created := errors.Is(statErr, fs.ErrNotExist)
 	unlock, err := finetune.LockRun(out)
 	if err != nil {
 		return err
 	}
-	defer unlock()
+	defer func() {
+		unlock()
+		if err != nil && created {
+			removeIfOnlyLock(out) // a run refused before it wrote anything leaves no folder behind
+		}
+	}()
 	if err := finetune.CleanStale(out); err != nil {
 		return err
 	}
@@ -320,6 +345,14 @@ func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out s
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "run finished at step %d in %s\n", tr.Step, out)
 	return nil
+}
+
+// removeIfOnlyLock removes the output folder out when it holds nothing but the lock file.
+func removeIfOnlyLock(out string) {
+	entries, err := os.ReadDir(out)
+	if err == nil && len(entries) == 1 && entries[0].Name() == finetune.LockFile {
+		_ = os.RemoveAll(out)
+	}
 }
 
 // newProgress returns a step hook that draws a progress bar on a terminal, or prints a line per step otherwise.

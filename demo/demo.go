@@ -105,14 +105,18 @@ func FineTune(ctx context.Context, modelDir string, train, test finetune.Example
 		return run, err
 	}
 	var metrics io.Writer
+	var metricsFile *os.File
+	var bw *bufio.Writer
 	if opts.Out != "" {
-		f, err := os.Create(filepath.Join(opts.Out, v.Name+".jsonl"))
+		// Written beside its final name and renamed into place once complete (an interrupted demo leaves the
+		// previous run's file whole).
+		f, err := os.CreateTemp(opts.Out, "."+v.Name+".jsonl.tmp-")
 		if err != nil {
 			return run, err
 		}
+		defer os.Remove(f.Name())
 		defer f.Close()
-		bw := bufio.NewWriter(f)
-		defer bw.Flush()
+		metricsFile, bw = f, bufio.NewWriter(f)
 		metrics = bw
 	}
 	hooks := finetune.Hooks{OnStep: func(s finetune.StepStats) {
@@ -124,6 +128,20 @@ func FineTune(ctx context.Context, modelDir string, train, test finetune.Example
 	}}
 	if err := trainer.Fit(ctx, loader, "", metrics, hooks); err != nil {
 		return run, err
+	}
+	if metricsFile != nil {
+		if err := bw.Flush(); err != nil {
+			return run, err
+		}
+		if err := metricsFile.Chmod(0o644); err != nil {
+			return run, err
+		}
+		if err := metricsFile.Close(); err != nil {
+			return run, err
+		}
+		if err := os.Rename(metricsFile.Name(), filepath.Join(opts.Out, v.Name+".jsonl")); err != nil {
+			return run, err
+		}
 	}
 	if run.AccuracyAfter, err = finetune.Accuracy(trainer.Logits, test, 250); err != nil {
 		return run, err

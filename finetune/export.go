@@ -3,7 +3,9 @@ package finetune
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"math"
 	"math/rand/v2"
@@ -17,7 +19,9 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/adapter"
+	"github.com/memfit/memfit/lora"
 	"github.com/memfit/memfit/models"
+	"github.com/memfit/memfit/models/llama"
 	"github.com/memfit/memfit/msnorm"
 	"github.com/memfit/memfit/safetensors"
 )
@@ -82,6 +86,16 @@ func (t *Trainer) ExportAdapter(dir, baseModel string) error {
 		for suffix, v := range params {
 			out[peftPrefix+path+"."+suffix] = v
 			suffixes[suffix] = true
+		}
+	}
+	if suffixes[lora.SuffixBBias] {
+		// PEFT's lora_bias is one flag for the whole adapter: every LoRA layer has a bias of B. Layers whose change
+		// of basis gave none (no norm with a shift before them) get a zero one.
+		for _, path := range t.Adapters.Paths() {
+			key := peftPrefix + path + "." + lora.SuffixBBias
+			if _, ok := out[key]; !ok && t.Adapters.Adapters[path].Type() == "LORA" && out[peftPrefix+path+"."+lora.SuffixB] != nil {
+				out[key] = tensors.FromFlatDataAndDimensions(make([]float32, t.Adapters.Layers[path].Out), t.Adapters.Layers[path].Out)
+			}
 		}
 	}
 	names := make([]string, 0, len(suffixes))
@@ -254,6 +268,79 @@ func (t *Trainer) ExportMerged(dir string) error {
 	return models.SaveCheckpoint(dir, config, unfolded, 0)
 }
 
+// mergedFolderFiles are the files of a Hugging Face model folder, besides its config and weights, that a merged
+// export copies from the base model (the tokenizer's from the run's tokenizer when it had its own).
+var (
+	tokenizerFiles   = []string{"tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json"}
+	modelFolderFiles = []string{"preprocessor_config.json", GenerationConfig}
+)
+
+// GenerationConfig is the generation settings file of a Hugging Face causal-LM folder.
+const GenerationConfig = "generation_config.json"
+
+// ExportMergedFolder writes the merged checkpoint (ExportMerged) to dir as a complete Hugging Face folder: the
+// tokenizer files (tokenizer.json, tokenizer_config.json, tokenizer.model, special_tokens_map.json) of the
+// run's tokenizer (a folder or file; "" for the base model's), and the base model folder's
+// preprocessor_config.json and generation_config.json, each where the source has it; a causal LM whose base
+// has no generation_config.json gets one made from its config's token ids, as transformers makes it
+// (GenerationConfig.from_model_config). Every file is written atomically.
+func (t *Trainer) ExportMergedFolder(dir, baseModel, tokenizer string) error {
+	if err := t.ExportMerged(dir); err != nil {
+		return err
+	}
+	tokDir, given := baseModel, ""
+	if tokenizer != "" {
+		tokDir = tokenizer
+		if st, err := os.Stat(tokenizer); err == nil && !st.IsDir() {
+			tokDir, given = filepath.Dir(tokenizer), filepath.Base(tokenizer)
+			if err := copyAtomic(tokenizer, filepath.Join(dir, given)); err != nil {
+				return err
+			}
+		}
+	}
+	copied := map[string]bool{}
+	for _, f := range tokenizerFiles {
+		if f == given {
+			continue
+		}
+		if err := copyAtomic(filepath.Join(tokDir, f), filepath.Join(dir, f)); err == nil {
+			copied[f] = true
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	for _, f := range modelFolderFiles {
+		if err := copyAtomic(filepath.Join(baseModel, f), filepath.Join(dir, f)); err == nil {
+			copied[f] = true
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	l, ok := t.Model.(Llama)
+	if copied[GenerationConfig] || !ok || l.Config.Architecture != llama.ArchCausalLM {
+		return nil
+	}
+	gen := map[string]any{"_from_model_config": true}
+	for key, id := range map[string]int{"bos_token_id": l.Config.BOSTokenID, "eos_token_id": l.Config.EOSTokenID, "pad_token_id": l.Config.PadTokenID} {
+		if id >= 0 {
+			gen[key] = id
+		}
+	}
+	return writeJSON(filepath.Join(dir, GenerationConfig), gen)
+}
+
+// copyAtomic copies the file from to the path to through a temporary file and a rename.
+func copyAtomic(from, to string) error {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	return safetensors.WriteAtomic(to, func(w *bufio.Writer) error {
+		_, err := w.Write(b)
+		return err
+	})
+}
+
 // PEFTAdapter is a PEFT adapter folder read for a model.
 type PEFTAdapter struct {
 	// Set holds the adapters, in the basis of the model's layers (moved into the folded basis by each adapter's
@@ -267,8 +354,15 @@ type PEFTAdapter struct {
 
 // ReadAdapter reads the PEFT adapter folder dir (adapter_config.json and adapter_model.safetensors) for model:
 // the registered format that reads its config (adapter.FormatOf: LoRA, or a custom adapter's) makes one
-// adapter per adapted layer; every key is either a base parameter of the model (modules_to_save) or
+// adapter per adapted layer; every key is either a base parameter of the model in one of modules_to_save, or
 // "<linear layer path>.<adapter suffix>".
+//
+// The config and the weights must agree, as PEFT's loading assumes: the layers with adapter tensors are exactly
+// those target_modules, exclude_modules and layers_to_transform select (adapter.Targeting; a target_modules
+// name or expression that matches no linear layer of the model is refused, naming it), each holds exactly the
+// tensors a fresh adapter of the config has (in the same shapes: the per-layer ranks of rank_pattern), and every
+// module in modules_to_save has its tensors in the file (they replace the model's). Anything else is an error
+// naming what disagrees.
 func ReadAdapter(dir string, model Model) (*PEFTAdapter, error) {
 	raw, err := os.ReadFile(filepath.Join(dir, AdapterConfig))
 	if err != nil {
@@ -285,6 +379,22 @@ func ReadAdapter(dir string, model Model) (*PEFTAdapter, error) {
 	newAdapter, err := format.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s (%s adapter): %w", filepath.Join(dir, AdapterConfig), format.Name, err)
+	}
+	targeting, err := cfg.Targeting()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, AdapterConfig), err)
+	}
+	if missing := targeting.Unmatched(model.LinearLayers()); len(missing) > 0 {
+		return nil, fmt.Errorf("%s: target_modules names %s, which match no linear layer of this model (module names end in: %s)",
+			filepath.Join(dir, AdapterConfig), strings.Join(missing, ", "), strings.Join(adapter.ModuleNames(model.LinearLayers()), ", "))
+	}
+	if ignored := targeting.LayerFilterIgnored(model.LinearLayers()); len(ignored) > 0 {
+		return nil, fmt.Errorf("%s: layers_to_transform %v leaves out %s, which target_modules names by its whole path (PEFT adapts it anyway): the config contradicts itself; name the modules by their last components (e.g. q_proj) or list only the layers wanted",
+			filepath.Join(dir, AdapterConfig), targeting.Layers, ignored[0])
+	}
+	toSave, err := cfg.Strings(adapter.KeyModulesToSave)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, AdapterConfig), err)
 	}
 	f, err := safetensors.Open(filepath.Join(dir, AdapterWeights))
 	if err != nil {
@@ -308,6 +418,10 @@ func ReadAdapter(dir string, model Model) (*PEFTAdapter, error) {
 			return nil, err
 		}
 		if _, ok := base[name]; ok {
+			if _, saved := adapter.ModulesToSave(name, toSave); !saved {
+				return nil, fmt.Errorf("%s: %s holds %q, a parameter of the model in no module of modules_to_save (%v): PEFT would not load it",
+					dir, AdapterWeights, key, toSave)
+			}
 			out.Modules[name] = v
 			continue
 		}
@@ -326,25 +440,61 @@ func ReadAdapter(dir string, model Model) (*PEFTAdapter, error) {
 	if len(out.Set.Layers) == 0 {
 		return nil, fmt.Errorf("%s: no %s adapter tensors", dir, format.Name)
 	}
+	for _, m := range toSave {
+		inModel, found := false, false
+		for name := range base {
+			if got, _ := adapter.ModulesToSave(name, []string{m}); got == m {
+				inModel = true
+				_, found = out.Modules[name]
+				if found {
+					break
+				}
+			}
+		}
+		// A name that matches no module of this model is one PEFT wraps nothing for (its sequence classifiers
+		// add both "classifier" and "score"): nothing to load.
+		if inModel && !found {
+			return nil, fmt.Errorf("%s: modules_to_save names %q but %s holds none of its tensors (a module of the model whose path ends in %q)",
+				dir, m, AdapterWeights, m)
+		}
+	}
+	for _, l := range model.LinearLayers() {
+		_, has := out.Set.Layers[l.Path]
+		switch want := targeting.Selects(l); {
+		case has && !want:
+			return nil, fmt.Errorf("%s: %s holds tensors for %s, which target_modules, exclude_modules and layers_to_transform leave out: the config and the weights disagree",
+				dir, AdapterWeights, l.Path)
+		case want && !has:
+			return nil, fmt.Errorf("%s: target_modules selects %s but %s has no tensors for it: the config and the weights disagree",
+				dir, l.Path, AdapterWeights)
+		}
+	}
 	bases := BaseWeights(model)
 	for _, path := range out.Set.Paths() {
 		l := out.Set.Layers[path]
 		a := newAdapter(l)
 		out.Set.Adapters[path] = a
-		// The tensors a fresh adapter with these settings has must all be here, in the same shapes (an adapter
-		// may have more: optional ones such as LoRA's lora_B.bias).
+		// The tensors a fresh adapter with these settings has must all be here, in the same shapes, and no others
+		// (PEFT would leave them out: lora_B.bias without lora_bias).
 		fresh, err := a.Init(l, bases(l), rand.New(rand.NewPCG(0, 0)))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %s adapter for %s: %w", dir, format.Name, path, err)
+		}
+		for suffix := range out.Set.LayerParams(path, nil) {
+			if _, ok := fresh[suffix]; !ok {
+				return nil, fmt.Errorf("%s: tensor %q is not one that adapter_config.json implies (%s: %s; lora_B.bias goes with lora_bias true): PEFT would leave it out",
+					dir, peftPrefix+path+"."+suffix, format.Chosen(), strings.Join(slices.Sorted(maps.Keys(fresh)), ", "))
+			}
 		}
 		for _, suffix := range slices.Sorted(maps.Keys(fresh)) {
 			want := fresh[suffix]
 			got, ok := out.Set.Params[path+"."+suffix]
 			if !ok {
-				return nil, fmt.Errorf("%s: no tensor %q (a %s adapter of %s has one)", dir, peftPrefix+path+"."+suffix, format.Name, path)
+				return nil, fmt.Errorf("%s: no tensor %q, which adapter_config.json implies (%s)", dir, peftPrefix+path+"."+suffix, format.Chosen())
 			}
 			if !slices.Equal(got.Shape().Dimensions, want.Shape().Dimensions) {
-				return nil, fmt.Errorf("%s: tensor %q has shape %v, but adapter_config.json implies %v", dir, peftPrefix+path+"."+suffix, got.Shape().Dimensions, want.Shape().Dimensions)
+				return nil, fmt.Errorf("%s: tensor %q has shape %v, but adapter_config.json implies %v (%s; its r, or its rank_pattern entry for this layer)",
+					dir, peftPrefix+path+"."+suffix, got.Shape().Dimensions, want.Shape().Dimensions, format.Chosen())
 			}
 		}
 		norm, folded, err := foldOf(model, path+".weight")

@@ -283,3 +283,94 @@ func TestReadAdapterRefusesWhatItCannotPlace(t *testing.T) {
 		t.Errorf("a tensor of no layer: %v", err)
 	}
 }
+
+// TestInitAdapterKeptInCheckpoints: a run from an init_adapter keeps a copy of it in every checkpoint and
+// resumes from that copy once the folder is gone; a folder changed between the start and a checkpoint is
+// refused rather than copied.
+func TestInitAdapterKeptInCheckpoints(t *testing.T) {
+	model, data := imageTask(t, vit.Options{})
+	cfg := config(finetune.MethodLoRA, 2)
+	cfg.LoRARank = 4
+	tr, _ := finetune.New(model, cfg, gtest.Backend(t))
+	loader, _ := finetune.NewLoader(data, 6, 1, true)
+	if err := tr.Fit(context.Background(), loader, "", nil, finetune.Hooks{}); err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "adapter")
+	if err := tr.ExportAdapter(dir, "x"); err != nil {
+		t.Fatal(err)
+	}
+	cfg2 := cfg
+	cfg2.Method, cfg2.InitAdapter, cfg2.LoRATarget, cfg2.CheckpointEvery = finetune.MethodLoRAFA, dir, nil, 1
+	weights := filepath.Join(dir, finetune.AdapterWeights)
+	orig, _ := os.ReadFile(weights)
+
+	changed, err := finetune.New(model, cfg2, gtest.Backend(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(weights, append(append([]byte(nil), orig...), ' '), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	loader, _ = finetune.NewLoader(data, 6, 1, true)
+	if err := changed.Fit(context.Background(), loader, filepath.Join(tmp, "changed"), nil, finetune.Hooks{}); err == nil || !strings.Contains(err.Error(), "changed since the run read it") {
+		t.Errorf("an init adapter changed before the checkpoint: %v", err)
+	}
+	os.WriteFile(weights, orig, 0o644)
+
+	out := filepath.Join(tmp, "run")
+	tr2, err := finetune.New(model, cfg2, gtest.Backend(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	loader, _ = finetune.NewLoader(data, 6, 1, true)
+	if err := tr2.Fit(context.Background(), loader, out, nil, finetune.Hooks{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	resumed, err := finetune.Resume(out, model, gtest.Backend(t), nil)
+	if err != nil {
+		t.Fatalf("resume without the init adapter's folder: %v", err)
+	}
+	if resumed.Config.InitAdapter != dir || resumed.Step != 2 {
+		t.Errorf("resumed config init_adapter %q, step %d", resumed.Config.InitAdapter, resumed.Step)
+	}
+	for name := range tr.Adapters.Params {
+		if strings.HasSuffix(name, "lora_A.weight") && !tensorsEqual(t, resumed.Adapters.Params[name], tr.Train[name]) {
+			t.Errorf("%s: the resumed run's frozen A is not the init adapter's", name)
+		}
+	}
+	if err := resumed.ExportAdapter(filepath.Join(tmp, "export"), "x"); err != nil {
+		t.Errorf("export after the init adapter's folder is gone: %v", err)
+	}
+
+	// A checkpoint written before runs kept their init adapter (no copy, the default lora_targets the run
+	// ignored) still resumes from the adapter's folder.
+	os.MkdirAll(dir, 0o755)
+	for _, f := range []string{finetune.AdapterConfig, finetune.AdapterWeights} {
+		b, _ := os.ReadFile(filepath.Join(out, "checkpoint-2", "init-adapter", f))
+		os.WriteFile(filepath.Join(dir, f), b, 0o644)
+	}
+	ckpt := filepath.Join(out, "checkpoint-2")
+	os.RemoveAll(filepath.Join(ckpt, "init-adapter"))
+	state := map[string]any{}
+	raw, _ := os.ReadFile(filepath.Join(ckpt, finetune.StateFile))
+	if err := json.Unmarshal(raw, &state); err != nil {
+		t.Fatal(err)
+	}
+	sums := state["checksums"].(map[string]any)
+	for k := range sums {
+		if strings.HasPrefix(k, "init-adapter") {
+			delete(sums, k)
+		}
+	}
+	state["config"].(map[string]any)["lora_targets"] = []string{"k"} // not the adapter's q, v
+	raw, _ = json.Marshal(state)
+	os.WriteFile(filepath.Join(ckpt, finetune.StateFile), raw, 0o644)
+	if _, err := finetune.Resume(ckpt, model, gtest.Backend(t), nil); err != nil {
+		t.Errorf("a checkpoint without the init adapter's copy: %v", err)
+	}
+}

@@ -174,7 +174,8 @@ type Sources struct {
 // Resolve builds a training config from src: Defaults(), then the keys of src.File, then the settings whose flags
 // the user set, then GPUDefaults for src.Backend (for compute_dtype and attention when neither the file nor a flag
 // gave them), ms_norm on for Autopilot when neither gave it; the LoRA defaults (lora_r, lora_targets) are dropped for method full unless the file or a flag gave
-// one. The result is validated: an error is one line naming the problem.
+// one. An init_adapter sets lora_r, lora_alpha, rslora and lora_targets from the adapter (a value the file or a
+// flag gave must agree). The result is validated: an error is one line naming the problem.
 func Resolve(src Sources) (Config, error) {
 	flagSet := src.FlagSet
 	if flagSet == nil {
@@ -210,6 +211,12 @@ func Resolve(src Sources) (Config, error) {
 	}
 	if cfg.Method == MethodFull && !given("lora_r") && !given("lora_targets") {
 		cfg.LoRARank, cfg.LoRATarget = 0, nil // the LoRA defaults do not apply to full fine-tuning
+	}
+	if cfg.InitAdapter != "" && cfg.Method != MethodFull && cfg.Method != MethodCustom {
+		var err error
+		if cfg, err = withInitAdapter(cfg, given); err != nil {
+			return cfg, err
+		}
 	}
 	return cfg, cfg.Validate()
 }

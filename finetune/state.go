@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 
 	"github.com/gomlx/compute"
@@ -129,6 +131,13 @@ func (t *Trainer) Save(dir string, data Iterator) error {
 			return err
 		}
 	}
+	if t.initAdapter != nil {
+		kept, err := t.initAdapter.copyInto(filepath.Join(tmp, InitAdapterDir))
+		if err != nil {
+			return err
+		}
+		maps.Copy(sums, kept)
+	}
 	ac, err := t.adapterConfig()
 	if err != nil {
 		return err
@@ -159,9 +168,22 @@ func (t *Trainer) Save(dir string, data Iterator) error {
 			_ = os.Rename(aside, dir)
 			return err
 		}
-		return os.RemoveAll(aside)
+		if err := os.RemoveAll(aside); err != nil {
+			return err
+		}
+	} else if err := os.Rename(tmp, dir); err != nil {
+		return err
 	}
-	return os.Rename(tmp, dir)
+	t.keptInitAdapter(dir)
+	return nil
+}
+
+// keptInitAdapter makes the copy of the init adapter in the checkpoint just saved at dir the source of the next
+// checkpoint's.
+func (t *Trainer) keptInitAdapter(dir string) {
+	if t.initAdapter != nil {
+		t.initAdapter = &initAdapterSource{dir: filepath.Join(dir, InitAdapterDir), ours: true, sums: t.initAdapter.sums}
+	}
 }
 
 // fingerprint hashes the names and shapes of the model's parameters and, for the frozen ones, samples of their
@@ -237,13 +259,21 @@ func Resume(dir string, model Model, backend compute.Backend, data Iterator, opt
 	if s.Config.Method == MethodCustom && o.adapters == nil {
 		return nil, fmt.Errorf("%s trained custom adapters (%v): resume it with the same adapters (finetune.WithAdapters)", dir, s.Adapter[adapter.KeyType])
 	}
+	if s.Config.InitAdapter != "" {
+		// The run's own copy of its init adapter; checkpoints written before memfit kept one read the folder.
+		if _, err := os.Stat(filepath.Join(dir, InitAdapterDir, AdapterConfig)); err == nil {
+			opts = append(slices.Clone(opts), func(o *options) { o.initFrom = filepath.Join(dir, InitAdapterDir) })
+		} else {
+			opts = append(slices.Clone(opts), func(o *options) { o.legacyInit = true })
+		}
+	}
 	t, err := New(model, s.Config, backend, opts...)
 	if err != nil {
 		return nil, err
 	}
 	if ac, err := t.adapterConfig(); err != nil {
 		return nil, err
-	} else if s.Adapter != nil && fmt.Sprint(ac) != fmt.Sprint(s.Adapter) {
+	} else if s.Adapter != nil && fmt.Sprint(withoutUnset(ac)) != fmt.Sprint(withoutUnset(s.Adapter)) {
 		return nil, fmt.Errorf("%s was trained with adapters %v, not %v", dir, s.Adapter, ac)
 	}
 	fp, err := t.fingerprint()
@@ -301,6 +331,19 @@ func Resume(dir string, model Model, backend compute.Backend, data Iterator, opt
 		}
 	}
 	return t, nil
+}
+
+// withoutUnset returns c without its keys whose values are empty objects (rank_pattern and alpha_pattern: a
+// checkpoint written before memfit wrote them has none).
+func withoutUnset(c map[string]any) map[string]any {
+	out := map[string]any{}
+	for k, v := range c {
+		if m, ok := v.(map[string]any); ok && len(m) == 0 {
+			continue
+		}
+		out[k] = v
+	}
+	return out
 }
 
 func readAll(path string) (models.Params, error) {

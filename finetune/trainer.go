@@ -3,7 +3,7 @@ package finetune
 import (
 	"errors"
 	"fmt"
-
+	"slices"
 	"time"
 
 	"github.com/gomlx/compute"
@@ -60,6 +60,8 @@ type Trainer struct {
 	ok                 *tensors.Tensor
 	pending            []pendingStep
 	lastLoss, lastNorm float64
+	// initAdapter is where the next checkpoint takes its copy of the init_adapter (nil without one).
+	initAdapter *initAdapterSource
 }
 
 // StepStats describes one optimizer step.
@@ -169,6 +171,11 @@ type Option func(*options)
 type options struct {
 	adapters *adapter.Set
 	hostStep bool
+	// initFrom is the checkpoint's copy of the init_adapter that Resume reads instead of the config's folder.
+	initFrom string
+	// legacyInit resumes a checkpoint written before runs kept their init adapter: its lora_targets are the
+	// defaults the run then ignored, not the adapter's layers, so they are not checked.
+	legacyInit bool
 }
 
 // WithHostStep runs each optimizer step the way memfit did before its device-resident step: one program per
@@ -212,7 +219,14 @@ func New(model Model, cfg Config, backend compute.Backend, opts ...Option) (*Tra
 		return nil, err
 	} else if newAdapter != nil {
 		if cfg.InitAdapter != "" {
-			peft, err := ReadAdapter(cfg.InitAdapter, model)
+			src := &initAdapterSource{dir: cfg.InitAdapter}
+			if o.initFrom != "" {
+				src = &initAdapterSource{dir: o.initFrom, ours: true} // resumed: the checkpoint's copy
+			}
+			if src.sums, err = readInitAdapterSums(src.dir); err != nil {
+				return nil, err
+			}
+			peft, err := ReadAdapter(src.dir, model)
 			if err != nil {
 				return nil, err
 			}
@@ -221,13 +235,26 @@ func New(model Model, cfg Config, backend compute.Backend, opts ...Option) (*Tra
 				return nil, fmt.Errorf("init_adapter %s: %w", cfg.InitAdapter, err)
 			}
 			if saved.Rank != cfg.LoRARank || saved.Alpha != cfg.LoRAAlpha || saved.RSLoRA != cfg.RSLoRA {
-				return nil, fmt.Errorf("init_adapter %s has r=%d, alpha=%g, rslora=%v but the config says %d, %g, %v",
+				return nil, fmt.Errorf("init_adapter %s has r=%d, alpha=%g, rslora=%v but the config says %d, %g, %v: leave lora_r, lora_alpha and rslora out, the adapter sets them",
 					cfg.InitAdapter, saved.Rank, saved.Alpha, saved.RSLoRA, cfg.LoRARank, cfg.LoRAAlpha, cfg.RSLoRA)
 			}
+			if !o.legacyInit {
+				if err := sameTargets(model, cfg, peft.Set); err != nil {
+					return nil, err
+				}
+			}
+			// The adapter's ranks and alphas (with its rank_pattern and alpha_pattern), the config's dropout and
+			// frozen A.
+			saved.Dropout, saved.FrozenA = cfg.LoRADropout, cfg.Method == MethodLoRAFA
+			fromAdapter, err := lora.New(saved)
+			if err != nil {
+				return nil, fmt.Errorf("init_adapter %s: %w", cfg.InitAdapter, err)
+			}
 			for path := range peft.Set.Adapters {
-				peft.Set.Adapters[path] = newAdapter(peft.Set.Layers[path]) // the config's dropout and frozen A
+				peft.Set.Adapters[path] = fromAdapter(peft.Set.Layers[path])
 			}
 			t.Adapters = peft.Set
+			t.initAdapter = src
 			params = withOverrides(params, peft.Modules)
 		} else if t.Adapters, err = adapter.NewSet(model.LinearLayers(), cfg.LoRATarget, newAdapter, cfg.Seed, BaseWeights(model)); err != nil {
 			return nil, err
@@ -268,6 +295,27 @@ func New(model Model, cfg Config, backend compute.Backend, opts ...Option) (*Tra
 		}
 	}
 	return t, nil
+}
+
+// sameTargets checks that the layers cfg's lora_targets select (none given: nothing to check) are the layers the
+// init adapter set adapts.
+func sameTargets(model Model, cfg Config, set *adapter.Set) error {
+	if len(cfg.LoRATarget) == 0 {
+		return nil
+	}
+	selected, err := adapter.SelectLayers(model.LinearLayers(), cfg.LoRATarget)
+	if err != nil {
+		return fmt.Errorf("lora_targets: %w", err)
+	}
+	var paths []string
+	for _, l := range selected {
+		paths = append(paths, l.Path)
+	}
+	if have := set.Paths(); !slices.Equal(paths, have) {
+		return fmt.Errorf("lora_targets %v selects %d layers but init_adapter %s adapts %d (%s ... %s): leave lora_targets out, the adapter sets them",
+			cfg.LoRATarget, len(paths), cfg.InitAdapter, len(have), have[0], have[len(have)-1])
+	}
+	return nil
 }
 
 // withOverrides returns p with the tensors of over replacing (or adding) those of the same name.

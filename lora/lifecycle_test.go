@@ -2,6 +2,7 @@ package lora_test
 
 import (
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -141,7 +142,7 @@ func TestPEFTConfigRoundTrip(t *testing.T) {
 		}
 	}
 	got, err := lora.FromPEFT(c)
-	if err != nil || got != want {
+	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("FromPEFT(PEFTConfig) = %+v, %v; want %+v", got, err, want)
 	}
 	f, err := adapter.FormatOf(c)
@@ -164,5 +165,63 @@ func TestPEFTConfigRoundTrip(t *testing.T) {
 	}
 	if _, err := adapter.FormatOf(adapter.PEFTConfig{"peft_type": "PROMPT_TUNING"}); err == nil || !strings.Contains(err.Error(), "LoRA") {
 		t.Errorf("an unknown peft_type must be refused naming the registered formats, got %v", err)
+	}
+}
+
+// TestReadSettingsEveryPEFTField: every field of PEFT 0.20's LoraConfig is honoured (read, or inert for what an
+// adapter file computes) or refused by name when set; a key PEFT does not define is refused when set.
+func TestReadSettingsEveryPEFTField(t *testing.T) {
+	base := func() adapter.PEFTConfig {
+		return adapter.PEFTConfig{"peft_type": "LORA", "r": 8.0, "lora_alpha": 16.0}
+	}
+	accepted := map[string]any{
+		"task_type": "CAUSAL_LM", "auto_mapping": nil, "peft_version": "0.20.0", "base_model_name_or_path": "x",
+		"revision": nil, "inference_mode": true, "target_modules": []any{"q_proj"}, "exclude_modules": []any{"k_proj"},
+		"lora_dropout": 0.1, "fan_in_fan_out": false, "bias": "none", "use_rslora": true, "modules_to_save": []any{"score"},
+		"init_lora_weights": "gaussian", "layers_to_transform": []any{0.0}, "layers_pattern": "layers",
+		"rank_pattern": map[string]any{"q_proj": 4.0}, "alpha_pattern": map[string]any{"q_proj": 8.0},
+		"megatron_config": nil, "megatron_core": "megatron.core", "trainable_token_indices": nil, "loftq_config": map[string]any{},
+		"eva_config": map[string]any{"rho": 2.0}, "corda_config": nil, "lora_ga_config": nil, "use_dora": false,
+		"velora_config": nil, "alora_invocation_tokens": nil, "use_qalora": false, "qalora_group_size": 16.0,
+		"monteclora_config": nil, "layer_replication": nil, "runtime_config": map[string]any{"ephemeral_gpu_offload": false},
+		"lora_bias": true, "target_parameters": nil, "use_bdlora": nil, "arrow_config": nil, "ensure_weight_tying": false,
+	}
+	all := base()
+	for k, v := range accepted {
+		all[k] = v
+		c := base()
+		c[k] = v
+		if _, err := lora.ReadSettings(c); err != nil {
+			t.Errorf("%s = %v: %v, want it accepted", k, v, err)
+		}
+	}
+	cfg, err := lora.ReadSettings(all)
+	if err != nil || cfg.Rank != 8 || cfg.Alpha != 16 || !cfg.RSLoRA || cfg.Dropout != 0.1 || !cfg.Bias ||
+		cfg.ForLayer("model.layers.0.self_attn.q_proj").Rank != 4 || cfg.ForLayer("model.layers.0.self_attn.q_proj").Alpha != 8 {
+		t.Errorf("every field at once: %+v, %v", cfg, err)
+	}
+	refused := map[string]any{
+		"fan_in_fan_out": true, "bias": "lora_only", "init_lora_weights": "olora", "megatron_config": map[string]any{"a": 1.0},
+		"trainable_token_indices": []any{1.0}, "loftq_config": map[string]any{"loftq_bits": 4.0}, "corda_config": map[string]any{"x": 1.0},
+		"lora_ga_config": map[string]any{"x": 1.0}, "alora_invocation_tokens": []any{3.0}, "use_qalora": true,
+		"monteclora_config": map[string]any{"x": 1.0}, "layer_replication": []any{[]any{0.0, 2.0}}, "target_parameters": []any{"experts.w"},
+		"use_bdlora": map[string]any{"x": 1.0}, "arrow_config": map[string]any{"top_k": 3.0}, "ensure_weight_tying": true,
+		"future_field": "on",
+	}
+	for k, v := range refused {
+		c := base()
+		c[k] = v
+		if _, err := lora.ReadSettings(c); err == nil || !strings.Contains(err.Error(), k) {
+			t.Errorf("%s = %v: %v, want a refusal naming it", k, v, err)
+		}
+	}
+	for _, init := range []string{"pissa", "pissa_niter_16", "corda", "loftq", "lora_ga"} {
+		if _, err := lora.ReadSettings(adapter.PEFTConfig{"init_lora_weights": init}); err == nil || !strings.Contains(err.Error(), "changes the base weights") {
+			t.Errorf("init_lora_weights %q: %v", init, err)
+		}
+	}
+	// rank_pattern with a rank that is not a positive integer.
+	if _, err := lora.ReadSettings(adapter.PEFTConfig{"rank_pattern": map[string]any{"q": 2.5}}); err == nil || !strings.Contains(err.Error(), "rank_pattern") {
+		t.Errorf("rank_pattern 2.5: %v", err)
 	}
 }

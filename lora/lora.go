@@ -4,9 +4,11 @@ package lora
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 
 	"github.com/gomlx/gomlx/core/graph"
 	"github.com/gomlx/gomlx/core/tensors"
@@ -32,6 +34,41 @@ type Config struct {
 	// lora_dropout). The dropped-out input is a new tensor that A's gradient keeps, so dropout costs one
 	// activation per adapted layer (and the sharing with an MS-norm output).
 	Dropout float64
+	// Bias gives B a bias b_B [out] (PEFT's lora_bias), initialised to zero. Adapters exported under MS-norm
+	// after a LayerNorm get one from the change of basis whatever this says.
+	Bias bool
+	// RankPattern and AlphaPattern are PEFT's rank_pattern and alpha_pattern: a layer whose module path matches
+	// an entry's key (a name or regular expression, the first match in order: adapter.MatchPattern) takes its
+	// value as rank (alpha) instead of Rank (Alpha). ForLayer resolves them for one layer.
+	RankPattern  []adapter.Pattern
+	AlphaPattern []adapter.Pattern
+
+	// shared is the config ForLayer resolved this one from: what adapter_config.json states for every layer.
+	shared *Config
+}
+
+// ForLayer returns the settings of the layer at path: Rank and Alpha from the first RankPattern and AlphaPattern
+// entries that match it, the rest as in c. The result keeps c (Shared) for the adapter_config.json that every
+// layer of a run writes alike.
+func (c Config) ForLayer(path string) Config {
+	shared := c.Shared()
+	out := shared
+	if r, ok := adapter.MatchPattern(shared.RankPattern, path); ok {
+		out.Rank = int(r)
+	}
+	if a, ok := adapter.MatchPattern(shared.AlphaPattern, path); ok {
+		out.Alpha = a
+	}
+	out.shared = &shared
+	return out
+}
+
+// Shared returns the run-wide settings a ForLayer result was resolved from (c itself otherwise).
+func (c Config) Shared() Config {
+	if c.shared != nil {
+		return *c.shared
+	}
+	return c
 }
 
 // Validate checks the settings.
@@ -44,6 +81,16 @@ func (c Config) Validate() error {
 	}
 	if c.Dropout < 0 || c.Dropout >= 1 || math.IsNaN(c.Dropout) {
 		return fmt.Errorf("LoRA dropout must be in [0, 1), got %g", c.Dropout)
+	}
+	for _, p := range c.RankPattern {
+		if p.Value <= 0 || p.Value != math.Trunc(p.Value) || p.Value > 1<<24 {
+			return fmt.Errorf("rank_pattern[%q] is %g, want a positive integer rank", p.Key, p.Value)
+		}
+	}
+	for _, p := range c.AlphaPattern {
+		if !(p.Value > 0) || math.IsInf(p.Value, 0) {
+			return fmt.Errorf("alpha_pattern[%q] is %g, want a positive alpha", p.Key, p.Value)
+		}
 	}
 	return nil
 }
@@ -59,12 +106,13 @@ func (c Config) Scale() float64 {
 // LoRA is the low-rank adapter y = W x + b + scale · B (A x), A [r, in], B [out, r].
 type LoRA struct{ Config Config }
 
-// New returns a constructor for NewSet that gives every layer a LoRA adapter with cfg.
+// New returns a constructor for NewSet that gives every layer a LoRA adapter with cfg (its rank and alpha for
+// that layer: Config.ForLayer).
 func New(cfg Config) (func(models.LinearLayer) adapter.Adapter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return func(models.LinearLayer) adapter.Adapter { return &LoRA{Config: cfg} }, nil
+	return func(l models.LinearLayer) adapter.Adapter { return &LoRA{Config: cfg.ForLayer(l.Path)} }, nil
 }
 
 // PEFT key suffixes of the two LoRA matrices, and of the optional bias of B (PEFT's lora_bias).
@@ -77,8 +125,8 @@ const (
 // Type returns "LORA".
 func (l *LoRA) Type() string { return "LORA" }
 
-// Init initialises as PEFT does: A Kaiming-uniform with a = sqrt(5) (uniform in ±1/sqrt(in)), B zero, so the
-// adapted layer starts equal to the base layer.
+// Init initialises as PEFT does: A Kaiming-uniform with a = sqrt(5) (uniform in ±1/sqrt(in)), B (and its bias
+// with Config.Bias) zero, so the adapted layer starts equal to the base layer.
 func (l *LoRA) Init(layer models.LinearLayer, _ adapter.Base, r *rand.Rand) (map[string]*tensors.Tensor, error) {
 	rank := l.Config.Rank
 	if rank > min(layer.In, layer.Out) {
@@ -89,10 +137,14 @@ func (l *LoRA) Init(layer models.LinearLayer, _ adapter.Base, r *rand.Rand) (map
 	for i := range a {
 		a[i] = float32((2*r.Float64() - 1) * bound)
 	}
-	return map[string]*tensors.Tensor{
+	out := map[string]*tensors.Tensor{
 		SuffixA: tensors.FromFlatDataAndDimensions(a, rank, layer.In),
 		SuffixB: tensors.FromFlatDataAndDimensions(make([]float32, layer.Out*rank), layer.Out, rank),
-	}, nil
+	}
+	if l.Config.Bias {
+		out[SuffixBBias] = tensors.FromFlatDataAndDimensions(make([]float32, layer.Out), layer.Out)
+	}
+	return out, nil
 }
 
 // Trainable: B (and its bias, when present) always, A unless LoRA-FA.
@@ -249,16 +301,28 @@ func (l *LoRA) rebase(layer models.LinearLayer, p models.Params, change func([]f
 	return out, nil
 }
 
-// PEFTConfig returns PEFT's adapter_config.json LoRA fields; lora_bias is set when a lora_B.bias is exported.
-// LoRA-FA is saved as plain LoRA (its frozen A is part of the adapter).
+// PEFTConfig returns PEFT's adapter_config.json LoRA fields (the run's, Config.Shared: r, lora_alpha and the
+// patterns, alike for every layer); lora_bias is set when a lora_B.bias is exported. LoRA-FA is saved as plain
+// LoRA (its frozen A is part of the adapter).
 func (l *LoRA) PEFTConfig(suffixes []string) map[string]any {
-	return map[string]any{adapter.KeyType: "LORA", "r": l.Config.Rank, "lora_alpha": l.Config.Alpha, "use_rslora": l.Config.RSLoRA,
-		"lora_dropout": l.Config.Dropout, "fan_in_fan_out": false, "init_lora_weights": true, "use_dora": false,
-		"bias": "none", "lora_bias": slices.Contains(suffixes, SuffixBBias)}
+	out := l.Config.PEFTFields()
+	out[adapter.KeyType], out["use_dora"] = "LORA", false
+	out["lora_bias"] = slices.Contains(suffixes, SuffixBBias)
+	return out
 }
 
-// FromPEFT reads LoRA's settings from a PEFT adapter_config.json (peft_type LORA without DoRA). Settings memfit
-// does not implement (fan_in_fan_out, DoRA, bias other than "none") are refused by name.
+// PEFTFields returns the LoRA settings of adapter_config.json for the run-wide config (c.Shared()): r,
+// lora_alpha, use_rslora, lora_dropout, rank_pattern, alpha_pattern, and PEFT's fan_in_fan_out false,
+// init_lora_weights true, bias "none" (LoRA and the adapters built on its settings, such as DoRA, write them).
+func (c Config) PEFTFields() map[string]any {
+	s := c.Shared()
+	return map[string]any{"r": s.Rank, "lora_alpha": s.Alpha, "use_rslora": s.RSLoRA, "lora_dropout": s.Dropout,
+		"rank_pattern": adapter.PatternsJSON(s.RankPattern), "alpha_pattern": adapter.PatternsJSON(s.AlphaPattern),
+		"fan_in_fan_out": false, "init_lora_weights": true, "bias": "none"}
+}
+
+// FromPEFT reads LoRA's settings from a PEFT adapter_config.json (peft_type LORA without DoRA): ReadSettings,
+// with use_dora refused by name (examples/dora reads DoRA adapters).
 func FromPEFT(c adapter.PEFTConfig) (Config, error) {
 	if c.Type() != "LORA" {
 		return Config{}, fmt.Errorf("peft_type is %q, want LORA", c.Type())
@@ -269,18 +333,122 @@ func FromPEFT(c adapter.PEFTConfig) (Config, error) {
 	return ReadSettings(c)
 }
 
-// ReadSettings reads the LoRA settings of a PEFT LoRA config (r, lora_alpha, use_rslora, lora_dropout, with
-// PEFT's defaults) for LoRA and the adapters built on its settings (DoRA), refusing fan_in_fan_out and a bias
-// other than "none" by name. It does not look at peft_type or use_dora.
+// PEFT's LoraConfig fields (PEFT 0.20) and what memfit does with each, for ReadSettings.
+var (
+	// peftCommon are the keys of every PEFT config: metadata, and the layer choice that finetune.ReadAdapter
+	// honours for every format (adapter.Targeting, modules_to_save).
+	peftCommon = []string{adapter.KeyType, adapter.KeyTaskType, adapter.KeyBaseModel, "revision", "inference_mode",
+		"auto_mapping", "peft_version", adapter.KeyTargets, "exclude_modules", "layers_to_transform", "layers_pattern",
+		adapter.KeyModulesToSave}
+	// loraHonoured are read here: rank, alpha, rsLoRA, dropout, the per-layer patterns, lora_bias, and use_dora
+	// (which chooses the format).
+	loraHonoured = []string{"r", "lora_alpha", "use_rslora", "lora_dropout", "rank_pattern", "alpha_pattern",
+		"lora_bias", "use_dora", "init_lora_weights", "fan_in_fan_out", "bias"}
+	// loraInert change nothing an adapter file computes: settings of training-time initialisation that leave the
+	// base weights as they are (eva_config), of the backward pass only (velora_config), of the Megatron module
+	// name when megatron_config is off (megatron_core), of QALoRA when it is off (qalora_group_size), and
+	// runtime_config (PEFT does not save it).
+	loraInert = []string{"eva_config", "velora_config", "megatron_core", "qalora_group_size", "runtime_config"}
+	// loraRefused change what the adapter computes, or belong to a base model PEFT changed, in ways memfit does
+	// not implement: refused by name when set.
+	loraRefused = []string{"megatron_config", "trainable_token_indices", "loftq_config", "corda_config", "lora_ga_config",
+		"alora_invocation_tokens", "use_qalora", "monteclora_config", "layer_replication", "target_parameters",
+		"use_bdlora", "arrow_config", "ensure_weight_tying"}
+	// loraRefusedWhy says why each refused key is refused.
+	loraRefusedWhy = map[string]string{
+		"megatron_config":         "Megatron's parallel layers are not memfit's",
+		"trainable_token_indices": "the adapter trains embedding rows (trainable tokens), which memfit does not load",
+		"loftq_config":            "LoftQ initialisation changes the base weights this adapter belongs to",
+		"corda_config":            "CorDA initialisation changes the base weights this adapter belongs to",
+		"lora_ga_config":          "LoRA-GA initialisation changes the base weights this adapter belongs to",
+		"alora_invocation_tokens": "activated LoRA applies the adapter only after its invocation tokens",
+		"use_qalora":              "QALoRA pools the adapter's input",
+		"monteclora_config":       "MonteCLoRA samples the adapter",
+		"layer_replication":       "the adapter belongs to a model with replicated layers",
+		"target_parameters":       "the adapter targets parameters (nn.Parameter), not linear layers",
+		"use_bdlora":              "BD-LoRA's block-diagonal factors are not memfit's",
+		"arrow_config":            "Arrow routes among several adapters",
+		"ensure_weight_tying":     "memfit does not tie adapters across tied weights",
+	}
+	// initChangesBase are init_lora_weights values whose initialisation subtracts the adapter's start from the
+	// base weights: the adapter then belongs to those changed weights, not to the model it is loaded on.
+	initChangesBase = []string{"pissa", "olora", "corda", "loftq", "lora_ga"}
+	// initHonoured are the init_lora_weights values that leave the base weights as they are.
+	initHonoured = []string{"gaussian", "eva", "orthogonal", "mica"}
+)
+
+// isSet reports whether a config value is set to something other than PEFT's "off" (null, false, "", 0, an empty
+// list or object).
+func isSet(v any) bool {
+	switch x := v.(type) {
+	case nil:
+		return false
+	case bool:
+		return x
+	case string:
+		return x != ""
+	case float64:
+		return x != 0
+	case []any:
+		return len(x) > 0
+	case map[string]any:
+		return len(x) > 0
+	case adapter.Ordered:
+		return len(x) > 0
+	}
+	return true
+}
+
+// ReadSettings reads the LoRA settings of a PEFT LoRA config for LoRA and the adapters built on its settings
+// (DoRA): r, lora_alpha, use_rslora, lora_dropout (with PEFT's defaults), rank_pattern and alpha_pattern, and
+// lora_bias. It checks every other key against PEFT's LoraConfig: metadata and the layer choice (honoured by
+// finetune.ReadAdapter), settings that change nothing an adapter file computes, and the rest, each refused by
+// name when set (fan_in_fan_out, a bias other than "none", an init_lora_weights that changed the base weights,
+// LoftQ, Megatron, trainable tokens, ...); a key PEFT does not define is refused too, unless it is off. It does
+// not look at peft_type or use_dora.
 func ReadSettings(c adapter.PEFTConfig) (Config, error) {
 	var cfg Config
 	var err error
 	bad := func(e error) (Config, error) { return Config{}, e }
+	for _, key := range slices.Sorted(maps.Keys(c)) {
+		v := c[key]
+		switch {
+		case slices.Contains(peftCommon, key), slices.Contains(loraHonoured, key), slices.Contains(loraInert, key):
+		case slices.Contains(loraRefused, key):
+			if isSet(v) {
+				return bad(fmt.Errorf("%s is set (%v): %s; memfit refuses this adapter rather than load it wrongly", key, v, loraRefusedWhy[key]))
+			}
+		default:
+			if isSet(v) {
+				return bad(fmt.Errorf("%s is %v, a setting memfit does not know (not one of PEFT's LoraConfig fields): refusing the adapter rather than ignoring it", key, v))
+			}
+		}
+	}
 	if err := c.Refuse("memfit (weights are [out, in])", "fan_in_fan_out"); err != nil {
 		return bad(err)
 	}
-	if b, ok := c["bias"].(string); ok && b != "none" {
-		return bad(fmt.Errorf("bias is %q: memfit imports adapters with bias \"none\"", b))
+	switch b := c["bias"].(type) {
+	case nil:
+	case string:
+		if b != "none" {
+			return bad(fmt.Errorf("bias is %q: memfit imports adapters with bias \"none\" (PEFT's trained base biases are not loaded)", b))
+		}
+	default:
+		return bad(fmt.Errorf("bias is %v, want \"none\"", b))
+	}
+	switch init := c["init_lora_weights"].(type) {
+	case nil, bool:
+	case string:
+		for _, p := range initChangesBase {
+			if strings.HasPrefix(strings.ToLower(init), p) {
+				return bad(fmt.Errorf("init_lora_weights is %q: that initialisation changes the base weights, so the adapter belongs to PEFT's changed model, not to this one (convert it to a plain LoRA with PEFT's path_initial_model_for_weight_conversion)", init))
+			}
+		}
+		if !slices.Contains(initHonoured, strings.ToLower(init)) {
+			return bad(fmt.Errorf("init_lora_weights is %q, an initialisation memfit does not know", init))
+		}
+	default:
+		return bad(fmt.Errorf("init_lora_weights is %v, want true, false or a PEFT initialisation name", init))
 	}
 	if cfg.Rank, err = c.Int("r", 8); err != nil {
 		return bad(err)
@@ -294,13 +462,26 @@ func ReadSettings(c adapter.PEFTConfig) (Config, error) {
 	if cfg.Dropout, err = c.Float("lora_dropout", 0); err != nil {
 		return bad(err)
 	}
+	if cfg.Bias, err = c.Bool("lora_bias"); err != nil {
+		return bad(err)
+	}
+	if cfg.RankPattern, err = c.Patterns("rank_pattern"); err != nil {
+		return bad(err)
+	}
+	if cfg.AlphaPattern, err = c.Patterns("alpha_pattern"); err != nil {
+		return bad(err)
+	}
 	return cfg, cfg.Validate()
 }
 
 // Format is LoRA's import format: PEFT configs with peft_type LORA and no DoRA. init registers it.
-var Format = adapter.NewFormat("LoRA", func(c adapter.PEFTConfig) bool {
-	dora, _ := c.Bool("use_dora")
-	return c.Type() == "LORA" && !dora
-}, FromPEFT, New)
+var Format = func() adapter.Format {
+	f := adapter.NewFormat("LoRA", func(c adapter.PEFTConfig) bool {
+		dora, _ := c.Bool("use_dora")
+		return c.Type() == "LORA" && !dora
+	}, FromPEFT, New)
+	f.Selector = "peft_type LORA, use_dora false"
+	return f
+}()
 
 func init() { adapter.Register(Format) }

@@ -41,11 +41,11 @@ for cfg in "${CONFIGS[@]}"; do
 		echo "== $tag" >&2
 		"$BIN" --backend xla:cuda bench step --model "$model" --method "$method" --variant "$variant" \
 			--batch-size "$batch" --seq-len "${seq/#0/512}" --steps "$STEPS" --compute-dtype bfloat16 --attention memory-efficient --work-dir "$WORK" \
-			--json "$OUT/memfit-$tag.json" > /dev/null 2> "$OUT/memfit-$tag.log" || echo "memfit $tag failed (see $OUT/memfit-$tag.log)" >&2
+			--json "$OUT/memfit-$tag.json" --overwrite > /dev/null 2> "$OUT/memfit-$tag.log" || echo "memfit $tag failed (see $OUT/memfit-$tag.log)" >&2
 		"$PY" bench/pytorch/peft_compare.py --model "$model" --method "$method" --variant "$variant" \
 			--batch "$batch" --seq "${seq/#0/512}" --steps "$STEPS" --attention sdpa \
 			--json "$OUT/pytorch-$tag.json" > /dev/null 2> "$OUT/pytorch-$tag.log" || echo "pytorch $tag failed (see $OUT/pytorch-$tag.log)" >&2
 	done
 done
-"$BIN" bench compare "$OUT" --json "$OUT/compare.json" | tee "$OUT/compare.txt"
+"$BIN" bench compare "$OUT" --json "$OUT/compare.json" --overwrite | tee "$OUT/compare.txt"
 rm -rf "$WORK"

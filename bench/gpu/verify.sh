@@ -372,7 +372,7 @@ stage "e: device peak flat over $LEAK_STEPS_LAST steps (no leak), bench step on 
 leak_run() { # STEPS SECONDS
 	run "$2" "$DEST/e-steps$1.log" "$BIN" --backend "$DEV" bench step --model "$ROOT/pretrained/llama-tiny" \
 		--method full --variant approx-act+ms-norm --batch-size 8 --seq-len 256 --compute-dtype bfloat16 \
-		--attention flash --steps "$1" --json "$DEST/e-steps$1.json"
+		--attention flash --steps "$1" --json "$DEST/e-steps$1.json" --overwrite
 }
 if ! t=$(limit 120); then
 	record e SKIP "no time left"

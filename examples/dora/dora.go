@@ -42,7 +42,8 @@ const SuffixMagnitude = "lora_magnitude_vector"
 // DoRA is the adapter of one layer. Config holds LoRA's rank, alpha, RSLoRA and dropout; FrozenA is refused.
 type DoRA struct{ Config lora.Config }
 
-// New returns a constructor for adapter.NewSet that gives every layer a DoRA adapter with cfg.
+// New returns a constructor for adapter.NewSet that gives every layer a DoRA adapter with cfg (its rank and
+// alpha for that layer from rank_pattern and alpha_pattern: lora.Config.ForLayer).
 func New(cfg lora.Config) (func(models.LinearLayer) adapter.Adapter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -50,7 +51,10 @@ func New(cfg lora.Config) (func(models.LinearLayer) adapter.Adapter, error) {
 	if cfg.FrozenA {
 		return nil, fmt.Errorf("DoRA trains A: LoRA-FA's frozen A is not part of PEFT's DoRA")
 	}
-	return func(models.LinearLayer) adapter.Adapter { return &DoRA{Config: cfg} }, nil
+	if cfg.Bias {
+		return nil, fmt.Errorf("lora_bias is true: the DoRA example does not implement it")
+	}
+	return func(l models.LinearLayer) adapter.Adapter { return &DoRA{Config: cfg.ForLayer(l.Path)} }, nil
 }
 
 // Type returns "LORA": PEFT's peft_type for DoRA (use_dora in PEFTConfig tells it apart).
@@ -293,11 +297,11 @@ func (d *DoRA) rebase(layer models.LinearLayer, p models.Params, fold adapter.Fo
 	return out, nil
 }
 
-// PEFTConfig returns PEFT's LoRA fields with use_dora true.
+// PEFTConfig returns PEFT's LoRA fields (the run's: lora.Config.PEFTFields) with use_dora true.
 func (d *DoRA) PEFTConfig([]string) map[string]any {
-	return map[string]any{adapter.KeyType: "LORA", "use_dora": true, "r": d.Config.Rank, "lora_alpha": d.Config.Alpha,
-		"use_rslora": d.Config.RSLoRA, "lora_dropout": d.Config.Dropout, "fan_in_fan_out": false,
-		"init_lora_weights": true, "bias": "none", "lora_bias": false}
+	out := d.Config.PEFTFields()
+	out[adapter.KeyType], out["use_dora"], out["lora_bias"] = "LORA", true, false
+	return out
 }
 
 // FromPEFT reads DoRA's settings from a PEFT adapter_config.json (peft_type LORA, use_dora true): LoRA's settings
@@ -319,9 +323,13 @@ func FromPEFT(c adapter.PEFTConfig) (lora.Config, error) {
 }
 
 // Format is DoRA's import format: PEFT configs with peft_type LORA and use_dora true. init registers it.
-var Format = adapter.NewFormat("DoRA", func(c adapter.PEFTConfig) bool {
-	on, _ := c.Bool("use_dora")
-	return c.Type() == "LORA" && on
-}, FromPEFT, New)
+var Format = func() adapter.Format {
+	f := adapter.NewFormat("DoRA", func(c adapter.PEFTConfig) bool {
+		on, _ := c.Bool("use_dora")
+		return c.Type() == "LORA" && on
+	}, FromPEFT, New)
+	f.Selector = "peft_type LORA with use_dora true"
+	return f
+}()
 
 func init() { adapter.Register(Format) }

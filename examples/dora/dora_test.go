@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -369,7 +370,7 @@ func TestDoRAFormat(t *testing.T) {
 		t.Errorf("plain LoRA read as %q (%v)", f.Name, err)
 	}
 	cfg, err := dora.FromPEFT(adapter.PEFTConfig{"peft_type": "LORA", "use_dora": true, "r": 4.0, "lora_alpha": 8.0, "use_rslora": true, "lora_dropout": 0.05})
-	if err != nil || cfg != (lora.Config{Rank: 4, Alpha: 8, RSLoRA: true, Dropout: 0.05}) {
+	if err != nil || !reflect.DeepEqual(cfg, lora.Config{Rank: 4, Alpha: 8, RSLoRA: true, Dropout: 0.05}) {
 		t.Errorf("config %+v, %v", cfg, err)
 	}
 	for key, v := range map[string]any{"fan_in_fan_out": true, "lora_bias": true, "bias": "all"} {

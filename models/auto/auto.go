@@ -3,6 +3,7 @@
 package auto
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 	"github.com/memfit/memfit/models/hfconfig"
 	"github.com/memfit/memfit/models/llama"
 	"github.com/memfit/memfit/models/vit"
+	"github.com/memfit/memfit/safetensors"
 )
 
 // Architectures lists the supported model types.
@@ -447,7 +449,10 @@ func NewHead(from string, numLabels int, seed uint64, dir string) error {
 		if err != nil {
 			continue
 		}
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+		if err := safetensors.WriteAtomic(filepath.Join(dir, name), func(w *bufio.Writer) error {
+			_, err := w.Write(b)
+			return err
+		}); err != nil {
 			return err
 		}
 	}
