@@ -134,6 +134,13 @@ variant's step programs (the device-resident step's, and the host-side step's fo
 					memory.FormatBytes(b), peakMethod(backend.Name()), limit)
 				return err
 			}
+			// Every variant's model first (config.json only), so that one the step cannot take (a grad-ckpt variant
+			// of too many blocks) is refused before any variant is built and printed.
+			for _, v := range variants {
+				if _, _, err := finetune.ShapeModel(model, v.Apply(cfg), numLabels); err != nil {
+					return fmt.Errorf("variant %s: %w", v.Name, err)
+				}
+			}
 			if compileTime {
 				for _, v := range variants {
 					vc := v.Apply(cfg)
