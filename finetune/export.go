@@ -307,6 +307,9 @@ func ReadAdapter(dir string, model Model) (*PEFTAdapter, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := models.CheckFinite(v, key); err != nil {
+			return nil, fmt.Errorf("%s: %w", filepath.Join(dir, AdapterWeights), err)
+		}
 		if _, ok := base[name]; ok {
 			out.Modules[name] = v
 			continue

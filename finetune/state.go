@@ -314,6 +314,9 @@ func readAll(path string) (models.Params, error) {
 		if out[n], err = f.TensorAs(n, dtypes.Float32); err != nil {
 			return nil, err
 		}
+		if err := models.CheckFinite(out[n], n); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
 	}
 	return out, nil
 }
