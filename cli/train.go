@@ -110,20 +110,24 @@ gradients to the host; the loss is read back every --log-every steps.`,
 			if err := spec.Config.Validate(); err != nil {
 				return usageError{err}
 			}
-			if dryRun {
-				resolved, _ := yaml.Marshal(spec)
-				_, err := cmd.OutOrStdout().Write(resolved)
-				return err
-			}
+			// The budget flags with the whole config, before anything is loaded, calibrated or printed.
 			var ap *autopilotRequest
 			if budget != "" {
-				b, err := parseBytes(budget)
+				b, err := parseBudget("--budget", budget)
 				if err != nil {
-					return usagef("--budget: %v", err)
+					return usageError{err}
+				}
+				if err := finetune.CheckAutopilot(spec.Config, budgetMargin); err != nil {
+					return usageError{err}
 				}
 				ap = &autopilotRequest{budget: b, margin: budgetMargin, batch: budgetBatch}
 			} else if budgetBatch || cmd.Flags().Changed("budget-margin") {
 				return usagef("--budget-batch and --budget-margin go with --budget")
+			}
+			if dryRun {
+				resolved, _ := yaml.Marshal(spec)
+				_, err := cmd.OutOrStdout().Write(resolved)
+				return err
 			}
 			return runTraining(cmd, opts, spec, out, resume, overwrite, ap)
 		},
