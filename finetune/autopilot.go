@@ -386,19 +386,19 @@ func WithRandomWeights(model Model, cfg Config, seed uint64) (Model, error) {
 func CheckAutopilot(cfg Config, margin float64) error {
 	var set []string
 	if cfg.ApproxAct {
-		set = append(set, "approx_act")
+		set = append(set, "--approx-act")
 	}
 	if cfg.GradCkpt {
-		set = append(set, "grad_ckpt")
+		set = append(set, "--grad-ckpt")
 	}
 	if len(cfg.Mesa) > 0 {
-		set = append(set, "mesa")
+		set = append(set, "--mesa")
 	}
 	if cfg.BlockPlan != "" {
-		set = append(set, fmt.Sprintf("block_plan (%s)", cfg.BlockPlan))
+		set = append(set, fmt.Sprintf("--block-plan (%s)", cfg.BlockPlan))
 	}
 	if len(set) > 0 {
-		return fmt.Errorf("--budget chooses approx-act, grad-ckpt and mesa per block, but the config sets %s (a flag or --config): leave it off, or drop --budget", strings.Join(set, ", "))
+		return fmt.Errorf("--budget chooses approx-act, grad-ckpt and mesa per block: leave %s off (a flag, or its key in --config), or drop --budget", strings.Join(set, ", "))
 	}
 	if !(margin >= 0 && margin < 1) {
 		return fmt.Errorf("--budget-margin %g: give the fraction of the budget kept free, in [0, 1)", margin)

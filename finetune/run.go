@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 
+	yaml3 "go.yaml.in/yaml/v3"
 	"sigs.k8s.io/yaml"
 
 	"github.com/memfit/memfit/attention"
@@ -264,9 +265,25 @@ func ReadRunSpec(out string) (RunSpec, error) {
 	if err != nil {
 		return RunSpec{}, fmt.Errorf("%s is not a training output folder: %w", out, err)
 	}
+	path := filepath.Join(out, RunFile)
+	// A hand-edited run.yaml is read as strictly as a config file: syntax, keys given twice, a second document,
+	// and the config's values in words.
+	root, err := yamlDocument(path, data)
+	if err != nil {
+		return RunSpec{}, err
+	}
+	if root != nil && root.Kind == yaml3.MappingNode {
+		for i := 0; i+1 < len(root.Content); i += 2 {
+			if root.Content[i].Value == "config" {
+				if _, _, err := configFromNode(path, resolveAlias(root.Content[i+1]), Defaults()); err != nil {
+					return RunSpec{}, err
+				}
+			}
+		}
+	}
 	var spec RunSpec
 	if err := yaml.UnmarshalStrict(data, &spec); err != nil {
-		return RunSpec{}, fmt.Errorf("%s: %w", filepath.Join(out, RunFile), err)
+		return RunSpec{}, fmt.Errorf("%s: %w", path, err)
 	}
 	return spec, spec.Config.Validate()
 }
@@ -284,18 +301,4 @@ func WriteRunSpec(out string, spec RunSpec) error {
 		_, err := w.Write(data)
 		return err
 	})
-}
-
-// ReadConfigFile reads a YAML (or JSON) training config over base: keys present in the file replace base's
-// values; an unknown key is an error naming it.
-func ReadConfigFile(path string, base Config) (Config, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return base, err
-	}
-	cfg := base
-	if err := yaml.UnmarshalStrict(data, &cfg); err != nil {
-		return base, fmt.Errorf("%s: %w", path, err)
-	}
-	return cfg, nil
 }
