@@ -75,6 +75,9 @@ gradients to the host; the loss is read back every --log-every steps.`,
 				if spec, err = finetune.ReadRunSpec(out); err != nil {
 					return err
 				}
+				if err := finetune.CheckResumable(out); err != nil {
+					return usageError{err}
+				}
 				changed := 0
 				cmd.Flags().Visit(func(f *pflag.Flag) {
 					switch f.Name {
