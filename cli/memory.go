@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -146,7 +147,10 @@ variant's step programs (the device-resident step's, and the host-side step's fo
 			// of too many blocks) is refused before any variant is built and printed.
 			for _, v := range variants {
 				if _, _, err := finetune.ShapeModel(model, v.Apply(cfg), numLabels); err != nil {
-					return fmt.Errorf("variant %s: %w", v.Name, err)
+					if limit := (*finetune.CheckpointLimitError)(nil); errors.As(err, &limit) {
+						return fmt.Errorf("variant %s: %w", v.Name, err)
+					}
+					return err
 				}
 			}
 			if compileTime {

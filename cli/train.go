@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -193,12 +194,19 @@ func peekBatch(loader finetune.Iterator) (finetune.Batch, finetune.Shape, error)
 	return b, in, nil
 }
 
-func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out string, resume, overwrite bool, ap *autopilotRequest) error {
+func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out string, resume, overwrite bool, ap *autopilotRequest) (err error) {
+	_, statErr := os.Stat(out)
+	created := errors.Is(statErr, fs.ErrNotExist)
 	unlock, err := finetune.LockRun(out)
 	if err != nil {
 		return err
 	}
-	defer unlock()
+	defer func() {
+		if err != nil && created {
+			removeIfOnlyLock(out) // before unlocking: no other process can take the lock in between
+		}
+		unlock()
+	}()
 	if err := finetune.CleanStale(out); err != nil {
 		return err
 	}
@@ -327,6 +335,18 @@ func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out s
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "run finished at step %d in %s\n", tr.Step, out)
 	return nil
+}
+
+// removeIfOnlyLock removes the output folder a failed run created when it holds nothing but its lock file: a run
+// refused at load (a bad config.json, non-finite weights) leaves no folder behind.
+func removeIfOnlyLock(out string) {
+	entries, err := os.ReadDir(out)
+	if err != nil || len(entries) != 1 || entries[0].Name() != finetune.LockFile {
+		return
+	}
+	if os.Remove(filepath.Join(out, finetune.LockFile)) == nil {
+		_ = os.Remove(out)
+	}
 }
 
 // newProgress returns a step hook that draws a progress bar on a terminal, or prints a line per step otherwise.

@@ -133,10 +133,21 @@ func applyBlockPlan(model Model, cfg Config) error {
 		}
 	}
 	if ckpt > MaxCheckpointedBlocks {
-		return fmt.Errorf("gradient checkpointing of %d blocks: memfit checkpoints at most %d (GoMLX's graph.Gradient walks the whole graph once per checkpointed block, so building the step takes time quadratic in their number: about 10 s for 256 blocks, 40 s for 512): checkpoint fewer blocks with a block_plan, or leave gradient checkpointing off (memory: --variants without grad-ckpt)",
-			ckpt, MaxCheckpointedBlocks)
+		return &CheckpointLimitError{Blocks: ckpt}
 	}
 	return nil
+}
+
+// CheckpointLimitError is the error of a step that would checkpoint more than MaxCheckpointedBlocks blocks.
+type CheckpointLimitError struct {
+	// Blocks is the number of blocks the step would checkpoint.
+	Blocks int
+}
+
+// Error says why the bound is there and what to do, in one line.
+func (e *CheckpointLimitError) Error() string {
+	return fmt.Sprintf("gradient checkpointing of %d blocks: memfit checkpoints at most %d (GoMLX's graph.Gradient walks the whole graph once per checkpointed block, so building the step takes time quadratic in their number: about 10 s for 256 blocks, 40 s for 512): checkpoint fewer blocks with a block_plan, or leave gradient checkpointing off (memory: --variants without grad-ckpt)",
+		e.Blocks, MaxCheckpointedBlocks)
 }
 
 // MaxCheckpointedBlocks is the most blocks a step checkpoints (grad_ckpt, or grad-ckpt blocks of a block_plan).

@@ -120,10 +120,16 @@ func (d *Decoder) TokenIDs(name string) []int {
 	return nil
 }
 
-// Excerpt returns a JSON value as it reads in a one-line message: compacted, and cut to 60 characters.
+// Excerpt returns a JSON value as it reads in a one-line message: compacted, without HTML escapes, and cut to 60
+// characters.
 func Excerpt(raw []byte) string {
 	var b bytes.Buffer
-	if err := json.Compact(&b, raw); err != nil {
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // "</s>", as the file has it (a file written by Go holds "\u003c/s\u003e")
+	if dec.Decode(&v) != nil || enc.Encode(v) != nil {
 		b.Reset()
 		b.Write(bytes.TrimSpace(raw))
 	}
