@@ -545,13 +545,22 @@ func (t *Trainer) nonFiniteError(step int, lr float64, what string) error {
 	if step > 1 {
 		return fmt.Errorf("%w at step %d (%s, lr %g): lower the learning rate or check the data", ErrNonFinite, step, what, lr)
 	}
+	// The tensors with a copy on the host are read (those of a model built or loaded there: the step-1 weights);
+	// none is brought back from a device for this.
 	var bad *models.NonFiniteError
-	for _, p := range []models.Params{t.Train, t.Frozen} {
-		var err error
-		if engine.Try(func() { err = models.CheckAllFinite(p) }) == nil && errors.As(err, &bad) {
-			break
+	_ = engine.Try(func() { // a tensor no longer valid is passed over, not a panic
+		for _, p := range []models.Params{t.Train, t.Frozen} {
+			local := models.Params{}
+			for n, x := range p {
+				if x != nil && x.IsLocal() {
+					local[n] = x
+				}
+			}
+			if err := models.CheckAllFinite(local); errors.As(err, &bad) {
+				return
+			}
 		}
-	}
+	})
 	if bad != nil {
 		return fmt.Errorf("%w at step 1 (%s), before any update: the weights it starts from are not finite (%s): the model or adapter holds them, not the learning rate", ErrNonFinite, what, bad.Where())
 	}
