@@ -174,11 +174,16 @@ func (s *Set) Trainable() []string {
 	return out
 }
 
-// split splits a parameter name into its module path and suffix.
+// split splits a parameter name into its module path (the longest adapted layer path it starts with) and suffix.
+// It looks the name's dot-separated prefixes up in Layers, from the longest, so its cost is the name's length,
+// not the number of layers (a loop over every layer made building a 512-layer model's graph cubic in depth).
 func (s *Set) split(name string) (string, string) {
-	for path := range s.Layers {
-		if strings.HasPrefix(name, path+".") {
-			return path, name[len(path)+1:]
+	for i := len(name) - 1; i > 0; i-- {
+		if name[i] != '.' {
+			continue
+		}
+		if _, ok := s.Layers[name[:i]]; ok {
+			return name[:i], name[i+1:]
 		}
 	}
 	return "", name
@@ -188,6 +193,7 @@ func (s *Set) split(name string) (string, string) {
 // from the Bound it is called with, so bind the Set's Params too and merge them into the model's Bound
 // (models.Bind + Bound.Merge). Layers without an adapter get the plain engine.Linear.
 func (s *Set) Hook() models.LinearHook {
+	suffixes := s.suffixIndex() // once: looking them up per layer made graph building quadratic in depth
 	return func(b models.Bound, path string, x *graph.Node) *graph.Node {
 		a, ok := s.Adapters[path]
 		weight, bias := b.Weight(path), b.Nodes[path+".bias"]
@@ -195,7 +201,7 @@ func (s *Set) Hook() models.LinearHook {
 			return engine.Linear(x, weight, bias)
 		}
 		params := map[string]*graph.Node{}
-		for _, suffix := range s.suffixes(path) {
+		for _, suffix := range suffixes[path] {
 			n := b.Nodes[path+"."+suffix]
 			if n == nil {
 				panic(fmt.Sprintf("adapter: tensor %s.%s is not bound", path, suffix))
@@ -206,14 +212,32 @@ func (s *Set) Hook() models.LinearHook {
 	}
 }
 
-// suffixes returns the adapter tensor suffixes of the layer at path.
+// suffixes returns the adapter tensor suffixes of the layer at path, sorted.
 func (s *Set) suffixes(path string) []string {
 	var out []string
 	for name := range s.Params {
+		if !strings.HasPrefix(name, path+".") {
+			continue
+		}
 		if p, suffix := s.split(name); p == path {
 			out = append(out, suffix)
 		}
 	}
 	sort.Strings(out)
+	return out
+}
+
+// suffixIndex returns the adapter tensor suffixes of every adapted layer by path, each sorted, in one pass over
+// Params.
+func (s *Set) suffixIndex() map[string][]string {
+	out := make(map[string][]string, len(s.Layers))
+	for name := range s.Params {
+		if p, suffix := s.split(name); p != "" {
+			out[p] = append(out[p], suffix)
+		}
+	}
+	for _, suffixes := range out {
+		sort.Strings(suffixes)
+	}
 	return out
 }

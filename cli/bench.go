@@ -227,7 +227,7 @@ memory tables use "finetune bench memory".`,
 			}
 			budget := int64(0)
 			if seqBudget != "0" && seqBudget != "" {
-				if budget, err = parseBytes(seqBudget); err != nil {
+				if budget, err = parseBudget("--seq-budget", seqBudget); err != nil {
 					return usageError{err}
 				}
 			}

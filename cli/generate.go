@@ -133,7 +133,7 @@ as one JSON object per prompt. Token counts, prefill time and decode tokens/s go
 			o.MaxPositions = l.Config.MaxPositionEmbeddings
 			o.StopStrings = stops
 			o.Detokenize = func(ids []int) string { return t.Decode(ids, true) }
-			stopTokens := f.StopTokens(l.Config.EOSTokenID)
+			stopTokens := f.StopTokens(l.Config.EOSIDs()...) // every id of eos_token_id (a list in Llama-3.x Instruct configs)
 			if !ignoreEOS {
 				o.EOS = stopTokens
 			}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -71,7 +72,15 @@ variant's step programs (the device-resident step's, and the host-side step's fo
 			}
 			var budgetBytes int64
 			if budget != "" {
-				if budgetBytes, err = parseBytes(budget); err != nil {
+				if budgetBytes, err = parseBudget("--budget", budget); err != nil {
+					return usageError{err}
+				}
+			}
+			if cmd.Flags().Changed("budget-margin") && !autoplan {
+				return usagef("--budget-margin goes with --budget --plan")
+			}
+			if autoplan {
+				if err := finetune.CheckAutopilot(cfg, budgetMargin); err != nil {
 					return usageError{err}
 				}
 			}
@@ -133,6 +142,16 @@ variant's step programs (the device-resident step's, and the host-side step's fo
 				_, err = fmt.Fprintf(cmd.OutOrStdout(), "budget %s; total = step peak (%s) + optimizer state; searched up to %d\n",
 					memory.FormatBytes(b), peakMethod(backend.Name()), limit)
 				return err
+			}
+			// Every variant's model first (config.json only), so that one the step cannot take (a grad-ckpt variant
+			// of too many blocks) is refused before any variant is built and printed.
+			for _, v := range variants {
+				if _, _, err := finetune.ShapeModel(model, v.Apply(cfg), numLabels); err != nil {
+					if limit := (*finetune.CheckpointLimitError)(nil); errors.As(err, &limit) {
+						return fmt.Errorf("variant %s: %w", v.Name, err)
+					}
+					return err
+				}
 			}
 			if compileTime {
 				for _, v := range variants {
@@ -246,11 +265,27 @@ func writeMemoryTable(out io.Writer, rep *finetune.MemoryReport) error {
 	return nil
 }
 
-// parseBytes reads a size such as 24GiB, 80GB, 512MiB or a plain number of bytes (memory.ParseBytes).
-func parseBytes(s string) (int64, error) {
-	b, err := memory.ParseBytes(s)
-	if err != nil {
-		return 0, fmt.Errorf("--budget %q is not a size (examples: 24GiB, 80GB, 1.5e9)", s)
+// Bounds of a memory budget (--budget, --seq-budget): below minBudget no training step fits (a number without a
+// unit that meant one: --budget 0.5), above maxBudget the unit is surely wrong (--budget 1e30).
+const (
+	minBudget = 1 << 10 // 1 KiB
+	maxBudget = 1 << 50 // 1 PiB
+)
+
+// parseBudget reads the memory budget given to flag: a size such as 24GiB, 80GB, 512MiB or a number of bytes
+// (memory.ParseSize), rounded down to whole bytes (1.5e9, 0.3GiB), from 1 KiB to 1 PiB. 0, a negative size, a
+// size under 1 KiB (--budget 0.5 is half a byte) and one over 1 PiB (--budget 1e30) are refused in one line.
+func parseBudget(flag, s string) (int64, error) {
+	v, err := memory.ParseSize(s)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("%s %q is not a size (examples: 24GiB, 80GB, 1.5e9)", flag, s)
+	case !(v > 0):
+		return 0, fmt.Errorf("%s %s: a memory budget must be positive (examples: 24GiB, 80GB, 1.5e9)", flag, s)
+	case v > maxBudget:
+		return 0, fmt.Errorf("%s %s is %.3g bytes, more than memfit plans for (at most 1PiB): is the unit right?", flag, s, v)
+	case v < minBudget:
+		return 0, fmt.Errorf("%s %s is %g bytes, less than 1KiB, smaller than any training step: give a unit (e.g. %sMiB or %sGiB)", flag, s, v, strings.TrimSpace(s), strings.TrimSpace(s))
 	}
-	return b, nil
+	return int64(v), nil
 }

@@ -76,6 +76,9 @@ gradients to the host; the loss is read back every --log-every steps.`,
 				if spec, err = finetune.ReadRunSpec(out); err != nil {
 					return err
 				}
+				if err := finetune.CheckResumable(out); err != nil {
+					return usageError{err}
+				}
 				changed := 0
 				cmd.Flags().Visit(func(f *pflag.Flag) {
 					switch f.Name {
@@ -130,15 +133,24 @@ gradients to the host; the loss is read back every --log-every steps.`,
 				_, err := cmd.OutOrStdout().Write(resolved)
 				return err
 			}
+			// The budget flags with the whole config, before anything is loaded, calibrated or printed.
 			var ap *autopilotRequest
 			if budget != "" {
-				b, err := parseBytes(budget)
+				b, err := parseBudget("--budget", budget)
 				if err != nil {
-					return usagef("--budget: %v", err)
+					return usageError{err}
+				}
+				if err := finetune.CheckAutopilot(spec.Config, budgetMargin); err != nil {
+					return usageError{err}
 				}
 				ap = &autopilotRequest{budget: b, margin: budgetMargin, batch: budgetBatch}
 			} else if budgetBatch || cmd.Flags().Changed("budget-margin") {
 				return usagef("--budget-batch and --budget-margin go with --budget")
+			}
+			if dryRun {
+				resolved, _ := yaml.Marshal(spec)
+				_, err := cmd.OutOrStdout().Write(resolved)
+				return err
 			}
 			return runTraining(cmd, opts, spec, out, resume, overwrite, ap)
 		},
@@ -212,10 +224,10 @@ func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out s
 		return err
 	}
 	defer func() {
-		unlock()
 		if err != nil && created {
-			removeIfOnlyLock(out) // a run refused before it wrote anything leaves no folder behind
+			removeIfOnlyLock(out) // before unlocking: no other process can take the lock in between
 		}
+		unlock()
 	}()
 	if err := finetune.CleanStale(out); err != nil {
 		return err
@@ -347,11 +359,15 @@ func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out s
 	return nil
 }
 
-// removeIfOnlyLock removes the output folder out when it holds nothing but the lock file.
+// removeIfOnlyLock removes the output folder a failed run created when it holds nothing but its lock file: a run
+// refused at load (a bad config.json, non-finite weights) leaves no folder behind.
 func removeIfOnlyLock(out string) {
 	entries, err := os.ReadDir(out)
-	if err == nil && len(entries) == 1 && entries[0].Name() == finetune.LockFile {
-		_ = os.RemoveAll(out)
+	if err != nil || len(entries) != 1 || entries[0].Name() != finetune.LockFile {
+		return
+	}
+	if os.Remove(filepath.Join(out, finetune.LockFile)) == nil {
+		_ = os.Remove(out)
 	}
 }
 

@@ -380,17 +380,40 @@ func WithRandomWeights(model Model, cfg Config, seed uint64) (Model, error) {
 	return out.rebuild(params, cfg.MSNorm)
 }
 
+// CheckAutopilot checks what a --budget plan needs of the config and the margin, before any model is loaded or
+// mode timed: approx_act, grad_ckpt, mesa and block_plan left to the autopilot (from flags and the config file
+// alike) and a margin in [0, 1). Autopilot and AutopilotBatch check it too.
+func CheckAutopilot(cfg Config, margin float64) error {
+	var set []string
+	if cfg.ApproxAct {
+		set = append(set, "--approx-act")
+	}
+	if cfg.GradCkpt {
+		set = append(set, "--grad-ckpt")
+	}
+	if len(cfg.Mesa) > 0 {
+		set = append(set, "--mesa")
+	}
+	if cfg.BlockPlan != "" {
+		set = append(set, fmt.Sprintf("--block-plan (%s)", cfg.BlockPlan))
+	}
+	if len(set) > 0 {
+		return fmt.Errorf("--budget chooses approx-act, grad-ckpt and mesa per block: leave %s off (a flag, or its key in --config), or drop --budget", strings.Join(set, ", "))
+	}
+	if !(margin >= 0 && margin < 1) {
+		return fmt.Errorf("--budget-margin %g: give the fraction of the budget kept free, in [0, 1)", margin)
+	}
+	return nil
+}
+
 // Autopilot chooses the per-block plan of cfg on model for the budget less margin (a fraction): the modes'
 // totals from the exact planner (PlanModeCosts), their step times measured on backend with batch
 // (CalibrateModes, calibSteps timed steps each, cached by calibration key in cache when it is not nil), and the
 // search of ChooseBlockPlan, each candidate checked with the exact planner. cfg must leave approx_act,
 // grad_ckpt, mesa and block_plan to it.
 func Autopilot(backend compute.Backend, model Model, cfg Config, batch Batch, in Shape, budget int64, margin float64, calibSteps int, cache *CalibrationCache) (*Autoplan, error) {
-	if cfg.ApproxAct || cfg.GradCkpt || len(cfg.Mesa) > 0 || cfg.BlockPlan != "" {
-		return nil, fmt.Errorf("--budget chooses approx-act, grad-ckpt and mesa per block: leave --approx-act, --grad-ckpt, --mesa and --block-plan off")
-	}
-	if !(margin >= 0 && margin < 1) {
-		return nil, fmt.Errorf("the budget margin must be in [0, 1), got %g", margin)
+	if err := CheckAutopilot(cfg, margin); err != nil {
+		return nil, err
 	}
 	blocks, err := blockCount(model)
 	if err != nil {
@@ -433,6 +456,9 @@ func Autopilot(backend compute.Backend, model Model, cfg Config, batch Batch, in
 // b examples per predicted micro-batch step time. A size for which even the lightest mode on every block does not
 // fit is skipped before any timing. seq is the sequence length (0 for ViT).
 func AutopilotBatch(backend compute.Backend, model Model, cfg Config, seq int, budget int64, margin float64, calibSteps int, cache *CalibrationCache) (*Autoplan, error) {
+	if err := CheckAutopilot(cfg, margin); err != nil {
+		return nil, err
+	}
 	effective := cfg.BatchSize * cfg.AccumSteps
 	limit := int64(float64(budget) * (1 - margin))
 	var best *Autoplan

@@ -1,6 +1,7 @@
 package finetune
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/quant"
 )
 
@@ -511,9 +513,9 @@ func (t *Trainer) Sync() (loss, gradNorm float64, err error) {
 		for _, p := range pending {
 			l, n := scalar(p.loss), scalar(p.norm)
 			if !finite(l) {
-				failed = fmt.Errorf("%w at step %d (loss %v, lr %g): lower the learning rate or check the data", ErrNonFinite, p.step, l, p.lr)
+				failed = t.nonFiniteError(p.step, p.lr, fmt.Sprintf("loss %v", l))
 			} else if !finite(n) {
-				failed = fmt.Errorf("%w: the gradient norm is %v at step %d (lr %g): lower the learning rate or check the data", ErrNonFinite, n, p.step, p.lr)
+				failed = t.nonFiniteError(p.step, p.lr, fmt.Sprintf("gradient norm %v", n))
 			}
 			if failed != nil {
 				t.Step = p.step - 1
@@ -534,3 +536,33 @@ func (t *Trainer) Sync() (loss, gradNorm float64, err error) {
 }
 
 func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+
+// nonFiniteError is the error of a step whose loss or gradient norm (what: "loss NaN", "gradient norm +Inf") is
+// not finite; the trainer's tensors are those the step started from. After an update the usual cause is a
+// learning rate too large; at step 1 no update has happened yet, so the learning rate cannot be the cause: the
+// weights or the data are, and a weight that is not finite is named.
+func (t *Trainer) nonFiniteError(step int, lr float64, what string) error {
+	if step > 1 {
+		return fmt.Errorf("%w at step %d (%s, lr %g): lower the learning rate or check the data", ErrNonFinite, step, what, lr)
+	}
+	// The tensors with a copy on the host are read (those of a model built or loaded there: the step-1 weights);
+	// none is brought back from a device for this.
+	var bad *models.NonFiniteError
+	_ = engine.Try(func() { // a tensor no longer valid is passed over, not a panic
+		for _, p := range []models.Params{t.Train, t.Frozen} {
+			local := models.Params{}
+			for n, x := range p {
+				if x != nil && x.IsLocal() {
+					local[n] = x
+				}
+			}
+			if err := models.CheckAllFinite(local); errors.As(err, &bad) {
+				return
+			}
+		}
+	})
+	if bad != nil {
+		return fmt.Errorf("%w at step 1 (%s), before any update: the weights it starts from are not finite (%s): the model or adapter holds them, not the learning rate", ErrNonFinite, what, bad.Where())
+	}
+	return fmt.Errorf("%w at step 1 (%s), before any update, so not from the learning rate: the data (a NaN or huge value) or the model's weights (finite, but too large) give it", ErrNonFinite, what)
+}

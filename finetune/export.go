@@ -417,6 +417,9 @@ func ReadAdapter(dir string, model Model) (*PEFTAdapter, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := models.CheckFinite(v, key); err != nil {
+			return nil, fmt.Errorf("%s: %w", filepath.Join(dir, AdapterWeights), err)
+		}
 		if _, ok := base[name]; ok {
 			if _, saved := adapter.ModulesToSave(name, toSave); !saved {
 				return nil, fmt.Errorf("%s: %s holds %q, a parameter of the model in no module of modules_to_save (%v): PEFT would not load it",

@@ -130,7 +130,7 @@ func (t *Trainer) hostTrainStep(batches []Batch) (StepStats, error) {
 		}
 		if math.IsNaN(loss) || math.IsInf(loss, 0) {
 			freeAll(grads)
-			return stats, fmt.Errorf("%w at step %d (loss %v, lr %g): lower the learning rate or check the data", ErrNonFinite, stats.Step, loss, stats.LR)
+			return stats, t.nonFiniteError(stats.Step, stats.LR, fmt.Sprintf("loss %v", loss))
 		}
 		stats.Loss += loss / float64(len(batches))
 		stats.Examples += b.Size()
@@ -251,7 +251,7 @@ func (t *Trainer) applyUpdate(grads map[string][]float32, lr float64) (float64, 
 		for _, o := range outs {
 			o.MustFinalizeAll()
 		}
-		return norm, fmt.Errorf("%w: the gradient norm is %v at step %d (lr %g): lower the learning rate or check the data", ErrNonFinite, norm, t.Step+1, lr)
+		return norm, t.nonFiniteError(t.Step+1, lr, fmt.Sprintf("gradient norm %v", norm))
 	}
 	for i, n := range t.update.names {
 		t.Train[n] = outs[i]

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 
+	yaml3 "go.yaml.in/yaml/v3"
 	"sigs.k8s.io/yaml"
 
 	"github.com/memfit/memfit/attention"
@@ -85,35 +86,75 @@ type rebuilder interface {
 type blockPlanned interface {
 	blocks() (modes []models.BlockMode, count int)
 	setBlocks(modes []models.BlockMode)
+	gradCheckpoint() bool // the model-wide grad_ckpt option (without a per-block plan)
 }
 
 func (m ViT) blocks() ([]models.BlockMode, int) {
 	return m.Options.Blocks, m.Config.NumHiddenLayers
 }
 func (m ViT) setBlocks(modes []models.BlockMode) { m.Options.Blocks = modes }
+func (m ViT) gradCheckpoint() bool               { return m.Options.GradCheckpoint }
 func (m Llama) blocks() ([]models.BlockMode, int) {
 	return m.Options.Blocks, m.Config.NumHiddenLayers
 }
 func (m Llama) setBlocks(modes []models.BlockMode) { m.Options.Blocks = modes }
+func (m Llama) gradCheckpoint() bool               { return m.Options.GradCheckpoint }
 
 // applyBlockPlan gives model the per-block plan of cfg when cfg has one (a model built with its own
-// Options.Blocks and a config without a plan keeps them).
+// Options.Blocks and a config without a plan keeps them), then checks that at most MaxCheckpointedBlocks blocks
+// are checkpointed.
 func applyBlockPlan(model Model, cfg Config) error {
-	if cfg.BlockPlan == "" {
+	bp, ok := model.(blockPlanned)
+	if cfg.BlockPlan != "" {
+		if !ok {
+			return fmt.Errorf("block_plan: model %T has no per-block options", model)
+		}
+		_, n := bp.blocks()
+		modes, err := cfg.blockModes(n)
+		if err != nil {
+			return err
+		}
+		bp.setBlocks(modes)
+	}
+	if !ok {
 		return nil
 	}
-	bp, ok := model.(blockPlanned)
-	if !ok {
-		return fmt.Errorf("block_plan: model %T has no per-block options", model)
+	modes, n := bp.blocks()
+	ckpt := 0
+	if modes == nil {
+		if bp.gradCheckpoint() {
+			ckpt = n
+		}
+	} else {
+		for _, m := range modes {
+			if m.GradCheckpoint {
+				ckpt++
+			}
+		}
 	}
-	_, n := bp.blocks()
-	modes, err := cfg.blockModes(n)
-	if err != nil {
-		return err
+	if ckpt > MaxCheckpointedBlocks {
+		return &CheckpointLimitError{Blocks: ckpt}
 	}
-	bp.setBlocks(modes)
 	return nil
 }
+
+// CheckpointLimitError is the error of a step that would checkpoint more than MaxCheckpointedBlocks blocks.
+type CheckpointLimitError struct {
+	// Blocks is the number of blocks the step would checkpoint.
+	Blocks int
+}
+
+// Error says why the bound is there and what to do, in one line.
+func (e *CheckpointLimitError) Error() string {
+	return fmt.Sprintf("gradient checkpointing of %d blocks: memfit checkpoints at most %d (GoMLX's graph.Gradient walks the whole graph once per checkpointed block, so building the step takes time quadratic in their number: about 10 s for 256 blocks, 40 s for 512): checkpoint fewer blocks with a block_plan, or leave gradient checkpointing off (memory: --variants without grad-ckpt)",
+		e.Blocks, MaxCheckpointedBlocks)
+}
+
+// MaxCheckpointedBlocks is the most blocks a step checkpoints (grad_ckpt, or grad-ckpt blocks of a block_plan).
+// Each checkpointed block's recomputation takes its gradient with GoMLX's graph.Gradient, whose cost is the size
+// of the whole graph, so building a step takes time quadratic in the checkpointed blocks (the pure-Go backend, 2
+// cores, LLaMA blocks: 4 s for 128, 10 s for 256, 41 s for 512); the bound keeps it to seconds.
+const MaxCheckpointedBlocks = 256
 
 // usesBlockMesa reports whether model's per-block plan stores some block's activations with Mesa.
 func usesBlockMesa(model Model) bool {
@@ -235,9 +276,25 @@ func ReadRunSpec(out string) (RunSpec, error) {
 	if err != nil {
 		return RunSpec{}, fmt.Errorf("%s is not a training output folder: %w", out, err)
 	}
+	path := filepath.Join(out, RunFile)
+	// A hand-edited run.yaml is read as strictly as a config file: syntax, keys given twice, a second document,
+	// and the config's values in words.
+	root, err := yamlDocument(path, data)
+	if err != nil {
+		return RunSpec{}, err
+	}
+	if root != nil && root.Kind == yaml3.MappingNode {
+		for i := 0; i+1 < len(root.Content); i += 2 {
+			if root.Content[i].Value == "config" {
+				if _, _, err := configFromNode(path, resolveAlias(root.Content[i+1]), Defaults()); err != nil {
+					return RunSpec{}, err
+				}
+			}
+		}
+	}
 	var spec RunSpec
 	if err := yaml.UnmarshalStrict(data, &spec); err != nil {
-		return RunSpec{}, fmt.Errorf("%s: %w", filepath.Join(out, RunFile), err)
+		return RunSpec{}, fmt.Errorf("%s: %w", path, err)
 	}
 	return spec, spec.Config.Validate()
 }
@@ -255,18 +312,4 @@ func WriteRunSpec(out string, spec RunSpec) error {
 		_, err := w.Write(data)
 		return err
 	})
-}
-
-// ReadConfigFile reads a YAML (or JSON) training config over base: keys present in the file replace base's
-// values; an unknown key is an error naming it.
-func ReadConfigFile(path string, base Config) (Config, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return base, err
-	}
-	cfg := base
-	if err := yaml.UnmarshalStrict(data, &cfg); err != nil {
-		return base, fmt.Errorf("%s: %w", path, err)
-	}
-	return cfg, nil
 }

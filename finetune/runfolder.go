@@ -89,6 +89,21 @@ func isOurCheckpoint(dir string) bool {
 // MetricsFile is the metrics log of an output folder (JSONL, one line per logging step).
 const MetricsFile = "metrics.jsonl"
 
+// CheckResumable makes sure out holds a run --resume can continue: one with a checkpoint. A run that stopped
+// before its first checkpoint (run.yaml, maybe metrics.jsonl, no checkpoint) is refused in one line that says to
+// start it again with --overwrite.
+func CheckResumable(out string) error {
+	found, hasCheckpoint, err := runFiles(out)
+	if err != nil || hasCheckpoint {
+		return err
+	}
+	if _, err := LatestCheckpoint(out); err == nil {
+		return nil // latest names a folder that is not there: Resume says so
+	}
+	return fmt.Errorf("%s holds a run that stopped before its first checkpoint (%s): there is nothing to resume: run the same train command without --resume and with --overwrite to start it again",
+		out, strings.Join(found, ", "))
+}
+
 // CheckFreshRun makes sure a new run can start in out: an empty or missing folder, or one that holds no run. A
 // folder with a run is refused, naming what is there, unless overwrite: then the old run's files (run.yaml,
 // metrics, checkpoints, latest, the exported adapter) are removed first. Other files are left alone, and so is

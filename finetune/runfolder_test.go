@@ -163,6 +163,25 @@ func TestCorruptCheckpointRefused(t *testing.T) {
 	if !errors.Is(err, finetune.ErrCorruptCheckpoint) || !strings.Contains(err.Error(), finetune.TrainableFile) {
 		t.Errorf("flipped bit: %v", err)
 	}
+	// Deleting the checksums does not turn the check off: the checkpoint is refused, not read unchecked.
+	state := filepath.Join(out, "checkpoint-2", finetune.StateFile)
+	raw, _ := os.ReadFile(state)
+	var fields map[string]any
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		t.Fatal(err)
+	}
+	for _, drop := range []func(){
+		func() { delete(fields, "checksums") },
+		func() { fields["checksums"] = map[string]any{finetune.OptimizerFile: "00"} },
+	} {
+		drop()
+		raw, _ = json.Marshal(fields)
+		os.WriteFile(state, raw, 0o644)
+		_, err = finetune.Resume(out, model, gtest.Backend(t), nil)
+		if !errors.Is(err, finetune.ErrCorruptCheckpoint) || !strings.Contains(err.Error(), "has no checksum of "+finetune.TrainableFile) {
+			t.Errorf("checksums removed: %v", err)
+		}
+	}
 }
 
 // fullDisk is a metrics file on a disk with room for only `room` more bytes: a write past it stores what fits

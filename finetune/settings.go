@@ -3,11 +3,8 @@ package finetune
 import (
 	"fmt"
 	"math"
-	"os"
 	"reflect"
 	"strings"
-
-	"sigs.k8s.io/yaml"
 )
 
 // Bound is the range a number setting must lie in, checked by Config.Validate with a message naming its key.
@@ -182,18 +179,11 @@ func Resolve(src Sources) (Config, error) {
 		flagSet = func(string) bool { return false }
 	}
 	cfg := Defaults()
-	inFile := map[string]any{}
+	inFile := map[string]bool{}
 	if src.File != "" {
 		var err error
-		if cfg, err = ReadConfigFile(src.File, cfg); err != nil {
+		if cfg, inFile, err = readConfigFile(src.File, cfg); err != nil {
 			return cfg, err
-		}
-		b, err := os.ReadFile(src.File)
-		if err != nil {
-			return cfg, err
-		}
-		if err := yaml.Unmarshal(b, &inFile); err != nil {
-			return cfg, fmt.Errorf("%s: %w", src.File, err)
 		}
 	}
 	for _, s := range Settings {
@@ -201,10 +191,7 @@ func Resolve(src Sources) (Config, error) {
 			s.Copy(&cfg, &src.Flags)
 		}
 	}
-	given := func(key string) bool {
-		_, ok := inFile[key]
-		return ok || flagSet(key)
-	}
+	given := func(key string) bool { return inFile[key] || flagSet(key) }
 	cfg = GPUDefaults(cfg, src.Backend, given)
 	if src.Autopilot && !given("ms_norm") {
 		cfg.MSNorm = true

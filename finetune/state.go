@@ -42,7 +42,9 @@ type savedState struct {
 	// refused.
 	ModelFingerprint string `json:"model_fingerprint"`
 	// Checksums are the SHA-256 of the checkpoint's tensor files by name, checked by Resume (and so by export)
-	// before they are read. Checkpoints written before they existed have none and are read unchecked.
+	// before they are read. Every memfit checkpoint has carried them since 2026-11-24 (format version 1 both
+	// before and after, so nothing tells an older checkpoint from one whose checksums were deleted, and memfit
+	// had no release before then): one without them, or without the sum of one of its tensor files, is refused.
 	Checksums map[string]string `json:"checksums,omitempty"`
 	// Adapter is the adapters' PEFT config (type and settings) of a run with adapters, checked by Resume.
 	Adapter map[string]any `json:"adapter,omitempty"`
@@ -243,6 +245,12 @@ func Resume(dir string, model Model, backend compute.Backend, data Iterator, opt
 	if s.Version != 1 {
 		return nil, fmt.Errorf("%s: unknown checkpoint version %d", dir, s.Version)
 	}
+	for _, f := range []string{TrainableFile, OptimizerFile} {
+		if _, ok := s.Checksums[f]; !ok {
+			return nil, fmt.Errorf("%w: %s has no checksum of %s (memfit writes one with every checkpoint), so its bytes cannot be checked: resume from another checkpoint, or start the run again with --overwrite",
+				ErrCorruptCheckpoint, filepath.Join(dir, StateFile), f)
+		}
+	}
 	for _, f := range sortedKeys(s.Checksums) {
 		got, err := fileSHA256(filepath.Join(dir, f))
 		if err != nil {
@@ -356,6 +364,9 @@ func readAll(path string) (models.Params, error) {
 	for _, n := range f.Names() {
 		if out[n], err = f.TensorAs(n, dtypes.Float32); err != nil {
 			return nil, err
+		}
+		if err := models.CheckFinite(out[n], n); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 	}
 	return out, nil

@@ -2,6 +2,7 @@ package memory
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -52,8 +53,20 @@ func PhysicalBytes() (bytes int64, ok bool) {
 	return 0, false
 }
 
-// ParseBytes reads a size such as 24GiB, 80GB, 512MiB or a plain number of bytes (positive, below 8 EiB).
+// ParseBytes reads a size such as 24GiB, 80GB, 512MiB or a plain number of bytes (positive, below 8 EiB; a
+// fraction of a byte is dropped).
 func ParseBytes(s string) (int64, error) {
+	v, err := ParseSize(s)
+	if err != nil || !(v > 0) || v >= 1<<63 {
+		return 0, fmt.Errorf("%q is not a size (examples: 24GiB, 80GB, 1.5e9)", s)
+	}
+	return int64(v), nil
+}
+
+// ParseSize reads a size such as 24GiB, 80GB, 512MiB, 1.5e9 or 0.5 as a number of bytes: a number with an
+// optional unit (B, KB, MB, GB, TB: powers of 1000; KiB, MiB, GiB, TiB: powers of 1024), neither rounded nor
+// range-checked (it may be a fraction, zero, negative or huge: the caller says what it takes).
+func ParseSize(s string) (float64, error) {
 	t := strings.TrimSpace(s)
 	units := []struct {
 		suffix string
@@ -68,8 +81,8 @@ func ParseBytes(s string) (int64, error) {
 		}
 	}
 	v, err := strconv.ParseFloat(t, 64)
-	if err != nil || !(v > 0) || v*scale >= 1<<63 {
+	if err != nil || math.IsNaN(v) {
 		return 0, fmt.Errorf("%q is not a size (examples: 24GiB, 80GB, 1.5e9)", s)
 	}
-	return int64(v * scale), nil
+	return v * scale, nil
 }

@@ -23,8 +23,9 @@ type LoadOptions struct {
 
 // LoadParams reads the tensors named in shapes from the checkpoint at dir (a model folder, a .safetensors file
 // or an index), converted to float32 (F16, BF16 and F64 are converted exactly or rounded; integers are
-// rejected), and checks their shapes. A missing tensor, a wrong shape or a checkpoint tensor the model does not
-// know is an error naming it.
+// rejected), and checks their shapes and values. A missing tensor, a wrong shape, a checkpoint tensor the model
+// does not know or a NaN or infinite value (a *NonFiniteError, naming the tensor, position and value) is an error
+// naming it.
 func LoadParams(dir string, shapes map[string][]int, opts LoadOptions) (Params, error) {
 	ckpt, err := safetensors.OpenCheckpoint(dir)
 	if err != nil {
@@ -57,6 +58,9 @@ func LoadParams(dir string, shapes map[string][]int, opts LoadOptions) (Params, 
 		t, err := ckpt.TensorAs(src, dtypes.Float32)
 		if err != nil {
 			return nil, err
+		}
+		if err := CheckFinite(t, src); err != nil {
+			return nil, fmt.Errorf("%s: %w", dir, err)
 		}
 		p[name] = t
 		used[src] = true

@@ -23,12 +23,7 @@ func CheckRange(t *tensors.Tensor, name string, lo, hi int, why string, allowed 
 	if at < 0 {
 		return nil
 	}
-	idx := make([]int, t.Rank())
-	for r, i := t.Rank()-1, at; r >= 0; r-- {
-		idx[r] = i % t.Shape().Dim(r)
-		i /= t.Shape().Dim(r)
-	}
-	return fmt.Errorf("%s holds %d at %v, outside [%d, %d): %s", name, bad, idx, lo, hi, why)
+	return fmt.Errorf("%s holds %d at %v, outside [%d, %d): %s", name, bad, unflatten(t, at), lo, hi, why)
 }
 
 // FindInt returns the flat index of the first integer of t (int32 or int64) for which match holds, or -1 (also

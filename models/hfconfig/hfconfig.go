@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strings"
 )
@@ -42,6 +43,15 @@ func Parse(data []byte) (Fields, error) {
 	var f Fields
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&f); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return nil, fmt.Errorf("config is a JSON %s, not a JSON object", te.Value)
+		}
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			at := min(int(se.Offset), len(data))
+			return nil, fmt.Errorf("config is not a JSON object: %v (line %d)", err, 1+bytes.Count(data[:at], []byte("\n")))
+		}
 		return nil, fmt.Errorf("config is not a JSON object: %v", err)
 	}
 	if f == nil {
@@ -67,17 +77,126 @@ func (d *Decoder) Has(name string) bool {
 }
 
 // Get decodes field name into out if present and not null; it reports whether it did. A type mismatch is
-// recorded as the Decoder's error.
+// recorded as the Decoder's error, naming the field, its value and the type wanted in words (`field
+// "hidden_size" is "big": want a whole number`), never a Go type.
 func (d *Decoder) Get(name string, out any) bool {
 	d.used[name] = true
 	if !d.Has(name) {
 		return false
 	}
 	if err := json.Unmarshal(d.f[name], out); err != nil {
-		d.fail(fmt.Errorf("field %q: %v", name, err))
+		d.fail(fmt.Errorf("field %q is %s: want %s", name, Excerpt(d.f[name]), Want(out)))
 		return false
 	}
 	return true
+}
+
+// Raw returns field name's JSON (nil when absent or null) and marks it used.
+func (d *Decoder) Raw(name string) json.RawMessage {
+	d.used[name] = true
+	if !d.Has(name) {
+		return nil
+	}
+	return d.f[name]
+}
+
+// TokenIDs decodes a token-id field that transformers takes as one id or a list of ids (eos_token_id: every
+// Llama-3.x Instruct config lists several); absent or null gives nil. Anything else (a string, an empty list, a
+// list of non-integers) is the Decoder's error.
+func (d *Decoder) TokenIDs(name string) []int {
+	raw := d.Raw(name)
+	if raw == nil {
+		return nil
+	}
+	var one int
+	if json.Unmarshal(raw, &one) == nil {
+		return []int{one}
+	}
+	var list []int
+	if json.Unmarshal(raw, &list) == nil && len(list) > 0 {
+		return list
+	}
+	d.Fail("field %q is %s: want a token id (a whole number) or a list of token ids", name, Excerpt(raw))
+	return nil
+}
+
+// Excerpt returns a JSON value as it reads in a one-line message: compacted, without HTML escapes, and cut to 60
+// characters.
+func Excerpt(raw []byte) string {
+	var b bytes.Buffer
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // "</s>", as the file has it (a file written by Go holds "\u003c/s\u003e")
+	if dec.Decode(&v) != nil || enc.Encode(v) != nil {
+		b.Reset()
+		b.Write(bytes.TrimSpace(raw))
+	}
+	s := strings.Join(strings.Fields(b.String()), " ")
+	if len(s) > 60 {
+		s = s[:57] + "..."
+	}
+	return s
+}
+
+// Want names in words the JSON value that decodes into out (a pointer): "a whole number", "a number", "true or
+// false", "a string", "a list of strings", "an object".
+func Want(out any) string {
+	t := reflect.TypeOf(out)
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil {
+		return "a value"
+	}
+	switch t.Kind() {
+	case reflect.Slice, reflect.Array:
+		return "a list of " + plural(t.Elem())
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return one(t)
+}
+
+func one(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return "a whole number"
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number, 0 or more"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return "a value"
+}
+
+func plural(t reflect.Type) string {
+	switch w := one(t); w {
+	case "a whole number":
+		return "whole numbers"
+	case "a whole number, 0 or more":
+		return "whole numbers, 0 or more"
+	case "a number":
+		return "numbers"
+	case "true or false":
+		return "true/false values"
+	case "a string":
+		return "strings"
+	case "a list":
+		return "lists"
+	case "an object":
+		return "objects"
+	}
+	return "values"
 }
 
 // Require is Get for a field that must be present.

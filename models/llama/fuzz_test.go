@@ -12,6 +12,9 @@ func FuzzParseConfig(f *testing.F) {
 	j2, _ := c2.JSON()
 	f.Add(j2)
 	f.Add([]byte(`{"vocab_size": 1e300, "hidden_size": -1}`))
+	base := `"model_type":"llama","vocab_size":10,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":2`
+	f.Add([]byte(`{` + base + `,"eos_token_id":[2,7],"pad_token_id":null,"rope_scaling":{"rope_type":"linear","factor":2}}`))
+	f.Add([]byte(`{` + base + `,"rope_parameters":{"rope_type":"llama3","rope_theta":5e5,"factor":8,"low_freq_factor":1,"high_freq_factor":4,"original_max_position_embeddings":8192}}`))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		if c, err := ParseConfig(raw); err == nil {
 			_ = c.Validate()

@@ -30,6 +30,12 @@ func TestConfigErrors(t *testing.T) {
 		{`{"model_type":"vit",` + base + `,"num_attention_heads":5}`, `"num_attention_heads"`},
 		{`{"model_type":"vit",` + base + `,"architectures":["ViTForImageClassification"]}`, `no labels`},
 		{`{"model_type":"vit",` + base + `,"id2label":{"x":"a"}}`, `"id2label"`},
+		{`{"model_type":"vit",` + base + `,"image_size":"big"}`, `field "image_size" is "big": want a whole number`},
+		{`{"model_type":"vit",` + base + `,"num_attention_heads":0}`, `field "num_attention_heads" must be positive, got 0`},
+		{`{"model_type":"vit",` + base + `,"hidden_size":-48}`, `field "hidden_size" must be positive, got -48`},
+		{`{"model_type":"vit",` + base + `,"layer_norm_eps":0}`, `field "layer_norm_eps" must be positive, got 0`},
+		{`{"model_type":"vit",` + base + `,"qkv_bias":1}`, `field "qkv_bias" is 1: want true or false`},
+		{`{"model_type":"vit",` + base + `,"id2label":["a","b"]}`, `field "id2label" is ["a","b"]: want an object`},
 	} {
 		_, err := ParseConfig([]byte(tc.json))
 		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
