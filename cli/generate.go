@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -133,7 +134,17 @@ as one JSON object per prompt. Token counts, prefill time and decode tokens/s go
 			o.MaxPositions = l.Config.MaxPositionEmbeddings
 			o.StopStrings = stops
 			o.Detokenize = func(ids []int) string { return t.Decode(ids, true) }
-			stopTokens := f.StopTokens(l.Config.EOSIDs()...) // every id of eos_token_id (a list in Llama-3.x Instruct configs)
+			// Every id of eos_token_id (a list in Llama-3.x Instruct configs), and of generation_config.json's, which
+			// transformers' generate stops at too (Llama-3 Instruct lists <|eot_id|> only there).
+			eos := l.Config.EOSIDs()
+			if st, err := os.Stat(model); err == nil && st.IsDir() {
+				more, err := llama.GenerationEOS(model, l.Config.VocabSize)
+				if err != nil {
+					return err
+				}
+				eos = append(eos, more...)
+			}
+			stopTokens := f.StopTokens(eos...)
 			if !ignoreEOS {
 				o.EOS = stopTokens
 			}

@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -122,6 +123,21 @@ func TestLlama3StyleConfig(t *testing.T) {
 			if g := generate(dir); g.Stop != "eos" || g.Completion != "" || g.NewTokens != 0 {
 				t.Errorf("with eos_token_id [4094, %d] (the first token generated): %+v; want a stop at eos before any text", tok.IDs[0], g)
 			}
+			// generation_config.json's eos ids stop generation too (transformers' generate reads them; Llama-3
+			// Instruct lists <|eot_id|> only there), and an id outside the vocabulary there is refused naming the file.
+			llama3Style(t, dir, []int{4094}, untied)
+			genCfg := filepath.Join(dir, "generation_config.json")
+			os.WriteFile(genCfg, []byte(fmt.Sprintf(`{"bos_token_id": 1, "eos_token_id": [4094, %d]}`, tok.IDs[0])), 0o644)
+			if g := generate(dir); g.Stop != "eos" || g.NewTokens != 0 {
+				t.Errorf("with generation_config.json eos_token_id [4094, %d]: %+v; want a stop at eos before any text", tok.IDs[0], g)
+			}
+			os.WriteFile(genCfg, []byte(`{"eos_token_id": 99999}`), 0o644)
+			if _, errOut, code := run(t, "generate", "--model", dir, "--prompt", prompt, "--max-new-tokens", "2"); code != 1 ||
+				!strings.Contains(errOut, "generation_config.json: field \"eos_token_id\" holds 99999") {
+				t.Errorf("generation_config.json eos 99999: exit %d, %q", code, errOut)
+			}
+			os.Remove(genCfg)
+			llama3Style(t, dir, []int{4094, tok.IDs[0]}, untied)
 			out := filepath.Join(tmp, name+"-run")
 			if _, errOut, code := run(t, "train", "--model", dir, "--data", text, "--seq-len", "32", "--out", out,
 				"--steps", "2", "--batch-size", "2", "--lora-targets", "all-linear"); code != 0 {
