@@ -8,6 +8,7 @@ import (
 	"github.com/gomlx/gomlx/core/graph"
 	"github.com/gomlx/gomlx/core/tensors"
 
+	"github.com/memfit/memfit/attention"
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/tools/peakmem/poolcounter"
@@ -137,12 +138,14 @@ func TestAgreementDonated(t *testing.T) {
 }
 
 // attentionStep: scores = q·kᵀ over batch axes (batch, head), softmax, probs·v (v contracted on its token axis,
-// which the builder transposes), loss = Σ out·w, gradients for q, k and v.
+// which the builder transposes), loss = Σ out·w, gradients for q, k and v. The softmax is memfit's
+// (attention.Softmax): engine.Gradient cannot differentiate graph.Softmax's fused op, whose gradient GoMLX takes
+// from a decomposed alternate it does not export.
 func attentionStep(g *graph.Graph, p []*graph.Node) []*graph.Node {
 	q, k, v, w := p[0], p[1], p[2], p[3]
 	d := q.Shape().Dimensions[3]
 	scores := graph.MulScalar(engine.DotGeneral(q, []int{3}, []int{0, 1}, k, []int{3}, []int{0, 1}), 1/float64(d))
-	probs := graph.Softmax(scores, -1)
+	probs := attention.Softmax(scores)
 	out := engine.DotGeneral(probs, []int{3}, []int{0, 1}, v, []int{2}, []int{0, 1})
 	loss := graph.ReduceAllSum(graph.Mul(out, w))
 	return append([]*graph.Node{loss}, engine.Gradient(loss, q, k, v)...)
