@@ -64,7 +64,7 @@ func Checkpoint(build func(inputs []*graph.Node) *graph.Node, inputs ...*graph.N
 				floats = append(floats, in)
 			}
 		}
-		fg := graph.Gradient(target, floats...)
+		fg := gradient(target, floats)
 		grads = make([]*graph.Node, len(inputs))
 		for i, in := range inputs {
 			if in.DType().IsFloat() {

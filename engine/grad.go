@@ -6,7 +6,6 @@ import (
 	"sync"
 	"weak"
 
-	"github.com/gomlx/compute/shapes"
 	"github.com/gomlx/gomlx/core/graph"
 )
 
@@ -86,8 +85,8 @@ var (
 	table = map[weak.Pointer[graph.Node]]weak.Pointer[entry]{}
 )
 
-// SetVJP makes fn the gradient of node, tagged with kind, and returns node. Calling it again for the same node
-// replaces the previous function. It panics (like every GoMLX graph builder) if node is nil or its graph is not
+// SetVJP makes fn the gradient of node in Gradient (graph.Gradient keeps GoMLX's own), tagged with kind, and
+// returns node. Calling it again for the same node replaces the previous function. It panics (like every GoMLX graph builder) if node is nil or its graph is not
 // being built.
 func SetVJP(node *graph.Node, kind Kind, fn VJP) *graph.Node {
 	if node == nil {
@@ -281,40 +280,7 @@ func tableSize() int {
 	return len(table)
 }
 
-// install wraps every entry of graph.VJPRegistration once. It runs from init, before any user code can call
-// graph.Gradient, so the map is never written concurrently with a read.
-var install = sync.OnceFunc(func() {
-	for _, nodeType := range graph.NodeTypeValues() {
-		original, hasOriginal := graph.VJPRegistration[nodeType]
-		nt := nodeType
-		graph.VJPRegistration[nt] = func(node *graph.Node, vjpOutputs []*graph.Node, outputShape shapes.Shape) []*graph.Node {
-			e := lookup(node)
-			g := node.Graph()
-			first := nextID(g)
-			var grads []*graph.Node
-			switch {
-			case e != nil && e.vjp != nil:
-				if len(vjpOutputs) != 1 {
-					panic(fmt.Sprintf("engine: custom VJP on multi-output node %s is not supported", node))
-				}
-				grads = e.vjp(node, vjpOutputs[0])
-			case hasOriginal:
-				grads = original(node, vjpOutputs, outputShape)
-			default:
-				panic(fmt.Sprintf("graph has node %s with type %q, for which no gradient is defined", node, nt))
-			}
-			kind := KindOther
-			if e != nil {
-				kind = e.kind
-			}
-			recordSpan(g, first, nextID(g), node.Id(), kind)
-			return grads
-		}
-	}
-})
-
-func init() { install() }
-
+// nextID returns the id the next node created in g will get.
 func nextID(g *graph.Graph) graph.NodeId {
 	last := g.LastNode()
 	if last == nil {

@@ -73,9 +73,15 @@ func recordSpan(g *graph.Graph, from, to, forward graph.NodeId, kind Kind) {
 	r.mu.Unlock()
 }
 
-// Gradient returns the gradients of the scalar loss with respect to each node in wrt, like graph.Gradient, and
-// records where the backward pass starts so that the memory package can list what it keeps. Call it once per
-// graph.
+// Gradient returns the gradients of the scalar loss with respect to each node in wrt, like graph.Gradient, with
+// the VJPs set with SetVJP (and PassThrough) in place of GoMLX's for those nodes, and records where the backward
+// pass starts and which VJP created each backward node, so that the memory package can list what it keeps. Call
+// it once per graph.
+//
+// It is the only way memfit's VJPs apply: engine leaves graph.VJPRegistration as GoMLX made it, so
+// graph.Gradient, even on a graph memfit built, uses GoMLX's gradients everywhere. Gradient differentiates like
+// graph.Gradient except for GoMLX fused ops that carry a decomposed alternate for their gradient (graph.Softmax,
+// nn.LayerNorm and the like while the backend fuses them), which it cannot see: see the package documentation.
 func Gradient(loss *graph.Node, wrt ...*graph.Node) []*graph.Node {
 	g := loss.Graph()
 	r := recordFor(g, true)
@@ -83,7 +89,7 @@ func Gradient(loss *graph.Node, wrt ...*graph.Node) []*graph.Node {
 	r.info = GradientInfo{Boundary: nextID(g)}
 	r.valid = true
 	r.mu.Unlock()
-	return graph.Gradient(loss, wrt...)
+	return gradient(loss, wrt)
 }
 
 // GradientInfoOf returns what Gradient recorded for g, or false if g was not differentiated with Gradient.
