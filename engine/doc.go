@@ -4,18 +4,52 @@
 //
 // # Custom gradients
 //
-// GoMLX v0.26.0 computes gradients through graph.VJPRegistration, an exported map from node type to gradient
-// function. At package initialisation engine wraps every entry once (and adds one for node types that have
-// none), so that any node can carry its own VJP through SetVJP. The wrapped functions first look the node up in a
-// side table; nodes without an entry get GoMLX's own gradient. No fork of GoMLX is needed.
+// Any node can carry its own VJP (SetVJP, PassThrough), and engine.Gradient applies it. Gradient is graph.Gradient's
+// reverse-mode algorithm (GoMLX v0.28.16) run by engine: it visits the nodes in the same order, calls the same
+// gradient functions and accumulates in the same order, and for each node takes, in order, the node's GoMLX
+// custom gradient (graph.IdentityWithCustomGradient), the VJP set with SetVJP, and GoMLX's own function from
+// graph.VJPRegistration, which it only reads. On a graph without SetVJP it builds, node for node, the backward
+// graph.Gradient builds (TestGradientIsGoMLXsOnPlainGraphs). engine leaves GoMLX's global state alone: another
+// package of the same program calling graph.Gradient gets GoMLX's gradients, and so does graph.Gradient on a graph
+// memfit built (TestVJPRegistrationIsGoMLXs, TestGraphGradientIgnoresMemfitVJPs). Up to issue 29 engine instead
+// wrapped every entry of graph.VJPRegistration at initialisation, which changed graph.Gradient for every user of
+// GoMLX in a program that imported memfit.
 //
-// The side table holds only weak pointers: the VJP itself is kept alive by a hidden, never-executed identity
-// node in the same graph (built with graph.IdentityWithCustomGradient), so a VJP closure that captures forward
-// nodes does not keep its graph alive, and the table entry is removed by a runtime cleanup once the node is
-// collected. Lookups take a read lock, so graphs may be built and differentiated concurrently.
+// GoMLX's public API has no way to give an existing node a multi-input gradient through graph.Gradient itself: a
+// node's custom gradient (Node.customVJP) is set only by graph.IdentityWithCustomGradient, on a new one-input
+// Identity node, and a fused op's decomposed alternate (Node.vjpAlternateOutputs) only by
+// graph.InternalFusedOpCaller, on the node its fused function returns, pointing at nodes built before it. Three
+// constructions through them were measured on a two-input op (docs/memory-saving.md has the figures): an alternate
+// attached to an existing node is never differentiated (the alternate is newer than the node, and the
+// reverse pass visits nodes newest first: the gradients came out zero); an InternalFusedOpCaller whose fused function
+// builds the op and whose alternate is the op rebuilt on custom-gradient identities of its inputs gives the right
+// gradients with the same forward and saved tensors, but needs every custom op built through it (SetVJP on an
+// existing node cannot work), builds each op twice, and under GOMLX_FUSION=0 returns the alternate, so the
+// forward runs the identities (copies on the pure-Go backend) and the backward keeps them; identities tied to the
+// output by a zero (the construction Checkpoint uses for its own purpose) add reductions to the forward pass. None
+// can carry the kind of a node whose gradient is GoMLX's (the attribution memory.Saved reports). An exported setter
+// of a node's custom VJP (a Node.SetCustomGradient(VJP), or IdentityWithCustomGradient for several inputs and
+// outputs) would let GoMLX's own graph.Gradient apply memfit's VJPs.
 //
-// Every custom VJP also carries a Kind (linear, norm, activation, attention, other). Gradient records which
-// backward nodes each VJP created, so the memory package can say which op kind reads each saved tensor.
+// What engine's reverse pass cannot reproduce is what graph.Gradient reads from unexported node fields: a fused op's
+// decomposed alternate (graph.Softmax, nn.Dense, nn.LayerNorm and GoMLX's activation layers when the backend fuses
+// them) and GoMLX's own gradient checkpointing (Node.Checkpoint). Gradient differentiates a fused op that has a
+// registered VJP with it rather than its alternate (the same gradient, possibly other saved tensors), refuses one
+// that has none (FusedSoftmax, FusedLayerNorm: build it with GOMLX_FUSION=0, with memfit's builder, or give it a
+// VJP), and keeps the forward values of Node.Checkpoint blocks rather than recomputing them. memfit's graphs use
+// none of these: its fused ops carry their own VJPs, the flash attention's fused op has a registered VJP and no
+// alternate, and its gradient checkpointing is Checkpoint. (Two facts GoMLX does not export are read through its
+// public API: which output of a multi-output node a split node selects, from the split node's backend value, and
+// the shapes of a multi-output node's outputs, from its split nodes.)
+//
+// The side table that maps a node to its VJP holds only weak pointers: the VJP itself is kept alive by a hidden,
+// never-executed identity node in the same graph (built with graph.IdentityWithCustomGradient), so a VJP closure
+// that captures forward nodes does not keep its graph alive, and the table entry is removed by a runtime cleanup
+// once the node is collected. Lookups take a read lock, so graphs may be built and differentiated concurrently.
+//
+// Every custom VJP also carries a Kind (linear, norm, activation, attention, other), and SetKind tags a node whose
+// gradient stays GoMLX's. Gradient records which backward nodes each node's VJP created, so the memory package can
+// say which op kind reads each saved tensor.
 //
 // # Builders
 //
