@@ -21,6 +21,7 @@ import (
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/models/llama"
 	"github.com/memfit/memfit/models/vit"
+	"github.com/memfit/memfit/plan"
 )
 
 // TimedModel is a model of the timed grid: a checkpoint folder (random weights are fine), its input shape and
@@ -149,10 +150,11 @@ func TimeGrid(backend compute.Backend, tms []TimedModel, methods []GridMethod, v
 					r.times = append(r.times, st.Seconds)
 				}
 			}
-			var fits []finetune.Fit
+			var fits []plan.Capacity
 			if isLlama && tm.SeqBudget > 0 {
 				var err error
-				if fits, err = finetune.MaxFit(backend, tm.Dir, method.Apply(tm.Base), 0, tm.Shape, "seq", tm.SeqBudget, 1<<14, variants); err != nil {
+				if fits, err = plan.Capacities(backend, plan.CapacityRequest{Model: tm.Dir, Config: method.Apply(tm.Base), Shape: tm.Shape,
+					Axis: "seq", Budget: tm.SeqBudget, Limit: 1 << 14, Variants: variants}); err != nil {
 					return nil, fmt.Errorf("%s %s: longest sequence: %w", tm.Name, method.Name, err)
 				}
 			}

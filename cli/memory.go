@@ -13,6 +13,7 @@ import (
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/plan"
 )
 
 func newMemoryCommand(opts *Options) *cobra.Command {
@@ -80,7 +81,7 @@ variant's step programs (the device-resident step's, and the host-side step's fo
 				return usagef("--budget-margin goes with --budget --plan")
 			}
 			if autoplan {
-				if err := finetune.CheckAutopilot(cfg, budgetMargin); err != nil {
+				if err := plan.CheckAutopilot(cfg, budgetMargin); err != nil {
 					return usageError{err}
 				}
 			}
@@ -91,7 +92,7 @@ variant's step programs (the device-resident step's, and the host-side step's fo
 			defer backend.Finalize()
 			in := finetune.Shape{Batch: cfg.BatchSize, Seq: seqLen}
 			if autoplan {
-				m, _, err := finetune.ShapeModel(model, cfg, numLabels)
+				m, _, err := plan.ShapeModel(model, cfg, numLabels)
 				if err != nil {
 					return err
 				}
@@ -102,11 +103,14 @@ variant's step programs (the device-resident step's, and the host-side step's fo
 				if err != nil {
 					return err
 				}
-				var p *finetune.Autoplan
+				o := plan.AutopilotOptions{Backend: backend, Model: rm, Config: cfg, Shape: in, Budget: budgetBytes, Margin: budgetMargin,
+					CalibSteps: calibrationSteps, Cache: plan.DefaultCalibrationCache()}
+				var p *plan.Autoplan
 				if budgetBatch {
-					p, err = finetune.AutopilotBatch(backend, rm, cfg, in.Seq, budgetBytes, budgetMargin, calibrationSteps, finetune.DefaultCalibrationCache())
+					p, err = plan.AutopilotBatch(o)
 				} else {
-					p, err = finetune.Autopilot(backend, rm, cfg, finetune.RandomBatch(rm, in, 1), in, budgetBytes, budgetMargin, calibrationSteps, finetune.DefaultCalibrationCache())
+					o.Batch = finetune.RandomBatch(rm, in, 1)
+					p, err = plan.Autopilot(o)
 				}
 				if err != nil {
 					return err
@@ -123,7 +127,8 @@ variant's step programs (the device-resident step's, and the host-side step's fo
 					limit, axis = maxSeq, "seq"
 				}
 				b := budgetBytes
-				fits, err := finetune.MaxFit(backend, model, cfg, numLabels, in, axis, b, limit, variants)
+				fits, err := plan.Capacities(backend, plan.CapacityRequest{Model: model, Config: cfg, Labels: numLabels, Shape: in,
+					Axis: axis, Budget: b, Limit: limit, Variants: variants})
 				if err != nil {
 					return err
 				}
@@ -146,7 +151,7 @@ variant's step programs (the device-resident step's, and the host-side step's fo
 			// Every variant's model first (config.json only), so that one the step cannot take (a grad-ckpt variant
 			// of too many blocks) is refused before any variant is built and printed.
 			for _, v := range variants {
-				if _, _, err := finetune.ShapeModel(model, v.Apply(cfg), numLabels); err != nil {
+				if _, _, err := plan.ShapeModel(model, v.Apply(cfg), numLabels); err != nil {
 					if limit := (*finetune.CheckpointLimitError)(nil); errors.As(err, &limit) {
 						return fmt.Errorf("variant %s: %w", v.Name, err)
 					}
@@ -156,11 +161,11 @@ variant's step programs (the device-resident step's, and the host-side step's fo
 			if compileTime {
 				for _, v := range variants {
 					vc := v.Apply(cfg)
-					m, shp, err := finetune.ShapeModel(model, vc, numLabels)
+					m, shp, err := plan.ShapeModel(model, vc, numLabels)
 					if err != nil {
 						return err
 					}
-					ct, err := finetune.PlanCompileTimes(backend, m, shp, vc, in)
+					ct, err := plan.TimeCompile(backend, m, shp, vc, in)
 					if err != nil {
 						return err
 					}
@@ -175,7 +180,7 @@ variant's step programs (the device-resident step's, and the host-side step's fo
 				}
 				return nil
 			}
-			rep, err := finetune.PlanMemory(backend, model, cfg, numLabels, in, variants)
+			rep, err := plan.Memory(backend, plan.MemoryRequest{Model: model, Config: cfg, Labels: numLabels, Shape: in, Variants: variants})
 			if err != nil {
 				return err
 			}
@@ -229,7 +234,7 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-func writeMemoryTable(out io.Writer, rep *finetune.MemoryReport) error {
+func writeMemoryTable(out io.Writer, rep *plan.Report) error {
 	shape := fmt.Sprintf("batch %d", rep.Shape.Batch)
 	if rep.Shape.Seq > 0 {
 		shape += fmt.Sprintf(", sequence %d", rep.Shape.Seq)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/plan"
 )
 
 // usageError marks errors in how a command was called (exit code 2).
@@ -140,7 +141,7 @@ gradients to the host; the loss is read back every --log-every steps.`,
 				if err != nil {
 					return usageError{err}
 				}
-				if err := finetune.CheckAutopilot(spec.Config, budgetMargin); err != nil {
+				if err := plan.CheckAutopilot(spec.Config, budgetMargin); err != nil {
 					return usageError{err}
 				}
 				ap = &autopilotRequest{budget: b, margin: budgetMargin, batch: budgetBatch}
@@ -257,28 +258,30 @@ func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out s
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(cmd.ErrOrStderr(), "memory autopilot: planning and timing %d modes (%d steps each, cached)\n", len(finetune.AutopilotModes), calibrationSteps)
-		var plan *finetune.Autoplan
+		fmt.Fprintf(cmd.ErrOrStderr(), "memory autopilot: planning and timing %d modes (%d steps each, cached)\n", len(plan.AutopilotModes), calibrationSteps)
+		o := plan.AutopilotOptions{Backend: backend, Model: model, Config: spec.Config, Batch: batch, Shape: in, Budget: ap.budget,
+			Margin: ap.margin, CalibSteps: calibrationSteps, Cache: plan.DefaultCalibrationCache()}
+		var chosen *plan.Autoplan
 		if ap.batch {
-			plan, err = finetune.AutopilotBatch(backend, model, spec.Config, in.Seq, ap.budget, ap.margin, calibrationSteps, finetune.DefaultCalibrationCache())
+			chosen, err = plan.AutopilotBatch(o)
 		} else {
-			plan, err = finetune.Autopilot(backend, model, spec.Config, batch, in, ap.budget, ap.margin, calibrationSteps, finetune.DefaultCalibrationCache())
+			chosen, err = plan.Autopilot(o)
 		}
 		if err != nil {
 			return err
 		}
-		if err := printAutoplan(cmd.ErrOrStderr(), plan, blocksOf(plan), ap.budget, ap.margin); err != nil {
+		if err := printAutoplan(cmd.ErrOrStderr(), chosen, blocksOf(chosen), ap.budget, ap.margin); err != nil {
 			return err
 		}
-		spec.Config.BlockPlan = plan.Plan
-		if plan.BatchSize != spec.Config.BatchSize {
-			spec.Config.BatchSize, spec.Config.AccumSteps = plan.BatchSize, plan.AccumSteps
+		spec.Config.BlockPlan = chosen.Plan
+		if chosen.BatchSize != spec.Config.BatchSize {
+			spec.Config.BatchSize, spec.Config.AccumSteps = chosen.BatchSize, chosen.AccumSteps
 			if loader, err = finetune.OpenData(spec.Data, spec.DataOptions, model, spec.Model, spec.Config.BatchSize, spec.Config.Seed); err != nil {
 				return err
 			}
 		}
 	}
-	if err := finetune.CheckFitsMachine(backend, model, spec.Config, loader); err != nil {
+	if err := plan.CheckMachine(backend, model, spec.Config, loader); err != nil {
 		return err
 	}
 	var tr *finetune.Trainer

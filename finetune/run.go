@@ -58,7 +58,7 @@ func LoadModel(dir string, cfg Config) (Model, error) {
 		}
 		model = Llama{Model: m}
 	}
-	if err := applyBlockPlan(model, cfg); err != nil {
+	if err := ApplyBlockPlan(model, cfg); err != nil {
 		return nil, err
 	}
 	if !qlora {
@@ -82,47 +82,73 @@ type rebuilder interface {
 	rebuild(params models.Params, msNorm bool) (Model, error)
 }
 
-// blockPlanned is a Model whose options can hold a per-block memory plan (ViT, Llama).
-type blockPlanned interface {
-	blocks() (modes []models.BlockMode, count int)
-	setBlocks(modes []models.BlockMode)
-	gradCheckpoint() bool // the model-wide grad_ckpt option (without a per-block plan)
+// PerBlock is a Model whose transformer blocks each take a memory mode of a per-block plan (Config.BlockPlan);
+// ViT and Llama are.
+type PerBlock interface {
+	// BlockModes returns the model's per-block plan (nil: none, the model-wide options hold) and its number of
+	// blocks.
+	BlockModes() (modes []models.BlockMode, count int)
+	// SetBlockModes sets the per-block plan (nil: none).
+	SetBlockModes(modes []models.BlockMode)
+	// GradCheckpoint reports the model-wide grad_ckpt option (what holds without a per-block plan).
+	GradCheckpoint() bool
 }
 
-func (m ViT) blocks() ([]models.BlockMode, int) {
+// BlockModes returns the ViT's per-block plan and its number of encoder layers.
+func (m ViT) BlockModes() ([]models.BlockMode, int) {
 	return m.Options.Blocks, m.Config.NumHiddenLayers
 }
-func (m ViT) setBlocks(modes []models.BlockMode) { m.Options.Blocks = modes }
-func (m ViT) gradCheckpoint() bool               { return m.Options.GradCheckpoint }
-func (m Llama) blocks() ([]models.BlockMode, int) {
-	return m.Options.Blocks, m.Config.NumHiddenLayers
-}
-func (m Llama) setBlocks(modes []models.BlockMode) { m.Options.Blocks = modes }
-func (m Llama) gradCheckpoint() bool               { return m.Options.GradCheckpoint }
 
-// applyBlockPlan gives model the per-block plan of cfg when cfg has one (a model built with its own
+// SetBlockModes sets the ViT's per-block plan.
+func (m ViT) SetBlockModes(modes []models.BlockMode) { m.Options.Blocks = modes }
+
+// GradCheckpoint reports the ViT's model-wide gradient checkpointing.
+func (m ViT) GradCheckpoint() bool { return m.Options.GradCheckpoint }
+
+// BlockModes returns the LLaMA's per-block plan and its number of decoder layers.
+func (m Llama) BlockModes() ([]models.BlockMode, int) {
+	return m.Options.Blocks, m.Config.NumHiddenLayers
+}
+
+// SetBlockModes sets the LLaMA's per-block plan.
+func (m Llama) SetBlockModes(modes []models.BlockMode) { m.Options.Blocks = modes }
+
+// GradCheckpoint reports the LLaMA's model-wide gradient checkpointing.
+func (m Llama) GradCheckpoint() bool { return m.Options.GradCheckpoint }
+
+// BlockCount returns the number of transformer blocks of model (what a block plan covers).
+func BlockCount(model Model) (int, error) {
+	bp, ok := model.(PerBlock)
+	if !ok {
+		return 0, fmt.Errorf("model %T has no per-block options", model)
+	}
+	_, n := bp.BlockModes()
+	return n, nil
+}
+
+// ApplyBlockPlan gives model the per-block plan of cfg when cfg has one (a model built with its own
 // Options.Blocks and a config without a plan keeps them), then checks that at most MaxCheckpointedBlocks blocks
-// are checkpointed.
-func applyBlockPlan(model Model, cfg Config) error {
-	bp, ok := model.(blockPlanned)
+// are checkpointed (a *CheckpointLimitError otherwise).
+func ApplyBlockPlan(model Model, cfg Config) error {
+	bp, ok := model.(PerBlock)
 	if cfg.BlockPlan != "" {
 		if !ok {
 			return fmt.Errorf("block_plan: model %T has no per-block options", model)
 		}
-		_, n := bp.blocks()
+		_, n := bp.BlockModes()
 		modes, err := cfg.blockModes(n)
 		if err != nil {
 			return err
 		}
-		bp.setBlocks(modes)
+		bp.SetBlockModes(modes)
 	}
 	if !ok {
 		return nil
 	}
-	modes, n := bp.blocks()
+	modes, n := bp.BlockModes()
 	ckpt := 0
 	if modes == nil {
-		if bp.gradCheckpoint() {
+		if bp.GradCheckpoint() {
 			ckpt = n
 		}
 	} else {
@@ -158,11 +184,11 @@ const MaxCheckpointedBlocks = 256
 
 // usesBlockMesa reports whether model's per-block plan stores some block's activations with Mesa.
 func usesBlockMesa(model Model) bool {
-	bp, ok := model.(blockPlanned)
+	bp, ok := model.(PerBlock)
 	if !ok {
 		return false
 	}
-	modes, _ := bp.blocks()
+	modes, _ := bp.BlockModes()
 	for _, m := range modes {
 		if len(m.Mesa) > 0 {
 			return true

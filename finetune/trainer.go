@@ -200,10 +200,10 @@ func New(model Model, cfg Config, backend compute.Backend, opts ...Option) (*Tra
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if err := checkTrainable(model); err != nil {
+	if err := CheckTrainable(model); err != nil {
 		return nil, err
 	}
-	if err := applyBlockPlan(model, cfg); err != nil {
+	if err := ApplyBlockPlan(model, cfg); err != nil {
 		return nil, err
 	}
 	if (cfg.Method == MethodCustom) != (o.adapters != nil) {

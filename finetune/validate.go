@@ -117,8 +117,8 @@ type targetChecker interface {
 // ErrNoHead is returned when a bare ViTModel (no classification head) is to be trained: it has no loss.
 var ErrNoHead = errors.New("the model is a bare ViTModel with no classification head, so it has no loss to train")
 
-// checkTrainable refuses models that cannot be fine-tuned as they are.
-func checkTrainable(model Model) error {
+// CheckTrainable refuses a model that cannot be fine-tuned as it is (a bare ViTModel: ErrNoHead).
+func CheckTrainable(model Model) error {
 	if v, ok := model.(ViT); ok && len(v.Config.Labels) == 0 {
 		return fmt.Errorf("%w: give it one (finetune init --from MODEL --num-labels N; finetune memory --num-labels N)", ErrNoHead)
 	}
