@@ -524,3 +524,75 @@ func calibrationKey(backend compute.Backend, model finetune.Model, cfg finetune.
 		AutopilotModes, in.Batch, in.Seq, steps)
 	return hex.EncodeToString(h.Sum(nil))[:20], nil
 }
+
+// Budget is the memory autopilot of a training run (`finetune train --budget`), as the finetune.Planner of its
+// recipe (finetune.Recipe.Plan): its Plan times the modes on the run's first batch (leaving the data where it
+// was) or, with ChooseBatch, on random batches of each micro-batch it tries, and returns the run's config with
+// the chosen block_plan (and micro-batch).
+type Budget struct {
+	// Bytes is the memory budget and Margin the fraction of it kept free, in [0, 1).
+	Bytes  int64
+	Margin float64
+	// ChooseBatch lets the autopilot choose the micro-batch too (AutopilotBatch).
+	ChooseBatch bool
+	// CalibSteps are the timed calibration steps of each mode; Cache keeps the calibrations (nil: none).
+	CalibSteps int
+	Cache      *CalibrationCache
+	// OnStart is called before the modes are planned and timed; OnChoice sees the choice before the run takes
+	// it (an error stops the run).
+	OnStart  func()
+	OnChoice func(p *Autoplan) error
+}
+
+// Plan chooses the run's per-block plan (and micro-batch): a finetune.Planner.
+func (b Budget) Plan(s finetune.Setup) (finetune.Config, error) {
+	batch, in, err := peekBatch(s.Data)
+	if err != nil {
+		return s.Config, err
+	}
+	if b.OnStart != nil {
+		b.OnStart()
+	}
+	o := AutopilotOptions{Backend: s.Backend, Model: s.Model, Config: s.Config, Batch: batch, Shape: in, Budget: b.Bytes,
+		Margin: b.Margin, CalibSteps: b.CalibSteps, Cache: b.Cache}
+	var p *Autoplan
+	if b.ChooseBatch {
+		p, err = AutopilotBatch(o)
+	} else {
+		p, err = Autopilot(o)
+	}
+	if err != nil {
+		return s.Config, err
+	}
+	if b.OnChoice != nil {
+		if err := b.OnChoice(p); err != nil {
+			return s.Config, err
+		}
+	}
+	cfg := s.Config
+	cfg.BlockPlan = p.Plan
+	if p.BatchSize != cfg.BatchSize {
+		cfg.BatchSize, cfg.AccumSteps = p.BatchSize, p.AccumSteps
+	}
+	return cfg, nil
+}
+
+// peekBatch returns the data's next batch and its shape without moving the data.
+func peekBatch(data finetune.Iterator) (finetune.Batch, finetune.Shape, error) {
+	state, err := data.State()
+	if err != nil {
+		return nil, finetune.Shape{}, err
+	}
+	b, err := data.Next()
+	if err != nil {
+		return nil, finetune.Shape{}, err
+	}
+	if err := data.Restore(state); err != nil {
+		return nil, finetune.Shape{}, err
+	}
+	in := finetune.Shape{Batch: b.Size()}
+	if ids, ok := b["input_ids"]; ok && ids.Rank() == 2 {
+		in.Seq = ids.Shape().Dim(1)
+	}
+	return b, in, nil
+}

@@ -3,19 +3,18 @@ package plan
 import (
 	"fmt"
 
-	"github.com/gomlx/compute"
-
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/memory"
 )
 
-// CheckMachine plans the training step of cfg on the loaded model (the way `finetune memory` does, from shapes)
+// CheckMachine is a finetune.MemoryCheck: it plans the training step of the run's config on its loaded model (the way `finetune memory` does, from shapes)
 // and refuses it, naming both figures, when its planned total -- the step's peak with the weights, gradients and
 // the optimizer state -- is larger than the memory of this machine (memory.MachineBytes: physical memory or the
 // cgroup limit, or $MEMFIT_MEMORY_LIMIT). It checks the pure-Go backend only, whose step runs in this process's
 // memory and whose plan is exact (a simulation of its buffer pool); on XLA the device's memory is the limit and
-// the plugin reports running out itself. data gives the batch's sequence length when it is a Loader of text.
-func CheckMachine(backend compute.Backend, model finetune.Model, cfg finetune.Config, data finetune.Iterator) error {
+// the plugin reports running out itself. The data gives the batch's sequence length when it is a Loader of text.
+func CheckMachine(s finetune.Setup) error {
+	backend, model, cfg, data := s.Backend, s.Model, s.Config, s.Data
 	if backend.Name() == "xla" {
 		return nil
 	}
