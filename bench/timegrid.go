@@ -133,7 +133,7 @@ func TimeGrid(backend compute.Backend, tms []TimedModel, methods []GridMethod, v
 					mmSeconds += float64(op.Count) * sec
 				}
 				unit := "images/s"
-				if _, ok := model.(finetune.Llama); ok {
+				if fam, _ := finetune.FamilyOf(model); fam.Sequence {
 					unit, isLlama = "tokens/s", true
 				}
 				runs[i] = &run{tr: tr, batch: b, cell: TimedCell{Model: tm.Name, Method: method.Name, Variant: v.Name,

@@ -96,8 +96,8 @@ variant's step programs (the device-resident step's, and the host-side step's fo
 				if err != nil {
 					return err
 				}
-				if _, isViT := m.(finetune.ViT); isViT {
-					in.Seq = 0
+				if fam, _ := finetune.FamilyOf(m); !fam.Sequence {
+					in.Seq = 0 // a ViT's sequence is its image size
 				}
 				rm, err := finetune.WithRandomWeights(m, cfg, 1)
 				if err != nil {

@@ -10,53 +10,36 @@ import (
 	yaml3 "go.yaml.in/yaml/v3"
 	"sigs.k8s.io/yaml"
 
-	"github.com/memfit/memfit/attention"
 	"github.com/memfit/memfit/models"
-	"github.com/memfit/memfit/models/auto"
-	"github.com/memfit/memfit/models/llama"
-	"github.com/memfit/memfit/models/vit"
 	"github.com/memfit/memfit/quant"
 	"github.com/memfit/memfit/safetensors"
 
 	"github.com/gomlx/compute/dtypes"
 )
 
-// LoadModel loads the model folder dir (ViT or LLaMA, by its config's model_type) with the model options of cfg
-// (approximate activation, MS-norm, gradient checkpointing, attention kind).
+// LoadModel loads the model folder dir (of a registered family, by its config's model_type: ViT or LLaMA) with
+// the model options of cfg (approximate activation, MS-norm, gradient checkpointing, attention kind) and its
+// per-block plan.
 func LoadModel(dir string, cfg Config) (Model, error) {
-	kind, err := attention.ParseKind(cfg.Attention)
+	opts, err := ModelOptionsOf(cfg)
 	if err != nil {
 		return nil, err
 	}
 	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
 		return nil, fmt.Errorf("%s is a file: a model is a folder (config.json and its safetensors), here %s", dir, filepath.Dir(dir))
 	}
-	mt, err := auto.ModelType(dir)
+	fam, err := FamilyOfFolder(dir)
 	if err != nil {
 		return nil, err
-	}
-	switch mt {
-	case "vit", "llama":
-	default:
-		return nil, fmt.Errorf("model type %q cannot be trained", mt)
 	}
 	// Load -> quantise (QLoRA) -> fold -> graph: QLoRA loads the float weights unfolded, quantises them, and
 	// builds the model again from the quantised weights; building folds the norms (models.ApplyFolds), into NF4
 	// weights as into float ones.
 	qlora := cfg.Method == MethodQLoRA
-	var model rebuilder
-	if mt == "vit" {
-		m, err := vit.Load(dir, vit.Options{ApproxActivation: cfg.ApproxAct, MSNorm: cfg.MSNorm && !qlora, GradCheckpoint: cfg.GradCkpt, Attention: kind})
-		if err != nil {
-			return nil, err
-		}
-		model = ViT{Model: m}
-	} else {
-		m, err := llama.Load(dir, llama.Options{ApproxActivation: cfg.ApproxAct, MSNorm: cfg.MSNorm && !qlora, GradCheckpoint: cfg.GradCkpt, Attention: kind})
-		if err != nil {
-			return nil, err
-		}
-		model = Llama{Model: m}
+	opts.MSNorm = cfg.MSNorm && !qlora
+	model, err := fam.Load(dir, opts)
+	if err != nil {
+		return nil, err
 	}
 	if err := ApplyBlockPlan(model, cfg); err != nil {
 		return nil, err
@@ -68,18 +51,11 @@ func LoadModel(dir string, cfg Config) (Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	quantised, err := model.rebuild(q, cfg.MSNorm)
+	quantised, err := fam.Rebuild(model, q, cfg.MSNorm)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
 	return quantised, nil
-}
-
-// rebuilder is a Model that can be built again over other parameters (QLoRA's quantised ones), folding the
-// norms when msNorm: the model's constructor is the one place that folds.
-type rebuilder interface {
-	Model
-	rebuild(params models.Params, msNorm bool) (Model, error)
 }
 
 // PerBlock is a Model whose transformer blocks each take a memory mode of a per-block plan (Config.BlockPlan);
@@ -93,28 +69,6 @@ type PerBlock interface {
 	// GradCheckpoint reports the model-wide grad_ckpt option (what holds without a per-block plan).
 	GradCheckpoint() bool
 }
-
-// BlockModes returns the ViT's per-block plan and its number of encoder layers.
-func (m ViT) BlockModes() ([]models.BlockMode, int) {
-	return m.Options.Blocks, m.Config.NumHiddenLayers
-}
-
-// SetBlockModes sets the ViT's per-block plan.
-func (m ViT) SetBlockModes(modes []models.BlockMode) { m.Options.Blocks = modes }
-
-// GradCheckpoint reports the ViT's model-wide gradient checkpointing.
-func (m ViT) GradCheckpoint() bool { return m.Options.GradCheckpoint }
-
-// BlockModes returns the LLaMA's per-block plan and its number of decoder layers.
-func (m Llama) BlockModes() ([]models.BlockMode, int) {
-	return m.Options.Blocks, m.Config.NumHiddenLayers
-}
-
-// SetBlockModes sets the LLaMA's per-block plan.
-func (m Llama) SetBlockModes(modes []models.BlockMode) { m.Options.Blocks = modes }
-
-// GradCheckpoint reports the LLaMA's model-wide gradient checkpointing.
-func (m Llama) GradCheckpoint() bool { return m.Options.GradCheckpoint }
 
 // BlockCount returns the number of transformer blocks of model (what a block plan covers).
 func BlockCount(model Model) (int, error) {
@@ -195,20 +149,6 @@ func usesBlockMesa(model Model) bool {
 		}
 	}
 	return false
-}
-
-func (m ViT) rebuild(params models.Params, msNorm bool) (Model, error) {
-	opts := m.Options
-	opts.MSNorm = msNorm
-	v, err := vit.New(m.Config, params, opts)
-	return ViT{Model: v}, err
-}
-
-func (m Llama) rebuild(params models.Params, msNorm bool) (Model, error) {
-	opts := m.Options
-	opts.MSNorm = msNorm
-	l, err := llama.New(m.Config, params, opts)
-	return Llama{Model: l}, err
 }
 
 // LoadExamples reads a dataset stored as a safetensors file: one tensor per model input, the examples on the

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/gomlx/compute"
 
@@ -56,8 +57,14 @@ func Capacities(backend compute.Backend, r CapacityRequest) ([]Capacity, error) 
 		if err != nil {
 			return nil, err
 		}
-		if axis == "seq" && isViT(model) {
-			return nil, fmt.Errorf("--max-seq applies to LLaMA models; a ViT's sequence is fixed by its image size")
+		if fam, _ := finetune.FamilyOf(model); axis == "seq" && !fam.Sequence {
+			var titles []string
+			for _, f := range finetune.Families() {
+				if f.Sequence {
+					titles = append(titles, f.Title)
+				}
+			}
+			return nil, fmt.Errorf("--max-seq applies to %s models; %s", strings.Join(titles, " and "), fam.FixedSequence)
 		}
 		cache := map[int]int64{}
 		bytesAt := func(n int) (int64, error) {

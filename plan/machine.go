@@ -28,8 +28,8 @@ func CheckMachine(s finetune.Setup) error {
 			in.Seq = ids.Shape().Dim(1)
 		}
 	}
-	if !isViT(model) && in.Seq == 0 {
-		return nil // a LLaMA run whose sequence length is not known before its data is read
+	if _, known := finetune.FamilyOf(model); !known || hasSequence(model) && in.Seq == 0 {
+		return nil // a model the planner does not know, or a LLaMA run whose sequence length is not known before its data is read
 	}
 	// A config the plan cannot be built for is left to finetune.New, which names the cause.
 	if err := finetune.ApplyBlockPlan(model, cfg); err != nil {

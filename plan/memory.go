@@ -13,16 +13,10 @@ import (
 	"strings"
 
 	"github.com/gomlx/compute"
-	"github.com/gomlx/compute/dtypes"
-	"github.com/gomlx/compute/shapes"
 
-	"github.com/memfit/memfit/attention"
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/memory"
-	"github.com/memfit/memfit/models/auto"
-	"github.com/memfit/memfit/models/llama"
-	"github.com/memfit/memfit/models/vit"
 	"github.com/memfit/memfit/quant"
 )
 
@@ -77,58 +71,52 @@ type Report struct {
 // when labels is 0), built in cfg's modes without any weights: enough to build training graphs, not to run them.
 // It also returns the checkpoint's parameter shapes after folding (finetune.ParamShapes).
 func ShapeModel(dir string, cfg finetune.Config, labels int) (finetune.Model, map[string][]int, error) {
-	kind, err := attention.ParseKind(cfg.Attention)
+	opts, err := finetune.ModelOptionsOf(cfg)
 	if err != nil {
 		return nil, nil, err
 	}
 	var model finetune.Model
 	if st, statErr := os.Stat(dir); statErr == nil && st.IsDir() {
-		mt, err := auto.ModelType(dir)
+		fam, err := finetune.FamilyOfFolder(dir)
 		if err != nil {
 			return nil, nil, err
 		}
-		switch mt {
-		case "vit":
-			c, err := vit.LoadConfig(dir)
-			if err != nil {
-				return nil, nil, err
-			}
-			model = finetune.ViT{Model: &vit.Model{Config: c}}
-		case "llama":
-			c, err := llama.LoadConfig(dir)
-			if err != nil {
-				return nil, nil, err
-			}
-			model = finetune.Llama{Model: &llama.Model{Config: c}}
-		default:
-			return nil, nil, fmt.Errorf("model type %q cannot be trained", mt)
+		if fam.Shaped == nil {
+			return nil, nil, fmt.Errorf("model type %q cannot be planned", fam.Name)
+		}
+		if model, err = fam.Shaped(dir, opts); err != nil {
+			return nil, nil, err
 		}
 	} else {
 		arch, name, qualified := strings.Cut(dir, ":")
 		if !qualified {
 			arch, name = "", dir
 		}
-		vc, verr := vit.Preset(name, labels)
-		lc, lerr := llama.Preset(name, labels)
+		var have, qualifiedNames, lists []string
+		for _, fam := range finetune.Families() {
+			if fam.Preset == nil {
+				continue
+			}
+			lists = append(lists, fmt.Sprintf("%s: %s", fam.Name, strings.Join(fam.Presets, ", ")))
+			if arch != "" && arch != fam.Name {
+				continue
+			}
+			m, err := fam.Preset(name, labels, opts)
+			if err != nil {
+				continue
+			}
+			model = m
+			have, qualifiedNames = append(have, fam.Name), append(qualifiedNames, fam.Name+":"+name)
+		}
 		switch {
-		case arch == "vit" && verr == nil, arch == "" && verr == nil && lerr != nil:
-			model = finetune.ViT{Model: &vit.Model{Config: vc}}
-		case arch == "llama" && lerr == nil, arch == "" && lerr == nil && verr != nil:
-			model = finetune.Llama{Model: &llama.Model{Config: lc}}
-		case arch == "" && verr == nil && lerr == nil:
-			return nil, nil, fmt.Errorf("preset %q exists for vit and llama: write vit:%s or llama:%s", name, name, name)
+		case len(have) > 1:
+			return nil, nil, fmt.Errorf("preset %q exists for %s: write %s", name, strings.Join(have, " and "), strings.Join(qualifiedNames, " or "))
+		case len(have) == 1:
 		case statErr != nil && !os.IsNotExist(statErr):
 			return nil, nil, statErr
 		default:
-			return nil, nil, fmt.Errorf("%s is neither a model folder nor a preset (vit: %s; llama: %s)", dir,
-				strings.Join(sortedKeys(vit.Presets), ", "), strings.Join(sortedKeys(llama.Presets), ", "))
+			return nil, nil, fmt.Errorf("%s is neither a model folder nor a preset (%s)", dir, strings.Join(lists, "; "))
 		}
-	}
-	switch m := model.(type) {
-	case finetune.ViT:
-		m.Options = vit.Options{ApproxActivation: cfg.ApproxAct, MSNorm: cfg.MSNorm, GradCheckpoint: cfg.GradCkpt, Attention: kind}
-	case finetune.Llama:
-		m.Options = llama.Options{ApproxActivation: cfg.ApproxAct, MSNorm: cfg.MSNorm, GradCheckpoint: cfg.GradCkpt, Attention: kind}
 	}
 	if err := finetune.ApplyBlockPlan(model, cfg); err != nil {
 		return nil, nil, err
@@ -174,25 +162,16 @@ func stepShapes(model finetune.Model, paramShapes map[string][]int, cfg finetune
 	if err := finetune.CheckTrainable(model); err != nil {
 		return fail(err)
 	}
-	batch := map[string]shapes.Shape{}
-	switch m := model.(type) {
-	case finetune.ViT:
-		c := m.Config
-		batch["pixel_values"] = shapes.Make(dtypes.Float32, in.Batch, c.NumChannels, c.ImageSize, c.ImageSize)
-		batch["labels"] = shapes.Make(dtypes.Int32, in.Batch)
-	case finetune.Llama:
-		if in.Seq <= 0 || in.Seq > MaxSeq {
-			return fail(fmt.Errorf("a LLaMA step plan needs a sequence length from 1 to %d tokens (got %d)", MaxSeq, in.Seq))
-		}
-		batch["input_ids"] = shapes.Make(dtypes.Int32, in.Batch, in.Seq)
-		batch["attention_mask"] = shapes.Make(dtypes.Int32, in.Batch, in.Seq)
-		if m.Config.Architecture == llama.ArchClassification {
-			batch["labels"] = shapes.Make(dtypes.Int32, in.Batch)
-		} else {
-			batch["labels"] = shapes.Make(dtypes.Int32, in.Batch, in.Seq)
-		}
-	default:
+	fam, ok := finetune.FamilyOf(model)
+	if !ok || fam.BatchShapes == nil {
 		return fail(fmt.Errorf("memory planning does not know model %T", model))
+	}
+	if fam.Sequence && (in.Seq <= 0 || in.Seq > MaxSeq) {
+		return fail(fmt.Errorf("a %s step plan needs a sequence length from 1 to %d tokens (got %d)", fam.Title, MaxSeq, in.Seq))
+	}
+	batch, err := fam.BatchShapes(model, in)
+	if err != nil {
+		return fail(err)
 	}
 	return finetune.StepShapes{Model: model, Params: paramShapes, Config: cfg, Batch: batch}, nil
 }
@@ -275,8 +254,9 @@ func Memory(backend compute.Backend, r MemoryRequest) (*Report, error) {
 		if err != nil {
 			return nil, err
 		}
-		rep.ModelType = map[bool]string{true: "vit", false: "llama"}[isViT(model)]
-		if rep.ModelType == "vit" {
+		fam, _ := finetune.FamilyOf(model)
+		rep.ModelType = fam.Name
+		if !fam.Sequence {
 			rep.Shape.Seq = 0
 		}
 		mv, err := Step(backend, model, shp, vc, r.Shape)
@@ -296,7 +276,11 @@ func Memory(backend compute.Backend, r MemoryRequest) (*Report, error) {
 	return rep, nil
 }
 
-func isViT(m finetune.Model) bool { _, ok := m.(finetune.ViT); return ok }
+// hasSequence reports whether m's family has a sequence length to choose (LLaMA; a ViT's is its image size).
+func hasSequence(m finetune.Model) bool {
+	fam, ok := finetune.FamilyOf(m)
+	return ok && fam.Sequence
+}
 
 func ratio(a, b int64) float64 {
 	if b == 0 {
