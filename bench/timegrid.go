@@ -217,8 +217,10 @@ func MatmulOpSeconds(backend compute.Backend, op memory.MatmulOp, reps int) (flo
 		g := graph.NewGraph(backend, "matmul-op")
 		a := graph.Parameter(g, "a", op.LHS)
 		b := graph.Parameter(g, "b", op.RHS)
-		g.Compile(graph.DotGeneral(a, op.LHSContracting, op.LHSBatch, b, op.RHSContracting, op.RHSBatch))
 		defer g.Finalize()
+		if err := g.Compile(graph.DotGeneral(a, op.LHSContracting, op.LHSBatch, b, op.RHSContracting, op.RHSBatch)); err != nil {
+			panic(err) // engine.Try returns it
+		}
 		at, bt := filledTensor(op.LHS), filledTensor(op.RHS)
 		for i := 0; i < reps+1; i++ {
 			start := time.Now()

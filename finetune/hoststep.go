@@ -204,7 +204,9 @@ func buildUpdate(backend compute.Backend, cfg Config, train map[string]shapes.Sh
 			}
 		}
 		outputs := append(append(append(newP, newM...), newV...), norm)
-		g.Compile(outputs...)
+		if err := g.Compile(outputs...); err != nil {
+			panic(err) // engine.Try returns it
+		}
 		u.g = g
 	})
 	if err != nil {
