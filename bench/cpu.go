@@ -131,7 +131,7 @@ func (s CPUSettings) Validate() error {
 }
 
 // Config returns memfit's training config for case c in variant (a finetune.Variants name, optionally with
-// HostStepSuffix).
+// QLoRAPrefix).
 func (s CPUSettings) Config(c CPUCase, variant string) (finetune.Config, error) {
 	method, err := GridMethodByName(c.Method)
 	if err != nil {
@@ -150,7 +150,7 @@ func (s CPUSettings) Config(c CPUCase, variant string) (finetune.Config, error) 
 		}
 		variant = rest
 	}
-	v, err := finetune.VariantByName(strings.TrimSuffix(variant, HostStepSuffix))
+	v, err := finetune.VariantByName(variant)
 	if err != nil {
 		return finetune.Config{}, err
 	}
@@ -227,7 +227,7 @@ type CPUSideResult struct {
 	PeakBytes            int64  `json:"peak_bytes,omitempty"`
 	PeakMethod           string `json:"peak_method,omitempty"`
 	// CompileSeconds is the time memfit's first step spent building and compiling its programs (not counted in
-	// its step time; 0 for the host-side step, which does not report it).
+	// its step time).
 	CompileSeconds float64           `json:"compile_seconds,omitempty"`
 	Versions       map[string]string `json:"versions,omitempty"`
 	// MaxRSSBytes is the process's maximum resident set size: its VmHWM (/proc/self/status), the high-water mark
@@ -251,11 +251,6 @@ func (r *CPUSideResult) FirstLoss() float64 {
 	}
 	return r.Losses[0]
 }
-
-// HostStepSuffix, appended to a variant's name ("plain+host-step"), runs that variant with the host-side step
-// (finetune.WithHostStep: gradients to the host and back every step), the way memfit stepped before its
-// device-resident step: the before/after comparison in one run.
-const HostStepSuffix = "+host-step"
 
 // CPUStepOptions choose what one memfit process of the CPU benchmark runs.
 type CPUStepOptions struct {
@@ -286,10 +281,6 @@ func RunCPUStep(backend compute.Backend, o CPUStepOptions) (CPUSideResult, error
 	if err != nil {
 		return CPUSideResult{}, err
 	}
-	var opts []finetune.Option
-	if strings.HasSuffix(o.Variant, HostStepSuffix) {
-		opts = append(opts, finetune.WithHostStep())
-	}
 	// Every step's loss is read back (the loop syncs at its logging steps) and timed; a benchmark does not judge
 	// the run, so it never stops it as diverged.
 	cfg.LogEvery, cfg.DivergenceFactor = 1, 0
@@ -305,7 +296,7 @@ func RunCPUStep(backend compute.Backend, o CPUStepOptions) (CPUSideResult, error
 	// The library's recipe, without an output folder, on the one batch; the loop's step times are the timings
 	// (each step's wall time from its start to its loss read back, less any compile time).
 	_, err = finetune.Recipe{Spec: finetune.RunSpec{Model: o.Case.Model, Config: cfg}, Data: sameBatch{batch}, Backend: backend,
-		Options: opts, Hooks: finetune.RunHooks{
+		Hooks: finetune.RunHooks{
 			OnStart: func(tr *finetune.Trainer) error {
 				if o.InitFile != "" && tr.Adapters != nil {
 					if err := safetensors.WriteTensors(o.InitFile, tr.Train, "", nil); err != nil {

@@ -39,7 +39,7 @@ The flags are the training settings that shape the step (the rest of a training 
 --config takes a train config file (YAML, keys as train's flags in snake_case), whose memory-saving options the
 variants replace. --max-batch-size N / --max-seq-len N with --budget search, for each variant, the largest batch
 or sequence length up to N whose total fits the budget (the paper's Table 9). --compile-time instead times building and compiling each
-variant's step programs (the device-resident step's, and the host-side step's for comparison).`,
+variant's step programs (the gradient computation alone, and the device-resident step's).`,
 		Example: `  finetune memory --model vit-b16 --num-labels 10 --lora-targets all-linear --batch-size 8
   finetune memory --model llama-1b --lora-targets all-linear --batch-size 1 --seq-len 256 --json
   finetune memory --model llama-7b --compute-dtype bfloat16 --batch-size 1 --max-seq-len 8192 --budget 24GiB
@@ -175,8 +175,8 @@ variant's step programs (the device-resident step's, and the host-side step's fo
 						}
 						continue
 					}
-					fmt.Fprintf(cmd.OutOrStdout(), "%s: compile on %s: host-side step %.2f s (gradient) + %.2f s (update); device-resident step %.2f s\n",
-						v.Name, backend.Name(), ct.HostGradient, ct.HostUpdate, ct.Device)
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: compile on %s: gradient step %.2f s; device-resident step %.2f s\n",
+						v.Name, backend.Name(), ct.Gradient, ct.Device)
 				}
 				return nil
 			}
@@ -204,7 +204,7 @@ variant's step programs (the device-resident step's, and the host-side step's fo
 	f.BoolVar(&autoplan, "plan", false, "with --budget: the memory autopilot's per-block plan (approx-act, Mesa, gradient checkpointing) that fits and runs fastest, its modes timed on this backend (MS-norm on unless the --config file sets ms_norm: false)")
 	f.Float64Var(&budgetMargin, "budget-margin", 0.05, "fraction of --budget kept free (with --plan)")
 	f.BoolVar(&budgetBatch, "budget-batch", false, "with --plan: also choose the micro-batch (a divisor of --batch-size, the effective batch, with accumulation making up the rest) that runs fastest")
-	f.BoolVar(&compileTime, "compile-time", false, "instead of the memory table, build and compile each variant's step programs (host-side and device-resident) and print how long that took")
+	f.BoolVar(&compileTime, "compile-time", false, "instead of the memory table, build and compile each variant's step programs (the gradient computation and the device-resident step) and print how long that took")
 	bindSettings(f, &flagCfg, true, memorySettings...)
 	alias(f, "seq-len", "seq")
 	alias(f, "num-labels", "labels")

@@ -2,7 +2,6 @@ package finetune
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
@@ -143,21 +142,4 @@ func (s StepShapes) CompileDeviceStep(backend compute.Backend) (float64, error) 
 	}
 	sp.g.Finalize()
 	return sp.compileSeconds, nil
-}
-
-// CompileHostUpdate builds and compiles, without running it, the host-side step's optimizer update (WithHostStep)
-// for the trainable tensors of s and returns the seconds that took.
-func (s StepShapes) CompileHostUpdate(backend compute.Backend) (float64, error) {
-	spec, err := s.spec()
-	if err != nil {
-		return 0, err
-	}
-	start := time.Now()
-	u, err := buildUpdate(backend, s.Config, spec.train)
-	if err != nil {
-		return 0, err
-	}
-	seconds := time.Since(start).Seconds()
-	u.g.Finalize()
-	return seconds, nil
 }

@@ -10,10 +10,8 @@ import (
 
 // CompileTimes are the seconds taken to build and compile the programs of one training step.
 type CompileTimes struct {
-	// HostGradient and HostUpdate are the host-side step's two programs (finetune.WithHostStep): the gradient
-	// computation and the optimizer update.
-	HostGradient float64 `json:"host_gradient_seconds"`
-	HostUpdate   float64 `json:"host_update_seconds"`
+	// Gradient is the gradient computation alone (forward, loss, backward: the program the planner reads).
+	Gradient float64 `json:"gradient_seconds"`
 	// Device is the device-resident step's program (one micro-batch per step: forward, backward, update).
 	Device float64 `json:"device_seconds"`
 }
@@ -32,11 +30,8 @@ func TimeCompile(backend compute.Backend, model finetune.Model, paramShapes map[
 	if err != nil {
 		return times, err
 	}
-	times.HostGradient = time.Since(start).Seconds()
+	times.Gradient = time.Since(start).Seconds()
 	step.Graph.Finalize()
-	if times.HostUpdate, err = shaped.CompileHostUpdate(backend); err != nil {
-		return times, err
-	}
 	if times.Device, err = shaped.CompileDeviceStep(backend); err != nil {
 		return times, err
 	}
