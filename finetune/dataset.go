@@ -94,7 +94,7 @@ func OpenData(path string, opts DataOptions, model Model, modelDir string, batch
 		if of, ok := FamilyOf(model); !ok || of.Name != fam.Name {
 			return nil, fam.WrongModel(format)
 		}
-		return fam.OpenData(path, format, opts, model, modelDir, batchSize, seed)
+		return fam.OpenData(DataSource{Path: path, Format: format, Options: opts, Model: model, ModelDir: modelDir, BatchSize: batchSize, Seed: seed})
 	}
 	return nil, fmt.Errorf("unknown data format %q (%s, %s, %s, %s, %s, %s, %s)", format, FormatSafetensors, FormatImages,
 		FormatImageTar, FormatIDX, FormatAlpaca, FormatText, FormatGLUE)

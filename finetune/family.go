@@ -54,7 +54,7 @@ type Family struct {
 	// every family reads (LoadExamples). WrongModel is the error for data of those formats given to a model of
 	// another family.
 	Formats    []string
-	OpenData   func(path, format string, opts DataOptions, m Model, modelDir string, batchSize int, seed uint64) (Iterator, error)
+	OpenData   func(src DataSource) (Iterator, error)
 	WrongModel func(format string) error
 	// Trainable refuses a model that cannot be fine-tuned as it is (a ViTModel without a head); nil: all can.
 	Trainable func(m Model) error
@@ -64,6 +64,17 @@ type Family struct {
 	// GenerationConfig returns the generation_config.json a merged export of m writes when its base model folder
 	// has none (nil, or a nil map: none).
 	GenerationConfig func(m Model) map[string]any
+}
+
+// DataSource is data for a family's OpenData to open: the path and its format (DataFormat), how to read it, the
+// model it is for and its folder (tokenizer, preprocessor), and the batches to make of it.
+type DataSource struct {
+	Path, Format string
+	Options      DataOptions
+	Model        Model
+	ModelDir     string
+	BatchSize    int
+	Seed         uint64
 }
 
 // ModelOptions are the model-wide memory-saving modes and the attention kind a family builds a model in (a

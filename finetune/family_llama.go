@@ -108,12 +108,12 @@ func llamaOptions(opts ModelOptions) llama.Options {
 
 // openText opens text data (FormatAlpaca, FormatText, FormatGLUE) for the LLaMA m (TextExamples), its notes in
 // the loader's Notes.
-func openText(path, format string, opts DataOptions, m Model, modelDir string, batchSize int, seed uint64) (Iterator, error) {
-	ex, notes, err := textExamples(path, opts, m, modelDir)
+func openText(src DataSource) (Iterator, error) {
+	ex, notes, err := textExamples(src.Path, src.Options, src.Model, src.ModelDir)
 	if err != nil {
 		return nil, err
 	}
-	l, err := NewLoader(ex, batchSize, seed, true)
+	l, err := NewLoader(ex, src.BatchSize, src.Seed, true)
 	if err != nil {
 		return nil, err
 	}

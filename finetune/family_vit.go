@@ -229,15 +229,16 @@ func (it imageIterator) Restore(s json.RawMessage) error { return it.l.Restore(s
 
 // openImages opens image data (FormatImages, FormatImageTar, FormatIDX) for the ViT m: its classes must be the
 // model's, and the images are preprocessed as the model folder's preprocessor_config.json says.
-func openImages(path, format string, opts DataOptions, m Model, modelDir string, batchSize int, seed uint64) (Iterator, error) {
-	v := m.(ViT)
-	src, err := OpenImages(path, format, opts.Split)
+func openImages(src DataSource) (Iterator, error) {
+	path, opts, modelDir := src.Path, src.Options, src.ModelDir
+	v := src.Model.(ViT)
+	images, err := OpenImages(path, src.Format, opts.Split)
 	if err != nil {
 		return nil, err
 	}
-	if v.Config.Architecture == "" || len(v.Config.Labels) != len(src.Classes()) {
+	if v.Config.Architecture == "" || len(v.Config.Labels) != len(images.Classes()) {
 		return nil, fmt.Errorf("%s has %d classes %v but the model classifies %d: give the model a head of %d (finetune init --from %s --num-labels %d --out NEW)",
-			path, len(src.Classes()), src.Classes(), len(v.Config.Labels), len(src.Classes()), modelDir, len(src.Classes()))
+			path, len(images.Classes()), images.Classes(), len(v.Config.Labels), len(images.Classes()), modelDir, len(images.Classes()))
 	}
 	pre, err := data.ReadPreprocessor(modelDir, v.Config.NumChannels, v.Config.ImageSize)
 	if err != nil {
@@ -247,5 +248,5 @@ func openImages(path, format string, opts DataOptions, m Model, modelDir string,
 	if opts.Augment {
 		aug = &data.Augment{Pad: max(1, v.Config.ImageSize/8), Flip: true}
 	}
-	return wrapImages(data.NewImageLoader(src, pre, aug, batchSize, seed, true))
+	return wrapImages(data.NewImageLoader(images, pre, aug, src.BatchSize, src.Seed, true))
 }

@@ -246,12 +246,14 @@ func Total(backend compute.Backend, model finetune.Model, cfg finetune.Config, i
 	return mv.TotalBytes, nil
 }
 
-// CalibrateModes measures the step time of each mode on every block: a trainer of cfg with that uniform plan
-// on model runs batch for one warm-up step (compilation) and then steps timed steps, in two passes over the modes
+// CalibrateModes measures the step time of each mode of costs on every block: a trainer of o.Config with that
+// uniform plan on o.Model runs o.Batch on o.Backend for one warm-up step (compilation) and then o.CalibSteps
+// timed steps, in two passes over the modes
 // in opposite orders (so a drift of the machine's speed during the calibration falls on every mode alike); the
 // median of each mode's timed steps is kept, with their range. One trainer exists at a time. The model's own
 // per-block options are restored afterwards.
-func CalibrateModes(backend compute.Backend, model finetune.Model, cfg finetune.Config, batch finetune.Batch, costs []ModeCost, steps int) error {
+func CalibrateModes(o AutopilotOptions, costs []ModeCost) error {
+	backend, model, cfg, batch, steps := o.Backend, o.Model, o.Config, o.Batch, o.CalibSteps
 	blocks, err := finetune.BlockCount(model)
 	if err != nil {
 		return err
@@ -375,7 +377,7 @@ func Autopilot(o AutopilotOptions) (*Autoplan, error) {
 					memory.FormatBytes(costs[0].TotalBytes), memory.FormatBytes(limit))
 			}
 		}
-		if err := CalibrateModes(backend, model, cfg, o.Batch, costs, o.CalibSteps); err != nil {
+		if err := CalibrateModes(o, costs); err != nil {
 			return nil, err
 		}
 		if err := o.Cache.store(key, costs); err != nil {

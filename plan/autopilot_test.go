@@ -83,7 +83,7 @@ func TestAutopilotOnThePlanner(t *testing.T) {
 	}
 	loader, _ := finetune.NewLoader(data, 6, 1, false)
 	batch, _ := loader.Next()
-	if err := plan.CalibrateModes(backend, model, cfg, batch, costs, 2); err != nil {
+	if err := plan.CalibrateModes(plan.AutopilotOptions{Backend: backend, Model: model, Config: cfg, Batch: batch, CalibSteps: 2}, costs); err != nil {
 		t.Fatal(err)
 	}
 	if blocks := model.(finetune.ViT).Options.Blocks; blocks != nil {
