@@ -1,6 +1,8 @@
-// Package finetune trains models: the training step (loss, gradients, optimizer), the loop (schedules,
-// accumulation, clipping, logging, NaN checks), checkpoints with exact resume, and export to PEFT adapters and
-// merged Hugging Face checkpoints.
+// Package finetune trains models: the recipe of a whole run (Recipe: output folder, model and data, trainer,
+// checkpoints, export), the training step (loss, gradients, optimizer) and the loop (schedules, accumulation,
+// clipping, logging, NaN checks), checkpoints with exact resume, export to PEFT adapters and merged Hugging Face
+// checkpoints, and the model families it trains (Family: ViT and LLaMA register themselves). The memory planner
+// and autopilot are package plan, above this one.
 package finetune
 
 import (

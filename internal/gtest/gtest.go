@@ -55,12 +55,14 @@ func RefusingBackend(backend compute.Backend) compute.Backend { return refusingB
 
 type refusingBackend struct{ compute.Backend }
 
+// Builder returns the wrapped backend's builder, whose Compile refuses.
 func (b refusingBackend) Builder(name string) compute.Builder {
 	return refusingBuilder{b.Backend.Builder(name)}
 }
 
 type refusingBuilder struct{ compute.Builder }
 
+// Compile refuses: ErrRefused.
 func (refusingBuilder) Compile() (compute.Executable, error) { return nil, ErrRefused }
 
 // Rand returns n normal(0, scale) float32 values from a seeded generator.
