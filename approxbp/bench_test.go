@@ -22,7 +22,9 @@ func BenchmarkActivation(b *testing.B) {
 			p := graph.Parameter(g, "x", x.Shape())
 			y := c.fn(p)
 			grads := engine.Gradient(graph.ReduceAllSum(graph.Mul(y, p)), p)
-			g.Compile(grads...)
+			if err := g.Compile(grads...); err != nil {
+				b.Fatal(err)
+			}
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				res := g.Run(x)

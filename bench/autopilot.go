@@ -18,6 +18,7 @@ import (
 
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/plan"
 )
 
 // AutopilotCase is one model of the autopilot benchmark: a checkpoint folder whose steps run on the backend
@@ -43,7 +44,7 @@ var AutopilotFractions = []float64{0.95, 0.80, 0.65, 0.50}
 type GlobalOption struct {
 	Name   string `json:"name"`
 	MSNorm bool   `json:"ms_norm"`
-	// Mode is the block mode every block takes (finetune.AutopilotModes).
+	// Mode is the block mode every block takes (plan.AutopilotModes).
 	Mode string `json:"mode"`
 }
 
@@ -112,9 +113,9 @@ type AutopilotRow struct {
 
 // AutopilotResult is one case of the benchmark.
 type AutopilotResult struct {
-	Case   AutopilotCase       `json:"case"`
-	Blocks int                 `json:"blocks"`
-	Costs  []finetune.ModeCost `json:"costs"`
+	Case   AutopilotCase   `json:"case"`
+	Blocks int             `json:"blocks"`
+	Costs  []plan.ModeCost `json:"costs"`
 	// Options are the global options, then the plans that are none of them.
 	Options []AutopilotMeasure `json:"options"`
 	Rows    []AutopilotRow     `json:"rows"`
@@ -155,7 +156,7 @@ type AutopilotOptions struct {
 	Rounds int
 	Runner StepRunner
 	// Cache is the autopilot's calibration cache (a fresh file: every run calibrates once per case).
-	Cache *finetune.CalibrationCache
+	Cache *plan.CalibrationCache
 	Log   io.Writer
 }
 
@@ -195,7 +196,7 @@ func shapeModels(c AutopilotCase) (map[bool]finetune.Model, error) {
 	for _, ms := range []bool{false, true} {
 		cfg := c.Config
 		cfg.MSNorm = ms
-		m, _, err := finetune.ShapeModel(c.Model, cfg, c.Labels)
+		m, _, err := plan.ShapeModel(c.Model, cfg, c.Labels)
 		if err != nil {
 			return nil, err
 		}
@@ -219,12 +220,12 @@ func planGlobalOptions(o AutopilotOptions, c AutopilotCase) (map[bool]finetune.M
 	for _, g := range GlobalOptions {
 		cfg := c.Config
 		cfg.MSNorm = g.MSNorm
-		plan := fmt.Sprintf("%s*%d", g.Mode, blocks)
-		total, err := finetune.PlanTotal(o.Backend, models[g.MSNorm], cfg, c.Shape, plan)
+		uniform := fmt.Sprintf("%s*%d", g.Mode, blocks)
+		total, err := plan.Total(o.Backend, models[g.MSNorm], cfg, c.Shape, uniform)
 		if err != nil {
 			return nil, 0, nil, fmt.Errorf("planning %s: %w", g.Name, err)
 		}
-		out = append(out, AutopilotMeasure{Name: g.Name, MSNorm: g.MSNorm, BlockPlan: plan, PlannedBytes: total})
+		out = append(out, AutopilotMeasure{Name: g.Name, MSNorm: g.MSNorm, BlockPlan: uniform, PlannedBytes: total})
 	}
 	return models, blocks, out, nil
 }
@@ -245,9 +246,10 @@ func runAutopilotCase(o AutopilotOptions, c AutopilotCase) (*AutopilotResult, er
 	batch := finetune.RandomBatch(model, c.Shape, 1)
 	plain := opts[0].PlannedBytes
 	for _, f := range o.Fractions {
-		row, p, err := budgetRow(f, plain, o.Margin, func(budget, _ int64) (*finetune.Autoplan, error) {
+		row, p, err := budgetRow(f, plain, o.Margin, func(budget, _ int64) (*plan.Autoplan, error) {
 			logf(o.Log, "%s: the autopilot at %.0f%% of plain (%s)", c.Name, 100*f, memory.FormatBytes(budget))
-			return finetune.Autopilot(o.Backend, model, cfg, batch, c.Shape, budget, o.Margin, o.CalibSteps, o.Cache)
+			return plan.Autopilot(plan.AutopilotOptions{Backend: o.Backend, Model: model, Config: cfg, Batch: batch, Shape: c.Shape,
+				Budget: budget, Margin: o.Margin, CalibSteps: o.CalibSteps, Cache: o.Cache})
 		})
 		if err != nil {
 			return nil, err
@@ -301,12 +303,12 @@ func runAutopilotCase(o AutopilotOptions, c AutopilotCase) (*AutopilotResult, er
 // budgetRow is the row of the budget at fraction f of plain's total: choose gets the budget and the limit (the
 // budget less margin) and returns the autopilot's plan, which fills the row; when no plan fits, the row holds the
 // autopilot's one line and the plan is nil.
-func budgetRow(f float64, plain int64, margin float64, choose func(budget, limit int64) (*finetune.Autoplan, error)) (AutopilotRow, *finetune.Autoplan, error) {
+func budgetRow(f float64, plain int64, margin float64, choose func(budget, limit int64) (*plan.Autoplan, error)) (AutopilotRow, *plan.Autoplan, error) {
 	budget := int64(f * float64(plain))
 	row := AutopilotRow{Fraction: f, BudgetBytes: budget, LimitBytes: int64(float64(budget) * (1 - margin))}
 	p, err := choose(budget, row.LimitBytes)
 	switch {
-	case errors.Is(err, finetune.ErrNoPlanFits):
+	case errors.Is(err, plan.ErrNoPlanFits):
 		row.NoFit = err.Error()
 		return row, nil, nil
 	case err != nil:
@@ -372,24 +374,24 @@ func planAutopilotCase(o AutopilotOptions, c AutopilotCase, sib *AutopilotResult
 	}
 	cfg := c.Config
 	cfg.MSNorm = true
-	var costs []finetune.ModeCost
-	for _, mode := range finetune.AutopilotModes {
+	var costs []plan.ModeCost
+	for _, mode := range plan.AutopilotModes {
 		for _, g := range opts {
 			if g.MSNorm && strings.HasPrefix(g.BlockPlan, mode+"*") {
-				costs = append(costs, finetune.ModeCost{Mode: mode, TotalBytes: g.PlannedBytes, StepSeconds: g.StepSeconds})
+				costs = append(costs, plan.ModeCost{Mode: mode, TotalBytes: g.PlannedBytes, StepSeconds: g.StepSeconds})
 			}
 		}
 	}
-	if len(costs) != len(finetune.AutopilotModes) {
-		return nil, fmt.Errorf("the global options do not cover the autopilot's modes %v", finetune.AutopilotModes)
+	if len(costs) != len(plan.AutopilotModes) {
+		return nil, fmt.Errorf("the global options do not cover the autopilot's modes %v", plan.AutopilotModes)
 	}
 	res := &AutopilotResult{Case: c, Blocks: blocks, Costs: costs, Options: opts}
 	plain := opts[0].PlannedBytes
 	for _, f := range o.Fractions {
-		row, p, err := budgetRow(f, plain, o.Margin, func(budget, limit int64) (*finetune.Autoplan, error) {
+		row, p, err := budgetRow(f, plain, o.Margin, func(budget, limit int64) (*plan.Autoplan, error) {
 			logf(o.Log, "%s: the autopilot's search at %.0f%% of plain (%s)", c.Name, 100*f, memory.FormatBytes(budget))
-			return finetune.ChooseBlockPlan(costs, blocks, limit, func(plan string) (int64, error) {
-				return finetune.PlanTotal(o.Backend, shaped[true], cfg, c.Shape, plan)
+			return plan.ChooseBlockPlan(costs, blocks, limit, func(blockPlan string) (int64, error) {
+				return plan.Total(o.Backend, shaped[true], cfg, c.Shape, blockPlan)
 			})
 		})
 		if err != nil {

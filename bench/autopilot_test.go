@@ -8,6 +8,7 @@ import (
 
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/plan"
 )
 
 // TestRunAutopilot runs the autopilot benchmark on a tiny LLaMA (run, its configurations trained in this process
@@ -48,7 +49,7 @@ func TestRunAutopilot(t *testing.T) {
 	}
 	fractions := []float64{0.95, 0.85, 0.05}
 	run, err := RunAutopilot(AutopilotOptions{Backend: backend, Cases: cases, Fractions: fractions, Margin: 0.05, CalibSteps: 1, Steps: 1,
-		Runner: runner, Cache: &finetune.CalibrationCache{Path: filepath.Join(dir, "calibration.json")}})
+		Runner: runner, Cache: &plan.CalibrationCache{Path: filepath.Join(dir, "calibration.json")}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -112,7 +112,9 @@ func BuildStep(backend compute.Backend, cfg StackConfig, v Variant) (*Step, erro
 		loss := graph.ReduceAllSum(graph.Mul(h, targetNode))
 		grads := engine.Gradient(loss, weights...)
 		step.Outputs = append([]*graph.Node{loss}, grads...)
-		g.Compile(step.Outputs...)
+		if err := g.Compile(step.Outputs...); err != nil {
+			panic(err) // engine.Try returns it
+		}
 		step.Graph = g
 	})
 	if err != nil {

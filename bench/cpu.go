@@ -2,6 +2,8 @@ package bench
 
 import (
 	"bufio"
+	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -13,7 +15,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/gomlx/compute"
 
@@ -130,7 +131,7 @@ func (s CPUSettings) Validate() error {
 }
 
 // Config returns memfit's training config for case c in variant (a finetune.Variants name, optionally with
-// HostStepSuffix).
+// QLoRAPrefix).
 func (s CPUSettings) Config(c CPUCase, variant string) (finetune.Config, error) {
 	method, err := GridMethodByName(c.Method)
 	if err != nil {
@@ -149,7 +150,7 @@ func (s CPUSettings) Config(c CPUCase, variant string) (finetune.Config, error) 
 		}
 		variant = rest
 	}
-	v, err := finetune.VariantByName(strings.TrimSuffix(variant, HostStepSuffix))
+	v, err := finetune.VariantByName(variant)
 	if err != nil {
 		return finetune.Config{}, err
 	}
@@ -226,7 +227,7 @@ type CPUSideResult struct {
 	PeakBytes            int64  `json:"peak_bytes,omitempty"`
 	PeakMethod           string `json:"peak_method,omitempty"`
 	// CompileSeconds is the time memfit's first step spent building and compiling its programs (not counted in
-	// its step time; 0 for the host-side step, which does not report it).
+	// its step time).
 	CompileSeconds float64           `json:"compile_seconds,omitempty"`
 	Versions       map[string]string `json:"versions,omitempty"`
 	// MaxRSSBytes is the process's maximum resident set size: its VmHWM (/proc/self/status), the high-water mark
@@ -250,11 +251,6 @@ func (r *CPUSideResult) FirstLoss() float64 {
 	}
 	return r.Losses[0]
 }
-
-// HostStepSuffix, appended to a variant's name ("plain+host-step"), runs that variant with the host-side step
-// (finetune.WithHostStep: gradients to the host and back every step), the way memfit stepped before its
-// device-resident step: the before/after comparison in one run.
-const HostStepSuffix = "+host-step"
 
 // CPUStepOptions choose what one memfit process of the CPU benchmark runs.
 type CPUStepOptions struct {
@@ -285,49 +281,55 @@ func RunCPUStep(backend compute.Backend, o CPUStepOptions) (CPUSideResult, error
 	if err != nil {
 		return CPUSideResult{}, err
 	}
-	model, err := finetune.LoadModel(o.Case.Model, cfg)
-	if err != nil {
-		return CPUSideResult{}, err
-	}
-	var opts []finetune.Option
-	if strings.HasSuffix(o.Variant, HostStepSuffix) {
-		opts = append(opts, finetune.WithHostStep())
-	}
-	tr, err := finetune.New(model, cfg, backend, opts...)
-	if err != nil {
-		return CPUSideResult{}, err
-	}
-	if o.InitFile != "" && tr.Adapters != nil {
-		if err := safetensors.WriteTensors(o.InitFile, tr.Train, "", nil); err != nil {
-			return CPUSideResult{}, err
-		}
-	}
+	// Every step's loss is read back (the loop syncs at its logging steps) and timed; a benchmark does not judge
+	// the run, so it never stops it as diverged.
+	cfg.LogEvery, cfg.DivergenceFactor = 1, 0
 	r := CPUSideResult{Side: "memfit", Case: o.Case.Tag(), Variant: o.Variant, Warmup: s.Warmup, Unit: o.Case.Unit(),
-		Threads: runtime.GOMAXPROCS(0), RSSBeforeTrainBytes: ProcHWM(), Versions: MemfitVersions()}
-	for i := 0; i < s.Warmup+s.Steps; i++ {
-		if i == s.Warmup && o.Profile != nil {
-			if err := pprof.StartCPUProfile(o.Profile); err != nil {
-				return r, err
-			}
-			defer pprof.StopCPUProfile()
+		Threads: runtime.GOMAXPROCS(0), Versions: MemfitVersions()}
+	profiling := false
+	var profErr error
+	defer func() {
+		if profiling {
+			pprof.StopCPUProfile()
 		}
-		start := time.Now()
-		st, err := tr.TrainStep([]finetune.Batch{batch})
-		d := time.Since(start).Seconds()
-		if err != nil {
-			return r, fmt.Errorf("step %d: %w", i+1, err)
-		}
-		r.Losses = append(r.Losses, st.Loss)
-		if i == 0 {
-			r.SavedActivationBytes, r.PeakBytes, r.PeakMethod = st.SavedActivationBytes, st.PeakBytes, st.PeakMethod
-			r.CompileSeconds = st.CompileSeconds
-		}
-		if i >= s.Warmup {
-			r.StepSeconds = append(r.StepSeconds, d)
-		}
+	}()
+	// The library's recipe, without an output folder, on the one batch; the loop's step times are the timings
+	// (each step's wall time from its start to its loss read back, less any compile time).
+	_, err = finetune.Recipe{Spec: finetune.RunSpec{Model: o.Case.Model, Config: cfg}, Data: sameBatch{batch}, Backend: backend,
+		Hooks: finetune.RunHooks{
+			OnStart: func(tr *finetune.Trainer) error {
+				if o.InitFile != "" && tr.Adapters != nil {
+					if err := safetensors.WriteTensors(o.InitFile, tr.Train, "", nil); err != nil {
+						return err
+					}
+				}
+				r.RSSBeforeTrainBytes = ProcHWM()
+				return nil
+			},
+			Hooks: finetune.Hooks{OnStep: func(st finetune.StepStats) {
+				r.Losses = append(r.Losses, st.Loss)
+				if st.Step == 1 {
+					r.SavedActivationBytes, r.PeakBytes, r.PeakMethod = st.SavedActivationBytes, st.PeakBytes, st.PeakMethod
+					r.CompileSeconds = st.CompileSeconds
+				}
+				if st.Step > s.Warmup {
+					r.StepSeconds = append(r.StepSeconds, st.Seconds)
+				}
+				if st.Step == s.Warmup && o.Profile != nil && !profiling && profErr == nil {
+					profErr = pprof.StartCPUProfile(o.Profile)
+					profiling = profErr == nil
+				}
+			}},
+		}}.Run(context.Background())
+	if err != nil {
+		return r, err
 	}
-	if o.Profile != nil {
+	if profErr != nil {
+		return r, profErr
+	}
+	if profiling {
 		pprof.StopCPUProfile()
+		profiling = false
 	}
 	// A high-water mark cannot fall, but the kernel's VmHWM is max(hiwater_rss, the current RSS) where the
 	// current RSS is read from per-CPU counters that are only approximately summed (Linux 6.2 and later): a
@@ -337,6 +339,13 @@ func RunCPUStep(backend compute.Backend, o CPUStepOptions) (CPUSideResult, error
 	r.PerSecond = float64(o.Case.PerStep()) / r.MedianSeconds
 	return r, nil
 }
+
+// sameBatch is data that is one batch, again and again.
+type sameBatch struct{ b finetune.Batch }
+
+func (s sameBatch) Next() (finetune.Batch, error) { return s.b, nil }
+func (sameBatch) State() (json.RawMessage, error) { return json.RawMessage("null"), nil }
+func (sameBatch) Restore(json.RawMessage) error   { return nil }
 
 // median returns the median of xs (the mean of the middle two for an even count).
 func median(xs []float64) float64 {

@@ -72,7 +72,7 @@ type CPUCompareOptions struct {
 	// 0 means 1.
 	Rounds int
 	// MemfitInterleave, when set, is the command (program and leading arguments) that runs `finetune bench cpu
-	// interleave`: after its rounds each case's memfit variants (QLoRA rows included, not the host-step ones)
+	// interleave`: after its rounds each case's memfit variants (QLoRA rows included)
 	// also train in one process a step of each in turn, and the goals judge the variants' step ratio by that run.
 	MemfitInterleave []string
 	// Log receives progress lines (may be nil).
@@ -209,9 +209,7 @@ func RunCPUCompare(o CPUCompareOptions) (CPURun, error) {
 		variants := o.Variants
 		if c.Method == "lora-all" && slices.Contains(o.QLoRACases, c.Key) {
 			for _, v := range o.Variants {
-				if !strings.HasSuffix(v, HostStepSuffix) {
-					variants = append(variants, QLoRAPrefix+v)
-				}
+				variants = append(variants, QLoRAPrefix+v)
 			}
 		}
 		rounds := max(1, o.Rounds)
@@ -258,12 +256,7 @@ func RunCPUCompare(o CPUCompareOptions) (CPURun, error) {
 		if cr.PyTorch != nil && run.PyTorch == nil {
 			run.PyTorch = cr.PyTorch.Versions
 		}
-		var inter []string
-		for _, v := range variants {
-			if !strings.HasSuffix(v, HostStepSuffix) {
-				inter = append(inter, v)
-			}
-		}
+		inter := variants
 		if len(o.MemfitInterleave) > 0 && len(inter) > 1 {
 			logf("(%s) memfit %s interleaved in one process ...", c.Key, strings.Join(inter, ", "))
 			var ir CPUInterleaved
@@ -531,10 +524,7 @@ func WriteCPURun(w io.Writer, run CPURun) error {
 				cr.Case.StepGoal, goal(cr.Memfit[0].StepVsPyTorch, cr.Case.StepGoal, true)))
 		}
 		for _, mr := range cr.Memfit[min(1, len(cr.Memfit)):] {
-			if mr.Result != nil && mr.StepVsPlain > 0 && strings.HasSuffix(mr.Result.Variant, HostStepSuffix) {
-				g = append(g, fmt.Sprintf("the device-resident step: memfit %s's step %.3fx %s's (before it)", run.Variants[0],
-					1/mr.StepVsPlain, mr.Result.Variant))
-			} else if mr.Result != nil && mr.StepVsPlain > 0 && strings.HasPrefix(mr.Variant, QLoRAPrefix) {
+			if mr.Result != nil && mr.StepVsPlain > 0 && strings.HasPrefix(mr.Variant, QLoRAPrefix) {
 				if r := cr.interleavedRatio(mr.Variant); r > 0 {
 					g = append(g, fmt.Sprintf("%s %.3fx memfit %s's (LoRA) interleaved (%.3fx in separate processes; informational)",
 						mr.Variant, r, run.Variants[0], mr.StepVsPlain))

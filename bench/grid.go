@@ -9,6 +9,7 @@ import (
 
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/plan"
 )
 
 // GridMethod is one fine-tuning method of the grid: a name and the config changes that make it.
@@ -57,7 +58,7 @@ type GridCell struct {
 	Method  string         `json:"method"`
 	Variant string         `json:"variant"`
 	Shape   finetune.Shape `json:"shape"`
-	finetune.MemoryVariant
+	plan.StepMemory
 }
 
 // MemoryGrid plans every model x method x variant step (no weights read, nothing run): exact saved activations
@@ -68,12 +69,12 @@ func MemoryGrid(backend compute.Backend, gridModels []GridModel, methods []GridM
 	for _, gm := range gridModels {
 		for _, m := range methods {
 			cfg := m.Apply(gm.Base)
-			rep, err := finetune.PlanMemory(backend, gm.Model, cfg, gm.Labels, gm.Shape, variants)
+			rep, err := plan.Memory(backend, plan.MemoryRequest{Model: gm.Model, Config: cfg, Labels: gm.Labels, Shape: gm.Shape, Variants: variants})
 			if err != nil {
 				return nil, fmt.Errorf("%s %s: %w", gm.Model, m.Name, err)
 			}
 			for _, v := range rep.Variants {
-				out = append(out, GridCell{Model: gm.Model, Method: m.Name, Variant: v.Name, Shape: rep.Shape, MemoryVariant: v})
+				out = append(out, GridCell{Model: gm.Model, Method: m.Name, Variant: v.Name, Shape: rep.Shape, StepMemory: v})
 			}
 			if progress != nil {
 				progress(fmt.Sprintf("%s %s: %d variants planned", gm.Model, m.Name, len(rep.Variants)))

@@ -21,6 +21,7 @@ import (
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/models/llama"
 	"github.com/memfit/memfit/models/vit"
+	"github.com/memfit/memfit/plan"
 )
 
 // TimedModel is a model of the timed grid: a checkpoint folder (random weights are fine), its input shape and
@@ -132,7 +133,7 @@ func TimeGrid(backend compute.Backend, tms []TimedModel, methods []GridMethod, v
 					mmSeconds += float64(op.Count) * sec
 				}
 				unit := "images/s"
-				if _, ok := model.(finetune.Llama); ok {
+				if fam, _ := finetune.FamilyOf(model); fam.Sequence {
 					unit, isLlama = "tokens/s", true
 				}
 				runs[i] = &run{tr: tr, batch: b, cell: TimedCell{Model: tm.Name, Method: method.Name, Variant: v.Name,
@@ -149,10 +150,11 @@ func TimeGrid(backend compute.Backend, tms []TimedModel, methods []GridMethod, v
 					r.times = append(r.times, st.Seconds)
 				}
 			}
-			var fits []finetune.Fit
+			var fits []plan.Capacity
 			if isLlama && tm.SeqBudget > 0 {
 				var err error
-				if fits, err = finetune.MaxFit(backend, tm.Dir, method.Apply(tm.Base), 0, tm.Shape, "seq", tm.SeqBudget, 1<<14, variants); err != nil {
+				if fits, err = plan.Capacities(backend, plan.CapacityRequest{Model: tm.Dir, Config: method.Apply(tm.Base), Shape: tm.Shape,
+					Axis: "seq", Budget: tm.SeqBudget, Limit: 1 << 14, Variants: variants}); err != nil {
 					return nil, fmt.Errorf("%s %s: longest sequence: %w", tm.Name, method.Name, err)
 				}
 			}
@@ -215,8 +217,10 @@ func MatmulOpSeconds(backend compute.Backend, op memory.MatmulOp, reps int) (flo
 		g := graph.NewGraph(backend, "matmul-op")
 		a := graph.Parameter(g, "a", op.LHS)
 		b := graph.Parameter(g, "b", op.RHS)
-		g.Compile(graph.DotGeneral(a, op.LHSContracting, op.LHSBatch, b, op.RHSContracting, op.RHSBatch))
 		defer g.Finalize()
+		if err := g.Compile(graph.DotGeneral(a, op.LHSContracting, op.LHSBatch, b, op.RHSContracting, op.RHSBatch)); err != nil {
+			panic(err) // engine.Try returns it
+		}
 		at, bt := filledTensor(op.LHS), filledTensor(op.RHS)
 		for i := 0; i < reps+1; i++ {
 			start := time.Now()

@@ -6,8 +6,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/plan"
 )
 
 // calibrationSteps is how many timed steps each mode runs in the autopilot's calibration (in two passes over the
@@ -16,7 +16,7 @@ const calibrationSteps = 6
 
 // printAutoplan writes the autopilot's choice: per mode, the blocks that take it, what each such block saves and
 // costs against plain (from the exact planner and the measured uniform steps), then the plan and its figures.
-func printAutoplan(w io.Writer, p *finetune.Autoplan, blocks int, budget int64, margin float64) error {
+func printAutoplan(w io.Writer, p *plan.Autoplan, blocks int, budget int64, margin float64) error {
 	fmt.Fprintf(w, "memory autopilot: budget %s less %.0f%% margin = %s; %d blocks\n", memory.FormatBytes(budget), 100*margin,
 		memory.FormatBytes(p.Limit), blocks)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -44,7 +44,7 @@ func printAutoplan(w io.Writer, p *finetune.Autoplan, blocks int, budget int64, 
 }
 
 // blocksOf returns the number of blocks an autopilot plan covers.
-func blocksOf(p *finetune.Autoplan) int {
+func blocksOf(p *plan.Autoplan) int {
 	n := 0
 	for _, c := range p.Counts {
 		n += c

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/plan"
 )
 
 // TestMemoryPlan: memory --budget --plan prints the modes' figures and a plan whose exact total fits the budget
@@ -33,7 +34,7 @@ func TestMemoryPlan(t *testing.T) {
 		t.Fatalf("--json: exit %d\n%s", code, stderr)
 	}
 	var got struct {
-		Autoplan finetune.Autoplan `json:"autoplan"`
+		Autoplan plan.Autoplan `json:"autoplan"`
 	}
 	if err := json.Unmarshal([]byte(js), &got); err != nil {
 		t.Fatal(err)

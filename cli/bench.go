@@ -423,7 +423,7 @@ with GOEXPERIMENT=simd and runs this with GODEBUG=cpu.fma=off.`,
 				return usageError{err}
 			}
 			for _, v := range variantList {
-				if _, err := finetune.VariantByName(strings.TrimSuffix(v, bench.HostStepSuffix)); err != nil {
+				if _, err := finetune.VariantByName(v); err != nil {
 					return usageError{err}
 				}
 			}
@@ -515,7 +515,7 @@ with GOEXPERIMENT=simd and runs this with GODEBUG=cpu.fma=off.`,
 	f.BoolVar(&interleave, "interleave", true, "also train each case's memfit variants in one process, a step of each in turn, and judge their step ratio by that run")
 	f.IntVar(&rounds, "rounds", 1, "run every process this many times, the rows taking turns, and report the median of each row's rounds (steadier on a shared machine)")
 	f.StringSliceVar(&qloraCases, "qlora-cases", []string{"c"}, "LoRA cases that also get memfit's QLoRA rows (NF4 base weights, no reference), compared with memfit's LoRA step")
-	f.StringSliceVar(&variantList, "variants", []string{"plain", "approx-act+ms-norm"}, "memfit variants, plain first; a variant with the suffix "+bench.HostStepSuffix+" runs memfit's former host-side step (the before/after comparison)")
+	f.StringSliceVar(&variantList, "variants", []string{"plain", "approx-act+ms-norm"}, "memfit variants, plain first")
 	f.Float64Var(&lossTol, "loss-tol", 1e-4, "largest relative difference of the two sides' first-step losses")
 	f.StringVar(&out, "out", "bench-cpu-out", "folder for cpu-compare.txt, cpu-compare.json and processes/")
 	f.BoolVar(&overwrite, "overwrite", false, "replace the results of an earlier run in --out")

@@ -13,6 +13,7 @@ import (
 	"github.com/memfit/memfit/bench"
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/plan"
 )
 
 // autopilotCaseNames are bench autopilot's cases: the CPU grid's scaled models (run) and the full-size presets
@@ -114,7 +115,7 @@ Writes DIR/autopilot.txt, DIR/autopilot.json and each process's JSON and log und
 			defer os.RemoveAll(cacheDir)
 			run, err := bench.RunAutopilot(bench.AutopilotOptions{Backend: backend, Cases: cases, Fractions: fractions, Margin: margin,
 				CalibSteps: calibSteps, Steps: steps, Rounds: rounds, Runner: bench.StepProcess(child, env, procDir, steps),
-				Cache: &finetune.CalibrationCache{Path: filepath.Join(cacheDir, "calibration.json")}, Log: cmd.ErrOrStderr()})
+				Cache: &plan.CalibrationCache{Path: filepath.Join(cacheDir, "calibration.json")}, Log: cmd.ErrOrStderr()})
 			if err != nil {
 				return err
 			}

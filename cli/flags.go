@@ -63,7 +63,7 @@ func bindSettings(f *pflag.FlagSet, c *finetune.Config, gpuNote bool, keys ...st
 // backend's GPU defaults, validated; autopilot (a --budget plan) turns MS-norm on unless the file or a flag gave
 // ms_norm. Any error is the user's (a usage error).
 func resolveConfig(cmd *cobra.Command, flagCfg finetune.Config, configFile string, opts *Options, autopilot bool) (finetune.Config, error) {
-	cfg, err := finetune.Resolve(finetune.Sources{File: configFile, Flags: flagCfg, Backend: engine.ChooseSpec(opts.Backend), Autopilot: autopilot,
+	cfg, err := finetune.Resolve(finetune.Sources{File: configFile, Flags: flagCfg, Backend: engine.ChooseSpec(opts.Backend), MSNormByDefault: autopilot,
 		FlagSet: func(key string) bool {
 			s, _ := finetune.SettingByKey(key)
 			fl := cmd.Flags().Lookup(s.Flag())

@@ -13,6 +13,7 @@ import (
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/plan"
 )
 
 func newMemoryCommand(opts *Options) *cobra.Command {
@@ -38,7 +39,7 @@ The flags are the training settings that shape the step (the rest of a training 
 --config takes a train config file (YAML, keys as train's flags in snake_case), whose memory-saving options the
 variants replace. --max-batch-size N / --max-seq-len N with --budget search, for each variant, the largest batch
 or sequence length up to N whose total fits the budget (the paper's Table 9). --compile-time instead times building and compiling each
-variant's step programs (the device-resident step's, and the host-side step's for comparison).`,
+variant's step programs (the gradient computation alone, and the device-resident step's).`,
 		Example: `  finetune memory --model vit-b16 --num-labels 10 --lora-targets all-linear --batch-size 8
   finetune memory --model llama-1b --lora-targets all-linear --batch-size 1 --seq-len 256 --json
   finetune memory --model llama-7b --compute-dtype bfloat16 --batch-size 1 --max-seq-len 8192 --budget 24GiB
@@ -80,7 +81,7 @@ variant's step programs (the device-resident step's, and the host-side step's fo
 				return usagef("--budget-margin goes with --budget --plan")
 			}
 			if autoplan {
-				if err := finetune.CheckAutopilot(cfg, budgetMargin); err != nil {
+				if err := plan.CheckAutopilot(cfg, budgetMargin); err != nil {
 					return usageError{err}
 				}
 			}
@@ -91,22 +92,25 @@ variant's step programs (the device-resident step's, and the host-side step's fo
 			defer backend.Finalize()
 			in := finetune.Shape{Batch: cfg.BatchSize, Seq: seqLen}
 			if autoplan {
-				m, _, err := finetune.ShapeModel(model, cfg, numLabels)
+				m, _, err := plan.ShapeModel(model, cfg, numLabels)
 				if err != nil {
 					return err
 				}
-				if _, isViT := m.(finetune.ViT); isViT {
-					in.Seq = 0
+				if fam, _ := finetune.FamilyOf(m); !fam.Sequence {
+					in.Seq = 0 // a ViT's sequence is its image size
 				}
 				rm, err := finetune.WithRandomWeights(m, cfg, 1)
 				if err != nil {
 					return err
 				}
-				var p *finetune.Autoplan
+				o := plan.AutopilotOptions{Backend: backend, Model: rm, Config: cfg, Shape: in, Budget: budgetBytes, Margin: budgetMargin,
+					CalibSteps: calibrationSteps, Cache: plan.DefaultCalibrationCache()}
+				var p *plan.Autoplan
 				if budgetBatch {
-					p, err = finetune.AutopilotBatch(backend, rm, cfg, in.Seq, budgetBytes, budgetMargin, calibrationSteps, finetune.DefaultCalibrationCache())
+					p, err = plan.AutopilotBatch(o)
 				} else {
-					p, err = finetune.Autopilot(backend, rm, cfg, finetune.RandomBatch(rm, in, 1), in, budgetBytes, budgetMargin, calibrationSteps, finetune.DefaultCalibrationCache())
+					o.Batch = finetune.RandomBatch(rm, in, 1)
+					p, err = plan.Autopilot(o)
 				}
 				if err != nil {
 					return err
@@ -123,7 +127,8 @@ variant's step programs (the device-resident step's, and the host-side step's fo
 					limit, axis = maxSeq, "seq"
 				}
 				b := budgetBytes
-				fits, err := finetune.MaxFit(backend, model, cfg, numLabels, in, axis, b, limit, variants)
+				fits, err := plan.Capacities(backend, plan.CapacityRequest{Model: model, Config: cfg, Labels: numLabels, Shape: in,
+					Axis: axis, Budget: b, Limit: limit, Variants: variants})
 				if err != nil {
 					return err
 				}
@@ -146,7 +151,7 @@ variant's step programs (the device-resident step's, and the host-side step's fo
 			// Every variant's model first (config.json only), so that one the step cannot take (a grad-ckpt variant
 			// of too many blocks) is refused before any variant is built and printed.
 			for _, v := range variants {
-				if _, _, err := finetune.ShapeModel(model, v.Apply(cfg), numLabels); err != nil {
+				if _, _, err := plan.ShapeModel(model, v.Apply(cfg), numLabels); err != nil {
 					if limit := (*finetune.CheckpointLimitError)(nil); errors.As(err, &limit) {
 						return fmt.Errorf("variant %s: %w", v.Name, err)
 					}
@@ -156,11 +161,11 @@ variant's step programs (the device-resident step's, and the host-side step's fo
 			if compileTime {
 				for _, v := range variants {
 					vc := v.Apply(cfg)
-					m, shp, err := finetune.ShapeModel(model, vc, numLabels)
+					m, shp, err := plan.ShapeModel(model, vc, numLabels)
 					if err != nil {
 						return err
 					}
-					ct, err := finetune.PlanCompileTimes(backend, m, shp, vc, in)
+					ct, err := plan.TimeCompile(backend, m, shp, vc, in)
 					if err != nil {
 						return err
 					}
@@ -170,12 +175,12 @@ variant's step programs (the device-resident step's, and the host-side step's fo
 						}
 						continue
 					}
-					fmt.Fprintf(cmd.OutOrStdout(), "%s: compile on %s: host-side step %.2f s (gradient) + %.2f s (update); device-resident step %.2f s\n",
-						v.Name, backend.Name(), ct.HostGradient, ct.HostUpdate, ct.Device)
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: compile on %s: gradient step %.2f s; device-resident step %.2f s\n",
+						v.Name, backend.Name(), ct.Gradient, ct.Device)
 				}
 				return nil
 			}
-			rep, err := finetune.PlanMemory(backend, model, cfg, numLabels, in, variants)
+			rep, err := plan.Memory(backend, plan.MemoryRequest{Model: model, Config: cfg, Labels: numLabels, Shape: in, Variants: variants})
 			if err != nil {
 				return err
 			}
@@ -199,7 +204,7 @@ variant's step programs (the device-resident step's, and the host-side step's fo
 	f.BoolVar(&autoplan, "plan", false, "with --budget: the memory autopilot's per-block plan (approx-act, Mesa, gradient checkpointing) that fits and runs fastest, its modes timed on this backend (MS-norm on unless the --config file sets ms_norm: false)")
 	f.Float64Var(&budgetMargin, "budget-margin", 0.05, "fraction of --budget kept free (with --plan)")
 	f.BoolVar(&budgetBatch, "budget-batch", false, "with --plan: also choose the micro-batch (a divisor of --batch-size, the effective batch, with accumulation making up the rest) that runs fastest")
-	f.BoolVar(&compileTime, "compile-time", false, "instead of the memory table, build and compile each variant's step programs (host-side and device-resident) and print how long that took")
+	f.BoolVar(&compileTime, "compile-time", false, "instead of the memory table, build and compile each variant's step programs (the gradient computation and the device-resident step) and print how long that took")
 	bindSettings(f, &flagCfg, true, memorySettings...)
 	alias(f, "seq-len", "seq")
 	alias(f, "num-labels", "labels")
@@ -229,7 +234,7 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-func writeMemoryTable(out io.Writer, rep *finetune.MemoryReport) error {
+func writeMemoryTable(out io.Writer, rep *plan.Report) error {
 	shape := fmt.Sprintf("batch %d", rep.Shape.Batch)
 	if rep.Shape.Seq > 0 {
 		shape += fmt.Sprintf(", sequence %d", rep.Shape.Seq)

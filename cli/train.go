@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/plan"
 )
 
 // usageError marks errors in how a command was called (exit code 2).
@@ -140,7 +140,7 @@ gradients to the host; the loss is read back every --log-every steps.`,
 				if err != nil {
 					return usageError{err}
 				}
-				if err := finetune.CheckAutopilot(spec.Config, budgetMargin); err != nil {
+				if err := plan.CheckAutopilot(spec.Config, budgetMargin); err != nil {
 					return usageError{err}
 				}
 				ap = &autopilotRequest{budget: b, margin: budgetMargin, batch: budgetBatch}
@@ -196,179 +196,82 @@ type autopilotRequest struct {
 	batch  bool // --budget-batch: the micro-batch is the autopilot's to choose too
 }
 
-// peekBatch returns the loader's next batch and its shape without moving the loader.
-func peekBatch(loader finetune.Iterator) (finetune.Batch, finetune.Shape, error) {
-	state, err := loader.State()
-	if err != nil {
-		return nil, finetune.Shape{}, err
-	}
-	b, err := loader.Next()
-	if err != nil {
-		return nil, finetune.Shape{}, err
-	}
-	if err := loader.Restore(state); err != nil {
-		return nil, finetune.Shape{}, err
-	}
-	in := finetune.Shape{Batch: b.Size()}
-	if ids, ok := b["input_ids"]; ok && ids.Rank() == 2 {
-		in.Seq = ids.Shape().Dim(1)
-	}
-	return b, in, nil
-}
-
-func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out string, resume, overwrite bool, ap *autopilotRequest) (err error) {
-	_, statErr := os.Stat(out)
-	created := errors.Is(statErr, fs.ErrNotExist)
-	unlock, err := finetune.LockRun(out)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil && created {
-			removeIfOnlyLock(out) // before unlocking: no other process can take the lock in between
-		}
-		unlock()
-	}()
-	if err := finetune.CleanStale(out); err != nil {
-		return err
-	}
-	if !resume {
-		inputs := []string{spec.Model, spec.DataOptions.Tokenizer, spec.Config.InitAdapter}
-		inputs = append(inputs, strings.Split(spec.Data, ",")...) // an IDX pair is two paths
-		if err := finetune.CheckFreshRun(out, overwrite, inputs...); err != nil {
-			return usageError{err}
-		}
-	}
-	model, loader, err := spec.Open()
-	if err != nil {
-		return err
-	}
-	if l, ok := loader.(*finetune.Loader); ok {
-		for _, n := range l.Notes {
-			fmt.Fprintf(cmd.ErrOrStderr(), "note: %s\n", n)
-		}
-	}
-	backend, err := opts.NewBackend()
-	if err != nil {
-		return err
-	}
-	if ap != nil {
-		batch, in, err := peekBatch(loader)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(cmd.ErrOrStderr(), "memory autopilot: planning and timing %d modes (%d steps each, cached)\n", len(finetune.AutopilotModes), calibrationSteps)
-		var plan *finetune.Autoplan
-		if ap.batch {
-			plan, err = finetune.AutopilotBatch(backend, model, spec.Config, in.Seq, ap.budget, ap.margin, calibrationSteps, finetune.DefaultCalibrationCache())
-		} else {
-			plan, err = finetune.Autopilot(backend, model, spec.Config, batch, in, ap.budget, ap.margin, calibrationSteps, finetune.DefaultCalibrationCache())
-		}
-		if err != nil {
-			return err
-		}
-		if err := printAutoplan(cmd.ErrOrStderr(), plan, blocksOf(plan), ap.budget, ap.margin); err != nil {
-			return err
-		}
-		spec.Config.BlockPlan = plan.Plan
-		if plan.BatchSize != spec.Config.BatchSize {
-			spec.Config.BatchSize, spec.Config.AccumSteps = plan.BatchSize, plan.AccumSteps
-			if loader, err = finetune.OpenData(spec.Data, spec.DataOptions, model, spec.Model, spec.Config.BatchSize, spec.Config.Seed); err != nil {
-				return err
-			}
-		}
-	}
-	if err := finetune.CheckFitsMachine(backend, model, spec.Config, loader); err != nil {
-		return err
-	}
-	var tr *finetune.Trainer
-	if resume {
-		if tr, err = finetune.Resume(out, model, backend, loader); err != nil {
-			if errors.Is(err, finetune.ErrDataChanged) {
-				return fmt.Errorf("--data %s: %w", spec.Data, err)
-			}
-			return err
-		}
-		if diff := finetune.ConfigDiff(spec.Config, tr.Config); len(diff) > 0 {
-			return fmt.Errorf("%s does not match the checkpoint it resumes (here = run.yaml, there = the checkpoint): %s",
-				filepath.Join(out, finetune.RunFile), strings.Join(diff, "; "))
-		}
-		if spec.Config.Steps < tr.Step {
-			return usagef("--steps %d is below the step the checkpoint reached (%d): give more steps to continue; the run's adapter is in %s", spec.Config.Steps, tr.Step, filepath.Join(out, "adapter"))
-		}
-		tr.Config.Steps = spec.Config.Steps
-		if err := tr.Config.Validate(); err != nil {
-			return usageError{err}
-		}
-	} else {
-		if tr, err = finetune.New(model, spec.Config, backend); err != nil {
-			return usageError{err}
-		}
-	}
-	// Printed once the model, data and config are known to be good: a bad input is one line, not this block.
-	resolved, _ := yaml.Marshal(spec)
-	fmt.Fprintf(cmd.ErrOrStderr(), "# resolved run\n%s", resolved)
-	if err := finetune.WriteRunSpec(out, spec); err != nil {
-		return err
-	}
-	metricsPath := filepath.Join(out, finetune.MetricsFile)
-	if resume {
-		if n, err := finetune.TrimMetrics(metricsPath, tr.Step); err != nil {
-			return err
-		} else if n > 0 {
-			fmt.Fprintf(cmd.ErrOrStderr(), "%s: dropped %d line(s) written after the checkpoint of step %d (or cut short)\n", metricsPath, n, tr.Step)
-		}
-	}
-	metrics, err := finetune.OpenMetrics(metricsPath)
-	if err != nil {
-		return err
-	}
-	defer metrics.Close()
+// runTraining runs the resolved run through the library's recipe (finetune.Recipe), with the memory autopilot
+// (plan.Budget) when --budget asked for it and the machine check (plan.CheckMachine), and prints its progress.
+func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out string, resume, overwrite bool, ap *autopilotRequest) error {
 	stderr := cmd.ErrOrStderr()
-	fmt.Fprintf(stderr, "training %d trainable parameters, step %d -> %d\n", tr.TrainableCount(), tr.Step, tr.Config.Steps)
-	ctx, sig := signalContext()
-	progress := newProgress(stderr, tr.Config.Steps, tr.Step)
-	skipped := 0
-	onSkip := func(step, n int) {
-		if skipped = n; n <= 3 {
-			fmt.Fprintf(stderr, "\nwarning: a batch drawn for step %d has no target token (every label is -100): skipped%s\n",
-				step, map[bool]string{true: " (later ones are counted, not shown)", false: ""}[n == 3])
+	metricsPath := filepath.Join(out, finetune.MetricsFile)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var sig func() os.Signal
+	var progress func(finetune.StepStats)
+	skipped, warned := 0, false
+	warnSkipped := func() {
+		if skipped > 0 && !warned {
+			fmt.Fprintf(stderr, "\nwarning: %d batch(es) without a target token were skipped (see skipped_batches in %s)\n", skipped, metricsPath)
 		}
+		warned = true
 	}
-	err = tr.Fit(ctx, loader, out, metrics, finetune.Hooks{OnStep: progress, OnSkip: onSkip})
-	if skipped > 0 {
-		fmt.Fprintf(stderr, "\nwarning: %d batch(es) without a target token were skipped (see skipped_batches in %s)\n", skipped, metricsPath)
+	r := finetune.Recipe{Spec: spec, Out: out, Resume: resume, Overwrite: overwrite, BackendSpec: opts.Backend,
+		Check: plan.CheckMachine, Export: finetune.Export{Adapter: true},
+		Hooks: finetune.RunHooks{
+			OnDataNote: func(n string) { fmt.Fprintf(stderr, "note: %s\n", n) },
+			// Printed once the model, data and config are known to be good: a bad input is one line, not this block.
+			OnResolved: func(spec finetune.RunSpec) {
+				resolved, _ := yaml.Marshal(spec)
+				fmt.Fprintf(stderr, "# resolved run\n%s", resolved)
+			},
+			OnMetricsTrimmed: func(path string, n, step int) {
+				fmt.Fprintf(stderr, "%s: dropped %d line(s) written after the checkpoint of step %d (or cut short)\n", path, n, step)
+			},
+			OnStart: func(tr *finetune.Trainer) error {
+				fmt.Fprintf(stderr, "training %d trainable parameters, step %d -> %d\n", tr.TrainableCount(), tr.Step, tr.Config.Steps)
+				sig = notifyCancel(cancel)
+				progress = newProgress(stderr, tr.Config.Steps, tr.Step)
+				return nil
+			},
+			Hooks: finetune.Hooks{
+				OnStep: func(s finetune.StepStats) { progress(s) },
+				OnSkip: func(step, n int) {
+					if skipped = n; n <= 3 {
+						fmt.Fprintf(stderr, "\nwarning: a batch drawn for step %d has no target token (every label is -100): skipped%s\n",
+							step, map[bool]string{true: " (later ones are counted, not shown)", false: ""}[n == 3])
+					}
+				},
+			},
+			OnTrained: func(*finetune.Trainer) {
+				warnSkipped()
+				fmt.Fprintln(stderr)
+			},
+		}}
+	if ap != nil {
+		r.Plan = plan.Budget{Bytes: ap.budget, Margin: ap.margin, ChooseBatch: ap.batch, CalibSteps: calibrationSteps,
+			Cache: plan.DefaultCalibrationCache(),
+			OnStart: func() {
+				fmt.Fprintf(stderr, "memory autopilot: planning and timing %d modes (%d steps each, cached)\n", len(plan.AutopilotModes), calibrationSteps)
+			},
+			OnChoice: func(p *plan.Autoplan) error { return printAutoplan(stderr, p, blocksOf(p), ap.budget, ap.margin) },
+		}.Plan
 	}
-	if errors.Is(err, context.Canceled) {
+	res, err := r.Run(ctx)
+	warnSkipped()
+	var request *finetune.RequestError
+	switch {
+	case errors.Is(err, context.Canceled) && res.Trainer != nil:
 		s := sig()
+		tr := res.Trainer
 		fmt.Fprintln(stderr)
 		return exitError{code: signalExitCode(s), err: fmt.Errorf("interrupted by %s at step %d of %d: checkpoint written; continue with --resume", signalName(s), tr.Step, tr.Config.Steps)}
-	}
-	if err != nil {
+	case errors.As(err, &request):
+		return usageError{request.Err}
+	case err != nil:
 		return err
 	}
-	fmt.Fprintln(stderr)
-	if tr.Adapters != nil {
-		dir := filepath.Join(out, "adapter")
-		if err := tr.ExportAdapter(dir, spec.Model); err != nil {
-			return err
-		}
-		fmt.Fprintf(cmd.OutOrStdout(), "adapter written to %s\n", dir)
+	if res.AdapterDir != "" {
+		fmt.Fprintf(cmd.OutOrStdout(), "adapter written to %s\n", res.AdapterDir)
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "run finished at step %d in %s\n", tr.Step, out)
+	fmt.Fprintf(cmd.OutOrStdout(), "run finished at step %d in %s\n", res.Trainer.Step, out)
 	return nil
-}
-
-// removeIfOnlyLock removes the output folder a failed run created when it holds nothing but its lock file: a run
-// refused at load (a bad config.json, non-finite weights) leaves no folder behind.
-func removeIfOnlyLock(out string) {
-	entries, err := os.ReadDir(out)
-	if err != nil || len(entries) != 1 || entries[0].Name() != finetune.LockFile {
-		return
-	}
-	if os.Remove(filepath.Join(out, finetune.LockFile)) == nil {
-		_ = os.Remove(out)
-	}
 }
 
 // newProgress returns a step hook that draws a progress bar on a terminal, or prints a line per step otherwise.
@@ -414,10 +317,9 @@ func describe(s finetune.StepStats) string {
 	return strings.Join(parts, " ")
 }
 
-// signalContext returns a context cancelled by the first SIGINT or SIGTERM, and a function that tells which
-// signal it was (nil before one arrived). A second signal is left to its default action (the process ends).
-func signalContext() (context.Context, func() os.Signal) {
-	ctx, cancel := context.WithCancel(context.Background())
+// notifyCancel calls cancel on the first SIGINT or SIGTERM and returns a function that tells which signal it was
+// (nil before one arrived). A second signal is left to its default action (the process ends).
+func notifyCancel(cancel func()) func() os.Signal {
 	ch := make(chan os.Signal, 1)
 	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
 	var got atomic.Value
@@ -427,7 +329,7 @@ func signalContext() (context.Context, func() os.Signal) {
 		signal.Stop(ch) // a second Ctrl-C ends the process at once
 		cancel()
 	}()
-	return ctx, func() os.Signal {
+	return func() os.Signal {
 		s, _ := got.Load().(os.Signal)
 		return s
 	}

@@ -96,10 +96,6 @@ func FineTune(ctx context.Context, modelDir string, train, test finetune.Example
 	if run.AccuracyBefore, err = finetune.Accuracy(before, test, 250); err != nil {
 		return run, err
 	}
-	trainer, err := finetune.New(model, cfg, opts.Backend)
-	if err != nil {
-		return run, err
-	}
 	loader, err := finetune.NewLoader(train, cfg.BatchSize, cfg.Seed, true)
 	if err != nil {
 		return run, err
@@ -126,9 +122,13 @@ func FineTune(ctx context.Context, modelDir string, train, test finetune.Example
 				cfg.Steps, s.Loss, s.ExamplesPerSecond, memory.FormatBytes(s.SavedActivationBytes), memory.FormatPeak(s.PeakBytes, s.PeakMethod))
 		}
 	}}
-	if err := trainer.Fit(ctx, loader, "", metrics, hooks); err != nil {
+	// The library's recipe, without an output folder: the model loaded above, the examples in memory.
+	res, err := finetune.Recipe{Spec: finetune.RunSpec{Model: modelDir, Config: cfg}, Model: model, Data: loader,
+		Backend: opts.Backend, Metrics: metrics, Hooks: finetune.RunHooks{Hooks: hooks}}.Run(ctx)
+	if err != nil {
 		return run, err
 	}
+	trainer := res.Trainer
 	if metricsFile != nil {
 		if err := bw.Flush(); err != nil {
 			return run, err

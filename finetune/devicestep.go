@@ -121,7 +121,9 @@ func buildStepProgram(backend compute.Backend, cfg Config, spec stepSpec, kind p
 		}
 		if kind != progFinal {
 			outs := append(append(append(total, loss), p.rng), p.mesaOut...)
-			g.Compile(outs...)
+			if err := g.Compile(outs...); err != nil {
+				panic(err) // engine.Try returns it: the backend's cause, not a later "not compiled"
+			}
 			sp.g = g
 			return
 		}
@@ -151,7 +153,9 @@ func buildStepProgram(backend compute.Backend, cfg Config, spec stepSpec, kind p
 		}
 		outs := append(append(append(newP, newM...), newV...), p.rng)
 		outs = append(append(outs, p.mesaOut...), okOut, loss, norm)
-		g.Compile(outs...)
+		if err := g.Compile(outs...); err != nil {
+			panic(err)
+		}
 		sp.g = g
 	})
 	if err != nil {

@@ -180,16 +180,18 @@ func TestDeviceStepStaysOnDevice(t *testing.T) {
 
 	// The host-side step moves every gradient both ways (same backend: the model's tensors live on it now).
 	hb := cb
-	host, err := finetune.New(model, cfg, hb, finetune.WithHostStep())
+	host, err := finetune.New(model, cfg, hb)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := host.TrainStep([]finetune.Batch{next()}); err != nil {
+	hs := finetune.NewHostStep(host)
+	defer hs.Release()
+	if _, err := hs.TrainStep([]finetune.Batch{next()}); err != nil {
 		t.Fatal(err)
 	}
 	hb.uploads.Store(0)
 	hb.reads.Store(0)
-	if _, err := host.TrainStep([]finetune.Batch{next()}); err != nil {
+	if _, err := hs.TrainStep([]finetune.Batch{next()}); err != nil {
 		t.Fatal(err)
 	}
 	if hb.reads.Load() < trainBytes(host) || hb.uploads.Load() < trainBytes(host) {
@@ -222,20 +224,40 @@ func TestDeviceStepMatchesHostStep(t *testing.T) {
 			if c.opt == "adamw" {
 				cfg.Momentum = 0
 			}
-			run := func(opts ...finetune.Option) ([]finetune.StepStats, *finetune.Trainer) {
-				tr, err := finetune.New(c.model, cfg, gtest.Backend(t), opts...)
+			// The device-resident step through the loop; the host-side step (hoststep_test.go) on the same
+			// batches, one optimizer step of AccumSteps micro-batches at a time, as the loop draws them.
+			run := func(host bool) ([]finetune.StepStats, *finetune.Trainer) {
+				tr, err := finetune.New(c.model, cfg, gtest.Backend(t))
 				if err != nil {
 					t.Fatal(err)
 				}
 				loader, _ := finetune.NewLoader(c.data, 4, cfg.Seed, true)
 				var stats []finetune.StepStats
-				if err := tr.Fit(context.Background(), loader, "", nil, finetune.Hooks{OnStep: func(s finetune.StepStats) { stats = append(stats, s) }}); err != nil {
-					t.Fatal(err)
+				if !host {
+					if err := tr.Fit(context.Background(), loader, "", nil, finetune.Hooks{OnStep: func(s finetune.StepStats) { stats = append(stats, s) }}); err != nil {
+						t.Fatal(err)
+					}
+					return stats, tr
+				}
+				hs := finetune.NewHostStep(tr)
+				defer hs.Release()
+				for tr.Step < cfg.Steps {
+					batches := make([]finetune.Batch, cfg.AccumSteps)
+					for i := range batches {
+						if batches[i], err = loader.Next(); err != nil {
+							t.Fatal(err)
+						}
+					}
+					s, err := hs.TrainStep(batches)
+					if err != nil {
+						t.Fatal(err)
+					}
+					stats = append(stats, s)
 				}
 				return stats, tr
 			}
-			dev, dtr := run()
-			host, htr := run(finetune.WithHostStep())
+			dev, dtr := run(false)
+			host, htr := run(true)
 			for i := range dev {
 				if d := dev[i].Loss - host[i].Loss; d > 1e-5 || d < -1e-5 || !dev[i].Synced {
 					t.Errorf("step %d: loss %.7g (device) vs %.7g (host)", i+1, dev[i].Loss, host[i].Loss)

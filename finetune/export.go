@@ -21,7 +21,6 @@ import (
 	"github.com/memfit/memfit/adapter"
 	"github.com/memfit/memfit/lora"
 	"github.com/memfit/memfit/models"
-	"github.com/memfit/memfit/models/llama"
 	"github.com/memfit/memfit/msnorm"
 	"github.com/memfit/memfit/safetensors"
 )
@@ -316,15 +315,16 @@ func (t *Trainer) ExportMergedFolder(dir, baseModel, tokenizer string) error {
 			return err
 		}
 	}
-	l, ok := t.Model.(Llama)
-	if copied[GenerationConfig] || !ok || l.Config.Architecture != llama.ArchCausalLM {
+	if copied[GenerationConfig] {
 		return nil
 	}
-	gen := map[string]any{"_from_model_config": true}
-	for key, id := range map[string]int{"bos_token_id": l.Config.BOSTokenID, "eos_token_id": l.Config.EOSTokenID, "pad_token_id": l.Config.PadTokenID} {
-		if id >= 0 {
-			gen[key] = id
-		}
+	fam, ok := FamilyOf(t.Model)
+	if !ok || fam.GenerationConfig == nil {
+		return nil
+	}
+	gen := fam.GenerationConfig(t.Model)
+	if gen == nil {
+		return nil
 	}
 	return writeJSON(filepath.Join(dir, GenerationConfig), gen)
 }

@@ -10,55 +10,38 @@ import (
 	yaml3 "go.yaml.in/yaml/v3"
 	"sigs.k8s.io/yaml"
 
-	"github.com/memfit/memfit/attention"
 	"github.com/memfit/memfit/models"
-	"github.com/memfit/memfit/models/auto"
-	"github.com/memfit/memfit/models/llama"
-	"github.com/memfit/memfit/models/vit"
 	"github.com/memfit/memfit/quant"
 	"github.com/memfit/memfit/safetensors"
 
 	"github.com/gomlx/compute/dtypes"
 )
 
-// LoadModel loads the model folder dir (ViT or LLaMA, by its config's model_type) with the model options of cfg
-// (approximate activation, MS-norm, gradient checkpointing, attention kind).
+// LoadModel loads the model folder dir (of a registered family, by its config's model_type: ViT or LLaMA) with
+// the model options of cfg (approximate activation, MS-norm, gradient checkpointing, attention kind) and its
+// per-block plan.
 func LoadModel(dir string, cfg Config) (Model, error) {
-	kind, err := attention.ParseKind(cfg.Attention)
+	opts, err := ModelOptionsOf(cfg)
 	if err != nil {
 		return nil, err
 	}
 	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
 		return nil, fmt.Errorf("%s is a file: a model is a folder (config.json and its safetensors), here %s", dir, filepath.Dir(dir))
 	}
-	mt, err := auto.ModelType(dir)
+	fam, err := FamilyOfFolder(dir)
 	if err != nil {
 		return nil, err
-	}
-	switch mt {
-	case "vit", "llama":
-	default:
-		return nil, fmt.Errorf("model type %q cannot be trained", mt)
 	}
 	// Load -> quantise (QLoRA) -> fold -> graph: QLoRA loads the float weights unfolded, quantises them, and
 	// builds the model again from the quantised weights; building folds the norms (models.ApplyFolds), into NF4
 	// weights as into float ones.
 	qlora := cfg.Method == MethodQLoRA
-	var model rebuilder
-	if mt == "vit" {
-		m, err := vit.Load(dir, vit.Options{ApproxActivation: cfg.ApproxAct, MSNorm: cfg.MSNorm && !qlora, GradCheckpoint: cfg.GradCkpt, Attention: kind})
-		if err != nil {
-			return nil, err
-		}
-		model = ViT{Model: m}
-	} else {
-		m, err := llama.Load(dir, llama.Options{ApproxActivation: cfg.ApproxAct, MSNorm: cfg.MSNorm && !qlora, GradCheckpoint: cfg.GradCkpt, Attention: kind})
-		if err != nil {
-			return nil, err
-		}
-		model = Llama{Model: m}
+	opts.MSNorm = cfg.MSNorm && !qlora
+	model, err := fam.Load(dir, opts)
+	if err != nil {
+		return nil, err
 	}
-	if err := applyBlockPlan(model, cfg); err != nil {
+	if err := ApplyBlockPlan(model, cfg); err != nil {
 		return nil, err
 	}
 	if !qlora {
@@ -68,61 +51,58 @@ func LoadModel(dir string, cfg Config) (Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	quantised, err := model.rebuild(q, cfg.MSNorm)
+	quantised, err := fam.Rebuild(model, q, cfg.MSNorm)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
 	return quantised, nil
 }
 
-// rebuilder is a Model that can be built again over other parameters (QLoRA's quantised ones), folding the
-// norms when msNorm: the model's constructor is the one place that folds.
-type rebuilder interface {
-	Model
-	rebuild(params models.Params, msNorm bool) (Model, error)
+// PerBlock is a Model whose transformer blocks each take a memory mode of a per-block plan (Config.BlockPlan);
+// ViT and Llama are.
+type PerBlock interface {
+	// BlockModes returns the model's per-block plan (nil: none, the model-wide options hold) and its number of
+	// blocks.
+	BlockModes() (modes []models.BlockMode, count int)
+	// SetBlockModes sets the per-block plan (nil: none).
+	SetBlockModes(modes []models.BlockMode)
+	// GradCheckpoint reports the model-wide grad_ckpt option (what holds without a per-block plan).
+	GradCheckpoint() bool
 }
 
-// blockPlanned is a Model whose options can hold a per-block memory plan (ViT, Llama).
-type blockPlanned interface {
-	blocks() (modes []models.BlockMode, count int)
-	setBlocks(modes []models.BlockMode)
-	gradCheckpoint() bool // the model-wide grad_ckpt option (without a per-block plan)
+// BlockCount returns the number of transformer blocks of model (what a block plan covers).
+func BlockCount(model Model) (int, error) {
+	bp, ok := model.(PerBlock)
+	if !ok {
+		return 0, fmt.Errorf("model %T has no per-block options", model)
+	}
+	_, n := bp.BlockModes()
+	return n, nil
 }
 
-func (m ViT) blocks() ([]models.BlockMode, int) {
-	return m.Options.Blocks, m.Config.NumHiddenLayers
-}
-func (m ViT) setBlocks(modes []models.BlockMode) { m.Options.Blocks = modes }
-func (m ViT) gradCheckpoint() bool               { return m.Options.GradCheckpoint }
-func (m Llama) blocks() ([]models.BlockMode, int) {
-	return m.Options.Blocks, m.Config.NumHiddenLayers
-}
-func (m Llama) setBlocks(modes []models.BlockMode) { m.Options.Blocks = modes }
-func (m Llama) gradCheckpoint() bool               { return m.Options.GradCheckpoint }
-
-// applyBlockPlan gives model the per-block plan of cfg when cfg has one (a model built with its own
+// ApplyBlockPlan gives model the per-block plan of cfg when cfg has one (a model built with its own
 // Options.Blocks and a config without a plan keeps them), then checks that at most MaxCheckpointedBlocks blocks
-// are checkpointed.
-func applyBlockPlan(model Model, cfg Config) error {
-	bp, ok := model.(blockPlanned)
+// are checkpointed (a *CheckpointLimitError otherwise).
+func ApplyBlockPlan(model Model, cfg Config) error {
+	bp, ok := model.(PerBlock)
 	if cfg.BlockPlan != "" {
 		if !ok {
 			return fmt.Errorf("block_plan: model %T has no per-block options", model)
 		}
-		_, n := bp.blocks()
+		_, n := bp.BlockModes()
 		modes, err := cfg.blockModes(n)
 		if err != nil {
 			return err
 		}
-		bp.setBlocks(modes)
+		bp.SetBlockModes(modes)
 	}
 	if !ok {
 		return nil
 	}
-	modes, n := bp.blocks()
+	modes, n := bp.BlockModes()
 	ckpt := 0
 	if modes == nil {
-		if bp.gradCheckpoint() {
+		if bp.GradCheckpoint() {
 			ckpt = n
 		}
 	} else {
@@ -158,31 +138,17 @@ const MaxCheckpointedBlocks = 256
 
 // usesBlockMesa reports whether model's per-block plan stores some block's activations with Mesa.
 func usesBlockMesa(model Model) bool {
-	bp, ok := model.(blockPlanned)
+	bp, ok := model.(PerBlock)
 	if !ok {
 		return false
 	}
-	modes, _ := bp.blocks()
+	modes, _ := bp.BlockModes()
 	for _, m := range modes {
 		if len(m.Mesa) > 0 {
 			return true
 		}
 	}
 	return false
-}
-
-func (m ViT) rebuild(params models.Params, msNorm bool) (Model, error) {
-	opts := m.Options
-	opts.MSNorm = msNorm
-	v, err := vit.New(m.Config, params, opts)
-	return ViT{Model: v}, err
-}
-
-func (m Llama) rebuild(params models.Params, msNorm bool) (Model, error) {
-	opts := m.Options
-	opts.MSNorm = msNorm
-	l, err := llama.New(m.Config, params, opts)
-	return Llama{Model: l}, err
 }
 
 // LoadExamples reads a dataset stored as a safetensors file: one tensor per model input, the examples on the

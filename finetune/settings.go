@@ -7,12 +7,13 @@ import (
 	"strings"
 )
 
-// Bound is the range a number setting must lie in, checked by Config.Validate with a message naming its key.
-type Bound int
+// Range is the range a number setting must lie in, checked by Config.Validate with a message naming its key.
+// (models.Bound, the parameters bound into a graph, is unrelated.)
+type Range int
 
-// Bounds of number settings.
+// Ranges of number settings.
 const (
-	Unbounded   Bound = iota // any value (or checked by Validate on its own: lr, warmup_steps, lora_r ...)
+	Unbounded   Range = iota // any value (or checked by Validate on its own: lr, warmup_steps, lora_r ...)
 	Positive                 // > 0 (and finite)
 	NonNegative              // >= 0 (and finite)
 )
@@ -27,8 +28,8 @@ type Setting struct {
 	Help string
 	// Choices are the values a string setting takes (Validate refuses others); nil when free or checked elsewhere.
 	Choices []string
-	// Bound is the range of a number setting, checked by Validate.
-	Bound Bound
+	// Range is the range of a number setting, checked by Validate.
+	Range Range
 	// GPUDefault is the value GPUDefaults gives the setting on a CUDA backend when the user gave none ("": none).
 	GPUDefault string
 	// Field returns a pointer to the setting's field in c (*string, *int, *uint64, *float64, *bool or *[]string).
@@ -59,7 +60,7 @@ var Settings = []Setting{
 		GPUDefault: "flash", Field: func(c *Config) any { return &c.Attention }},
 	{Key: "optimizer", Help: "adamw or sgd", Choices: []string{"adamw", "sgd"}, Field: func(c *Config) any { return &c.Optimizer }},
 	{Key: "lr", Help: "learning rate", Field: func(c *Config) any { return &c.LR }},
-	{Key: "weight_decay", Help: "weight decay (decoupled for adamw)", Bound: NonNegative, Field: func(c *Config) any { return &c.WeightDecay }},
+	{Key: "weight_decay", Help: "weight decay (decoupled for adamw)", Range: NonNegative, Field: func(c *Config) any { return &c.WeightDecay }},
 	{Key: "beta1", Help: "adamw's first-moment decay", Field: func(c *Config) any { return &c.Beta1 }},
 	{Key: "beta2", Help: "adamw's second-moment decay", Field: func(c *Config) any { return &c.Beta2 }},
 	{Key: "eps", Help: "adamw's epsilon", Field: func(c *Config) any { return &c.Eps }},
@@ -67,21 +68,21 @@ var Settings = []Setting{
 	{Key: "schedule", Help: "constant, linear or cosine", Choices: []string{"constant", "linear", "cosine"},
 		Field: func(c *Config) any { return &c.Schedule }},
 	{Key: "warmup_steps", Help: "linear warm-up steps", Field: func(c *Config) any { return &c.WarmupSteps }},
-	{Key: "clip_norm", Help: "clip the gradients' global norm (0: off)", Bound: NonNegative, Field: func(c *Config) any { return &c.ClipNorm }},
-	{Key: "steps", Help: "optimizer steps", Bound: Positive, Field: func(c *Config) any { return &c.Steps }},
-	{Key: "batch_size", Help: "examples per micro-batch", Bound: Positive, Field: func(c *Config) any { return &c.BatchSize }},
-	{Key: "accum_steps", Help: "micro-batches per optimizer step (gradient accumulation)", Bound: Positive,
+	{Key: "clip_norm", Help: "clip the gradients' global norm (0: off)", Range: NonNegative, Field: func(c *Config) any { return &c.ClipNorm }},
+	{Key: "steps", Help: "optimizer steps", Range: Positive, Field: func(c *Config) any { return &c.Steps }},
+	{Key: "batch_size", Help: "examples per micro-batch", Range: Positive, Field: func(c *Config) any { return &c.BatchSize }},
+	{Key: "accum_steps", Help: "micro-batches per optimizer step (gradient accumulation)", Range: Positive,
 		Field: func(c *Config) any { return &c.AccumSteps }},
 	{Key: "seed", Help: "random seed (adapter init, data order)", Field: func(c *Config) any { return &c.Seed }},
 	{Key: "compute_dtype", Help: "float32 or bfloat16 (float32 master weights)",
 		Choices: []string{"float32", "bfloat16"}, GPUDefault: "bfloat16", Field: func(c *Config) any { return &c.ComputeDType }},
-	{Key: "log_every", Help: "write a metrics line every N steps", Bound: NonNegative, Field: func(c *Config) any { return &c.LogEvery }},
-	{Key: "checkpoint_every", Help: "checkpoint every N steps (0: at the end)", Bound: NonNegative,
+	{Key: "log_every", Help: "write a metrics line every N steps", Range: NonNegative, Field: func(c *Config) any { return &c.LogEvery }},
+	{Key: "checkpoint_every", Help: "checkpoint every N steps (0: at the end)", Range: NonNegative,
 		Field: func(c *Config) any { return &c.CheckpointEvery }},
-	{Key: "keep_checkpoints", Help: "keep only the newest N checkpoints (0: all)", Bound: NonNegative,
+	{Key: "keep_checkpoints", Help: "keep only the newest N checkpoints (0: all)", Range: NonNegative,
 		Field: func(c *Config) any { return &c.KeepCheckpoints }},
 	{Key: "divergence_factor", Help: "stop when a logged loss exceeds this many times its lowest and 3 times its first (0: never)",
-		Bound: NonNegative, Field: func(c *Config) any { return &c.DivergenceFactor }},
+		Range: NonNegative, Field: func(c *Config) any { return &c.DivergenceFactor }},
 }
 
 // Flag returns the setting's command-line flag name: its key with dashes for underscores (lora_r: --lora-r).
@@ -115,7 +116,7 @@ func (s Setting) Copy(dst, src *Config) {
 	reflect.ValueOf(s.Field(dst)).Elem().Set(reflect.ValueOf(s.Field(src)).Elem())
 }
 
-// check returns the problem with the setting's value in c against its Choices and Bound, or "".
+// check returns the problem with the setting's value in c against its Choices and Range, or "".
 func (s Setting) check(c Config) string {
 	v := reflect.ValueOf(s.Field(&c)).Elem()
 	if len(s.Choices) > 0 && v.Kind() == reflect.String {
@@ -136,9 +137,9 @@ func (s Setting) check(c Config) string {
 		return ""
 	}
 	switch {
-	case s.Bound == Positive && !(x > 0 && !math.IsInf(x, 1)):
+	case s.Range == Positive && !(x > 0 && !math.IsInf(x, 1)):
 		return fmt.Sprintf("%s must be positive, got %v", s.Key, v.Interface())
-	case s.Bound == NonNegative && !(x >= 0 && !math.IsInf(x, 1)):
+	case s.Range == NonNegative && !(x >= 0 && !math.IsInf(x, 1)):
 		return fmt.Sprintf("%s must not be negative, got %v", s.Key, v.Interface())
 	}
 	return ""
@@ -163,14 +164,14 @@ type Sources struct {
 	FlagSet func(key string) bool
 	// Backend is the backend spec (e.g. "xla:cuda"), for GPUDefaults.
 	Backend string
-	// Autopilot says the memory autopilot chooses the per-block modes (a --budget plan): then MS-norm, the free
-	// model-wide saving, is on unless the file or a flag gave ms_norm.
-	Autopilot bool
+	// MSNormByDefault turns MS-norm on unless the file or a flag gave ms_norm: the memory autopilot (package plan)
+	// asks for it, since MS-norm is the free model-wide saving and the autopilot chooses only the per-block modes.
+	MSNormByDefault bool
 }
 
 // Resolve builds a training config from src: Defaults(), then the keys of src.File, then the settings whose flags
 // the user set, then GPUDefaults for src.Backend (for compute_dtype and attention when neither the file nor a flag
-// gave them), ms_norm on for Autopilot when neither gave it; the LoRA defaults (lora_r, lora_targets) are dropped for method full unless the file or a flag gave
+// gave them), ms_norm on for MSNormByDefault when neither gave it; the LoRA defaults (lora_r, lora_targets) are dropped for method full unless the file or a flag gave
 // one. An init_adapter sets lora_r, lora_alpha, rslora and lora_targets from the adapter (a value the file or a
 // flag gave must agree). The result is validated: an error is one line naming the problem.
 func Resolve(src Sources) (Config, error) {
@@ -193,7 +194,7 @@ func Resolve(src Sources) (Config, error) {
 	}
 	given := func(key string) bool { return inFile[key] || flagSet(key) }
 	cfg = GPUDefaults(cfg, src.Backend, given)
-	if src.Autopilot && !given("ms_norm") {
+	if src.MSNormByDefault && !given("ms_norm") {
 		cfg.MSNorm = true
 	}
 	if cfg.Method == MethodFull && !given("lora_r") && !given("lora_targets") {

@@ -124,14 +124,14 @@ func TestResolve(t *testing.T) {
 		t.Errorf("full with --lora-r: %v", err)
 	}
 	// The autopilot turns MS-norm on, unless the file or a flag says otherwise.
-	if cfg, err := finetune.Resolve(finetune.Sources{Autopilot: true}); err != nil || !cfg.MSNorm {
+	if cfg, err := finetune.Resolve(finetune.Sources{MSNormByDefault: true}); err != nil || !cfg.MSNorm {
 		t.Errorf("autopilot: ms_norm %v (%v), want on", cfg.MSNorm, err)
 	}
-	if cfg, err := finetune.Resolve(finetune.Sources{Autopilot: true, Flags: finetune.Defaults(), FlagSet: func(k string) bool { return k == "ms_norm" }}); err != nil || cfg.MSNorm {
+	if cfg, err := finetune.Resolve(finetune.Sources{MSNormByDefault: true, Flags: finetune.Defaults(), FlagSet: func(k string) bool { return k == "ms_norm" }}); err != nil || cfg.MSNorm {
 		t.Errorf("autopilot with --ms-norm=false: ms_norm %v (%v)", cfg.MSNorm, err)
 	}
 	os.WriteFile(file, []byte("ms_norm: false\n"), 0o644)
-	if cfg, err := finetune.Resolve(finetune.Sources{Autopilot: true, File: file}); err != nil || cfg.MSNorm {
+	if cfg, err := finetune.Resolve(finetune.Sources{MSNormByDefault: true, File: file}); err != nil || cfg.MSNorm {
 		t.Errorf("autopilot with ms_norm: false in the file: ms_norm %v (%v)", cfg.MSNorm, err)
 	}
 	if cfg, err := finetune.Resolve(finetune.Sources{}); err != nil || cfg.MSNorm {

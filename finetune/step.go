@@ -127,7 +127,9 @@ func buildGradStep(backend compute.Backend, spec stepSpec) (*graph.Graph, []*gra
 	err := engine.Try(func() {
 		g = graph.NewGraph(backend, "train-step")
 		p = buildGrad(g, spec)
-		g.Compile(p.outputs()...)
+		if err := g.Compile(p.outputs()...); err != nil {
+			panic(err) // engine.Try returns it: the backend's cause
+		}
 	})
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("building the training step: %w", err)

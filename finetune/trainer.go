@@ -47,9 +47,6 @@ type Trainer struct {
 	// Compiles counts the step programs built and compiled so far (one per batch shape and micro-batch role).
 	Compiles int
 
-	hostStep       bool // WithHostStep: the host-side step (hoststep.go)
-	gradSteps      map[string]*gradStep
-	update         *updateStep
 	programs       map[string]*stepProgram
 	compileSeconds float64
 	// owned holds the tensors the trainer's programs produced and nobody else holds: they are donated to the
@@ -119,7 +116,6 @@ func (t *Trainer) TrainStep(batches []Batch) (StepStats, error) {
 // TrainStepAsync runs one optimizer step over the micro-batches on the backend and returns without reading
 // anything back (see the device-resident step in devicestep.go): the stats have no Loss or GradNorm (Synced is
 // false; Sync reads them), and a non-finite step is reported by the next Sync. Step counts the step at once.
-// With WithHostStep the step is synchronous and its stats complete.
 func (t *Trainer) TrainStepAsync(batches []Batch) (StepStats, error) {
 	if len(batches) == 0 {
 		return StepStats{}, fmt.Errorf("no batches for the step")
@@ -130,9 +126,6 @@ func (t *Trainer) TrainStepAsync(batches []Batch) (StepStats, error) {
 				return StepStats{}, fmt.Errorf("batch for step %d: %w", t.Step+1, err)
 			}
 		}
-	}
-	if t.hostStep {
-		return t.hostTrainStep(batches)
 	}
 	start := time.Now()
 	compiled := t.compileSeconds
@@ -170,19 +163,12 @@ type Option func(*options)
 
 type options struct {
 	adapters *adapter.Set
-	hostStep bool
 	// initFrom is the checkpoint's copy of the init_adapter that Resume reads instead of the config's folder.
 	initFrom string
 	// legacyInit resumes a checkpoint written before runs kept their init adapter: its lora_targets are the
 	// defaults the run then ignored, not the adapter's layers, so they are not checked.
 	legacyInit bool
 }
-
-// WithHostStep runs each optimizer step the way memfit did before its device-resident step: one program per
-// micro-batch returns the loss and every gradient to the host, Go code averages them, and a second program
-// uploads them again for the update. It gives the same numbers, slower; it is kept as the reference the
-// device-resident step is tested and benchmarked against.
-func WithHostStep() Option { return func(o *options) { o.hostStep = true } }
 
 // WithAdapters trains the given adapters (any adapter.Adapter implementations, e.g. a custom one) instead of
 // creating LoRA adapters; use it with Config.Method "custom".
@@ -200,18 +186,18 @@ func New(model Model, cfg Config, backend compute.Backend, opts ...Option) (*Tra
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if err := checkTrainable(model); err != nil {
+	if err := CheckTrainable(model); err != nil {
 		return nil, err
 	}
-	if err := applyBlockPlan(model, cfg); err != nil {
+	if err := ApplyBlockPlan(model, cfg); err != nil {
 		return nil, err
 	}
 	if (cfg.Method == MethodCustom) != (o.adapters != nil) {
 		return nil, fmt.Errorf("method custom and WithAdapters go together (method %q)", cfg.Method)
 	}
 	t := &Trainer{Config: cfg, Model: model, Backend: backend, Train: models.Params{}, Frozen: models.Params{},
-		M: models.Params{}, V: models.Params{}, gradSteps: map[string]*gradStep{}, programs: map[string]*stepProgram{},
-		owned: map[*tensors.Tensor]struct{}{}, hostStep: o.hostStep}
+		M: models.Params{}, V: models.Params{}, programs: map[string]*stepProgram{},
+		owned: map[*tensors.Tensor]struct{}{}}
 	params := model.Params()
 	if cfg.Method == MethodCustom {
 		t.Adapters = o.adapters
@@ -395,22 +381,9 @@ func tokens(b Batch) int {
 	return n
 }
 
-func freeAll(ts map[string]*tensors.Tensor) {
-	for _, t := range ts {
-		t.MustFinalizeAll()
-	}
-}
-
 // SavedReport returns the saved-activation report of the training step for b's shapes (building the step if
 // needed): the forward tensors its backward pass reads (the update and the gradient accumulation keep none).
 func (t *Trainer) SavedReport(b Batch) *memory.SavedReport {
-	if t.hostStep {
-		gs, err := t.gradFor(b)
-		if err != nil {
-			return &memory.SavedReport{}
-		}
-		return gs.saved
-	}
 	sp, err := t.programFor(b, progFinal, max(1, t.Config.AccumSteps))
 	if err != nil {
 		return &memory.SavedReport{}
@@ -420,15 +393,8 @@ func (t *Trainer) SavedReport(b Batch) *memory.SavedReport {
 
 // StepGraph returns the compiled program that runs an optimizer step's last micro-batch for b's shapes
 // (forward, backward, accumulation and update; building it if needed), for instance to count its matmul FLOPs
-// with memory.MatmulFLOPs. With WithHostStep it is the gradient program alone.
+// with memory.MatmulFLOPs.
 func (t *Trainer) StepGraph(b Batch) (*graph.Graph, error) {
-	if t.hostStep {
-		gs, err := t.gradFor(b)
-		if err != nil {
-			return nil, err
-		}
-		return gs.g, nil
-	}
 	sp, err := t.programFor(b, progFinal, max(1, t.Config.AccumSteps))
 	if err != nil {
 		return nil, err
@@ -448,12 +414,6 @@ func (t *Trainer) Release() {
 	for _, sp := range t.programs {
 		sp.g.Finalize()
 	}
-	for _, gs := range t.gradSteps {
-		gs.g.Finalize()
-	}
-	if t.update != nil {
-		t.update.g.Finalize()
-	}
 	t.Train, t.M, t.V, t.owned, t.RNG, t.ok, t.Mesa = nil, nil, nil, nil, nil, nil, nil
-	t.programs, t.gradSteps, t.update = nil, nil, nil
+	t.programs = nil
 }

@@ -23,7 +23,9 @@ func TestMatmulFLOPs(t *testing.T) {
 	b := graph.Parameter(g, "b", shapes.Make(dtypes.Float32, 3, 50, 20))
 	y := graph.DotGeneral(a, []int{2}, []int{0}, b, []int{1}, []int{0})
 	_ = graph.DotGeneral(a, []int{2}, []int{0}, a, []int{2}, []int{0}) // not an output
-	g.Compile(y)
+	if err := g.Compile(y); err != nil {
+		t.Fatal(err)
+	}
 	f, err := MatmulFLOPs(g)
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +49,9 @@ func TestMatmulOps(t *testing.T) {
 	y1 := graph.DotGeneral(a, []int{1}, nil, b, []int{1}, nil)
 	y2 := graph.DotGeneral(graph.Neg(a), []int{1}, nil, b, []int{1}, nil)
 	y3 := graph.DotGeneral(a, []int{1}, nil, c, []int{0}, nil)
-	g.Compile(y1, y2, y3)
+	if err := g.Compile(y1, y2, y3); err != nil {
+		t.Fatal(err)
+	}
 	ops, err := MatmulOps(g)
 	if err != nil {
 		t.Fatal(err)

@@ -38,7 +38,9 @@ func compileGraph(t *testing.T, spec string, params []shapes.Shape, build func(g
 		for i, s := range params {
 			ps[i] = graph.Parameter(g, fmt.Sprintf("p%d", i), s)
 		}
-		g.Compile(build(g, ps)...)
+		if err := g.Compile(build(g, ps)...); err != nil {
+			panic(err) // engine.Try returns it
+		}
 	})
 	if err != nil {
 		t.Fatalf("building graph: %v", err)

@@ -95,21 +95,16 @@ func PretrainLlama(ctx context.Context, backend compute.Backend, tokDir string, 
 	cfg.LR, cfg.Steps, cfg.BatchSize, cfg.Seed = o.LR, o.Steps, o.BatchSize, o.Seed
 	cfg.Schedule, cfg.WarmupSteps, cfg.WeightDecay, cfg.ClipNorm = "cosine", o.Steps/20, 0.1, 1
 	cfg.Attention = "memory-efficient"
-	model, err := finetune.LoadModel(initDir, cfg)
-	if err != nil {
-		return 0, 0, err
-	}
-	tr, err := finetune.New(model, cfg, backend)
-	if err != nil {
-		return 0, 0, err
-	}
 	loader, err := finetune.NewLoader(finetune.Examples(trainEx), cfg.BatchSize, cfg.Seed, true)
 	if err != nil {
 		return 0, 0, err
 	}
-	if err := tr.Fit(ctx, loader, "", nil, finetune.Hooks{OnStep: o.OnStep}); err != nil {
+	res, err := finetune.Recipe{Spec: finetune.RunSpec{Model: initDir, Config: cfg}, Data: loader, Backend: backend,
+		Hooks: finetune.RunHooks{Hooks: finetune.Hooks{OnStep: o.OnStep}}}.Run(ctx)
+	if err != nil {
 		return 0, 0, err
 	}
+	tr := res.Trainer
 	if loss, err = tr.MeanLoss(finetune.Examples(heldEx), o.BatchSize); err != nil {
 		return 0, 0, err
 	}

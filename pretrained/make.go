@@ -144,21 +144,16 @@ func PretrainViT(ctx context.Context, backend compute.Backend, trainImages, trai
 	cfg.Method, cfg.LoRARank, cfg.LoRATarget = finetune.MethodFull, 0, nil
 	cfg.LR, cfg.Steps, cfg.BatchSize, cfg.Seed = o.LR, o.Steps, o.BatchSize, o.Seed
 	cfg.Schedule, cfg.WarmupSteps, cfg.WeightDecay = "cosine", o.Steps/10, 0.05
-	model, err := finetune.LoadModel(initDir, cfg)
-	if err != nil {
-		return 0, err
-	}
-	tr, err := finetune.New(model, cfg, backend)
-	if err != nil {
-		return 0, err
-	}
 	loader, err := finetune.NewLoader(train, cfg.BatchSize, cfg.Seed, true)
 	if err != nil {
 		return 0, err
 	}
-	if err := tr.Fit(ctx, loader, "", nil, finetune.Hooks{OnStep: o.OnStep}); err != nil {
+	res, err := finetune.Recipe{Spec: finetune.RunSpec{Model: initDir, Config: cfg}, Data: loader, Backend: backend,
+		Hooks: finetune.RunHooks{Hooks: finetune.Hooks{OnStep: o.OnStep}}}.Run(ctx)
+	if err != nil {
 		return 0, err
 	}
+	tr := res.Trainer
 	acc, err := finetune.Accuracy(tr.Logits, test, 500)
 	if err != nil {
 		return 0, err

@@ -57,7 +57,9 @@ func TestGraphDequantizeAndBackward(t *testing.T) {
 	y := engine.Linear(xn, Weight(p, out, in, dtypes.Float32), nil)
 	loss := graph.ReduceAllSum(graph.Mul(y, y))
 	dx := engine.Gradient(loss, xn)[0]
-	g.Compile(deq, dx)
+	if err := g.Compile(deq, dx); err != nil {
+		t.Fatal(err)
+	}
 	saved, err := memory.Saved(g, deq, dx)
 	if err != nil {
 		t.Fatal(err)

@@ -34,7 +34,9 @@ func runMesa(t *testing.T, x []float32, rows int, state []float32) (deq, next []
 	if fresh == xn {
 		t.Fatal("Fresh did not rebuild the marked node")
 	}
-	g.Compile(fresh, m.Out[0])
+	if err := g.Compile(fresh, m.Out[0]); err != nil {
+		t.Fatal(err)
+	}
 	outs := g.Run(tensors.FromFlatDataAndDimensions(x, rows, 16), rngState, tensors.FromFlatDataAndDimensions(state, 8, 3))
 	tensors.MustConstFlatData[float32](outs[0], func(f []float32) { deq = append(deq, f...) })
 	tensors.MustConstFlatData[float32](outs[1], func(f []float32) { next = append(next, f...) })

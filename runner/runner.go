@@ -114,7 +114,9 @@ func Output(backend compute.Backend, model Model, params models.Params, set *ada
 		}
 		b := bind(g, model, params, set)
 		args = append(args, paramArgs(params, set)...)
-		g.Compile(fn(b, nodes))
+		if err := g.Compile(fn(b, nodes)); err != nil {
+			panic(err) // engine.Try returns it: the backend's cause, not a later "not compiled"
+		}
 		out = g.Run(args...)[0]
 	})
 	return out, err
@@ -161,7 +163,9 @@ func (r *LogitsRunner) Logits(batch Batch) (*tensors.Tensor, error) {
 			for _, n := range names {
 				nodes[n] = graph.Parameter(g, "batch."+n, batch[n].Shape())
 			}
-			g.Compile(r.Model.Logits(bind(g, r.Model, r.Params, r.Set), nodes))
+			if err := g.Compile(r.Model.Logits(bind(g, r.Model, r.Params, r.Set), nodes)); err != nil {
+				panic(err) // engine.Try returns it; the graph is not kept
+			}
 			r.graphs[sig] = g
 		}
 		args := []any{}

@@ -405,16 +405,16 @@ if t=$(limit 300 60); then
 	rc=$?
 	if [ $rc = 0 ]; then
 		dev=$($CHECK field "$DEST/d-compile.json" compile device_seconds)
-		host=$($CHECK field "$DEST/d-compile.json" compile host_gradient_seconds)
+		grad=$($CHECK field "$DEST/d-compile.json" compile gradient_seconds)
 		if [ -z "$dev" ]; then
 			record d FAIL "no compile times in d-compile.json"
 		elif awk "BEGIN { exit !($dev <= $COMPILE_TARGET) }"; then
-			record d PASS "device-resident step compiled in $dev s (target $COMPILE_TARGET s); host-side gradient program $host s"
+			record d PASS "device-resident step compiled in $dev s (target $COMPILE_TARGET s); gradient program $grad s"
 		else
-			record d FAIL "device-resident step compiled in $dev s, over the $COMPILE_TARGET s target; host-side gradient program $host s"
+			record d FAIL "device-resident step compiled in $dev s, over the $COMPILE_TARGET s target; gradient program $grad s"
 		fi
 	elif [ $rc = 124 ] || [ $rc = 137 ]; then
-		record d FAIL "not compiled within $t s (host-side and device-resident programs; see d-compile.log)"
+		record d FAIL "not compiled within $t s (gradient and device-resident programs; see d-compile.log)"
 	else
 		record d FAIL "finetune memory --compile-time exit $rc (last line: $(tail -1 "$DEST/d-compile.log" | cut -c1-160))"
 	fi

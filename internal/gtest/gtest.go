@@ -3,6 +3,7 @@
 package gtest
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -44,6 +45,26 @@ func BackendFor(t testing.TB, spec string) compute.Backend {
 	return b
 }
 
+// ErrRefused is the error of every compile on a RefusingBackend.
+var ErrRefused = errors.New("gtest: this backend refuses to compile any graph")
+
+// RefusingBackend returns backend whose builders fail every Compile with ErrRefused: building a graph works,
+// compiling it does not, as on a backend that rejects an op or runs out of memory while compiling. Tests use it
+// to check that a compile failure is reported with its cause (not later as "Graph not compiled yet").
+func RefusingBackend(backend compute.Backend) compute.Backend { return refusingBackend{backend} }
+
+type refusingBackend struct{ compute.Backend }
+
+// Builder returns the wrapped backend's builder, whose Compile refuses.
+func (b refusingBackend) Builder(name string) compute.Builder {
+	return refusingBuilder{b.Backend.Builder(name)}
+}
+
+type refusingBuilder struct{ compute.Builder }
+
+// Compile refuses: ErrRefused.
+func (refusingBuilder) Compile() (compute.Executable, error) { return nil, ErrRefused }
+
 // Rand returns n normal(0, scale) float32 values from a seeded generator.
 func Rand(seed uint64, n int, scale float64) []float32 {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
@@ -79,7 +100,9 @@ func RunGraph(t testing.TB, build func(g *graph.Graph, params []*graph.Node) []*
 			params[i] = graph.Parameter(g, "p"+string(rune('a'+i)), in.Shape())
 		}
 		outs := build(g, params)
-		g.Compile(outs...)
+		if err := g.Compile(outs...); err != nil {
+			panic(err) // engine.Try returns it, and the test fails with the cause
+		}
 		args := make([]any, len(inputs))
 		for i, in := range inputs {
 			args[i] = in
@@ -167,7 +190,9 @@ func RunBuilt(t testing.TB, build func(g *graph.Graph) (outputs []*graph.Node, i
 	err := engine.Try(func() {
 		g = graph.NewGraph(Backend(t), t.Name())
 		outs, inputs := build(g)
-		g.Compile(outs...)
+		if err := g.Compile(outs...); err != nil {
+			panic(err) // engine.Try returns it, and the test fails with the cause
+		}
 		args := make([]any, len(inputs))
 		for i, in := range inputs {
 			args[i] = in

@@ -339,7 +339,9 @@ func Logits(backend compute.Backend, dir string, in Inputs) (*tensors.Tensor, er
 	err = engine.Try(func() {
 		g := graph.NewGraph(backend, "logits")
 		out, inputs := build(g)
-		g.Compile(out)
+		if err := g.Compile(out); err != nil {
+			panic(err) // engine.Try returns it: the backend's cause
+		}
 		args := make([]any, len(inputs))
 		for i, t := range inputs {
 			args[i] = t

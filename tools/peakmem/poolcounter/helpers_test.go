@@ -106,7 +106,9 @@ func compileCase(t *testing.T, c stepCase) *graph.Graph {
 		for i, s := range c.params {
 			ps[i] = graph.Parameter(g, fmt.Sprintf("p%d", i), s)
 		}
-		g.Compile(c.build(g, ps)...)
+		if err := g.Compile(c.build(g, ps)...); err != nil {
+			panic(err) // engine.Try returns it
+		}
 	}); err != nil {
 		t.Fatalf("%s: building graph: %v", c.name, err)
 	}

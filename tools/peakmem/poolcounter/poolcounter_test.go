@@ -46,7 +46,9 @@ func TestCounterSane(t *testing.T) {
 	if err := engine.Try(func() {
 		p := graph.Parameter(g, "x", x.Shape())
 		y := graph.DotGeneral(p, []int{0}, nil, p, []int{0}, nil) // [125,125]
-		g.Compile(graph.Exp(y), graph.ReduceAllSum(p), graph.AddScalar(graph.Const(g, make([]float32, 1000)), 1))
+		if err := g.Compile(graph.Exp(y), graph.ReduceAllSum(p), graph.AddScalar(graph.Const(g, make([]float32, 1000)), 1)); err != nil {
+			panic(err)
+		}
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -1,20 +1,20 @@
-package finetune
+package plan
 
 import (
 	"fmt"
 
-	"github.com/gomlx/compute"
-
+	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/memory"
 )
 
-// CheckFitsMachine plans the training step of cfg on the loaded model (the way `finetune memory` does, from shapes) and refuses
-// it, naming both figures, when its planned total -- the step's peak with the weights, gradients and the
-// optimizer state -- is larger than the memory of this machine (memory.MachineBytes: physical memory or the
+// CheckMachine is a finetune.MemoryCheck: it plans the training step of the run's config on its loaded model (the way `finetune memory` does, from shapes)
+// and refuses it, naming both figures, when its planned total -- the step's peak with the weights, gradients and
+// the optimizer state -- is larger than the memory of this machine (memory.MachineBytes: physical memory or the
 // cgroup limit, or $MEMFIT_MEMORY_LIMIT). It checks the pure-Go backend only, whose step runs in this process's
 // memory and whose plan is exact (a simulation of its buffer pool); on XLA the device's memory is the limit and
-// the plugin reports running out itself. data gives the batch's sequence length when it is a Loader of text.
-func CheckFitsMachine(backend compute.Backend, model Model, cfg Config, data Iterator) error {
+// the plugin reports running out itself. The data gives the batch's sequence length when it is a Loader of text.
+func CheckMachine(s finetune.Setup) error {
+	backend, model, cfg, data := s.Backend, s.Model, s.Config, s.Data
 	if backend.Name() == "xla" {
 		return nil
 	}
@@ -22,20 +22,20 @@ func CheckFitsMachine(backend compute.Backend, model Model, cfg Config, data Ite
 	if err != nil || !ok {
 		return err
 	}
-	in := Shape{Batch: cfg.BatchSize}
-	if l, isLoader := data.(*Loader); isLoader {
+	in := finetune.Shape{Batch: cfg.BatchSize}
+	if l, isLoader := data.(*finetune.Loader); isLoader {
 		if ids, found := l.Data["input_ids"]; found && ids.Rank() == 2 {
 			in.Seq = ids.Shape().Dim(1)
 		}
 	}
-	if _, isViT := model.(ViT); !isViT && in.Seq == 0 {
-		return nil // a LLaMA run whose sequence length is not known before its data is read
+	if _, known := finetune.FamilyOf(model); !known || hasSequence(model) && in.Seq == 0 {
+		return nil // a model the planner does not know, or a LLaMA run whose sequence length is not known before its data is read
 	}
-	// A config the plan cannot be built for is left to New, which names the cause.
-	if err := applyBlockPlan(model, cfg); err != nil {
+	// A config the plan cannot be built for is left to finetune.New, which names the cause.
+	if err := finetune.ApplyBlockPlan(model, cfg); err != nil {
 		return nil
 	}
-	plan, err := PlanStep(backend, model, planShapes(model, cfg), cfg, in)
+	plan, err := Step(backend, model, finetune.ParamShapes(model, cfg), cfg, in)
 	if err != nil {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package finetune
+package plan
 
 import (
 	"strings"
@@ -7,6 +7,7 @@ import (
 	"github.com/gomlx/gomlx/core/graph"
 
 	"github.com/memfit/memfit/engine"
+	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/quant"
 )
@@ -25,34 +26,34 @@ func TestRecomputationsSurvive(t *testing.T) {
 	defer backend.Finalize()
 	for _, tc := range []struct {
 		name, model string
-		shape       Shape
-		change      func(*Config)
+		shape       finetune.Shape
+		change      func(*finetune.Config)
 		// want: backend op -> count it must reach (forward + backward recomputation)
 		want map[string]int
 		// barriered: "prefix*suffix" of the parameters that must all be read through a barrier
 		barriered string
 	}{
-		{"vit plain (GELU, memory-efficient attention, loss)", "vit:tiny", Shape{Batch: 2}, func(c *Config) {},
+		{"vit plain (GELU, memory-efficient attention, loss)", "vit:tiny", finetune.Shape{Batch: 2}, func(c *finetune.Config) {},
 			// 2 layers: the fused GELU forward, and its gradient (which recomputes the gate from x read through a
 			// barrier) in one fused op; two fused softmaxes per layer, one in the loss.
 			map[string]int{"FusedActivation": 2, "FusedActivationVJP": 2, "FusedSoftmax": 5}, ""},
-		{"llama plain (SiLU)", "llama:tiny", Shape{Batch: 2, Seq: 8}, func(c *Config) {},
+		{"llama plain (SiLU)", "llama:tiny", finetune.Shape{Batch: 2, Seq: 8}, func(c *finetune.Config) {},
 			map[string]int{"FusedActivation": 2, "FusedActivationVJP": 2, "FusedSoftmax": 5}, ""},
-		{"llama qlora", "llama:tiny", Shape{Batch: 2, Seq: 8}, func(c *Config) { c.Method = MethodQLoRA },
+		{"llama qlora", "llama:tiny", finetune.Shape{Batch: 2, Seq: 8}, func(c *finetune.Config) { c.Method = finetune.MethodQLoRA },
 			// (layer 0's q, k, v pass no gradient on to the frozen embeddings: their weights are not rebuilt)
 			nil, "model.layers.1.*" + quant.SuffixCodes},
-		{"llama approx-act (gated product rebuilt)", "llama:tiny", Shape{Batch: 2, Seq: 8}, func(c *Config) { c.ApproxAct = true },
+		{"llama approx-act (gated product rebuilt)", "llama:tiny", finetune.Shape{Batch: 2, Seq: 8}, func(c *finetune.Config) { c.ApproxAct = true },
 			// SiLU once per layer in the forward pass (the gated product s*u is rebuilt from s and u, not from the
 			// gate), and no exact SiLU gradient
 			map[string]int{"FusedActivation": 2, "FusedActivationVJP": 0}, ""},
-		{"llama mesa", "llama:tiny", Shape{Batch: 2, Seq: 8}, func(c *Config) { c.Mesa = []string{"all"} },
+		{"llama mesa", "llama:tiny", finetune.Shape{Batch: 2, Seq: 8}, func(c *finetune.Config) { c.Mesa = []string{"all"} },
 			nil, ""},
-		{"vit grad-ckpt", "vit:tiny", Shape{Batch: 2}, func(c *Config) { c.GradCkpt = true },
+		{"vit grad-ckpt", "vit:tiny", finetune.Shape{Batch: 2}, func(c *finetune.Config) { c.GradCkpt = true },
 			// the recomputed blocks run GELU and the softmax again; the memory-efficient backward once more.
 			map[string]int{"FusedActivation": 4, "FusedActivationVJP": 2, "FusedSoftmax": 7}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := Defaults()
+			cfg := finetune.Defaults()
 			cfg.LoRATarget = []string{"all-linear"}
 			cfg.Attention = "memory-efficient"
 			tc.change(&cfg)
@@ -61,10 +62,11 @@ func TestRecomputationsSurvive(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			g, _, _, err := planGraph(backend, model, shp, cfg, tc.shape)
+			step, err := gradientStep(backend, model, shp, cfg, tc.shape)
 			if err != nil {
 				t.Fatal(err)
 			}
+			g := step.Graph
 			defer g.Finalize()
 			barriers := 0
 			for _, n := range g.Nodes() {

@@ -1,4 +1,4 @@
-package finetune_test
+package plan_test
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/plan"
 )
 
 // TestCheckpointedBlocksBounded: a step checkpoints at most MaxCheckpointedBlocks blocks, whether grad_ckpt asks
@@ -32,7 +33,7 @@ func TestCheckpointedBlocksBounded(t *testing.T) {
 	} {
 		cfg := finetune.Defaults()
 		cfg.GradCkpt, cfg.BlockPlan = tc.ckpt, tc.plan
-		_, _, err := finetune.ShapeModel(dir, cfg, 0)
+		_, _, err := plan.ShapeModel(dir, cfg, 0)
 		var limit *finetune.CheckpointLimitError
 		switch {
 		case tc.limit == 0 && err != nil:

@@ -13,10 +13,51 @@ import (
 
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/memory"
+	"github.com/memfit/memfit/runner"
 )
 
-// The host-side step (WithHostStep): the way memfit ran a step before the device-resident one, kept as its
-// reference in tests and benchmarks.
+// The host-side step: the way memfit ran a step before the device-resident one (issue 16), kept here, in the
+// tests, as the reference the device-resident step is held to (TestDeviceStepMatchesHostStep). One program per
+// micro-batch returns the loss and every gradient to the host, Go code averages them, and a second program
+// uploads them again for the optimizer update; it gives the same numbers as the device-resident step, slower.
+
+// HostStep runs a trainer's optimizer steps the host-side way (exported to the package's external tests). It
+// reads and replaces the trainer's tensors, optimizer state, RNG and Mesa states and step count, as the
+// device-resident step does.
+type HostStep struct {
+	t         *Trainer
+	gradSteps map[string]*gradStep
+	update    *updateStep
+}
+
+// NewHostStep returns the host-side step of t.
+func NewHostStep(t *Trainer) *HostStep { return &HostStep{t: t, gradSteps: map[string]*gradStep{}} }
+
+// TrainStep runs one optimizer step over the micro-batches the host-side way; its stats are complete (synced).
+func (h *HostStep) TrainStep(batches []Batch) (StepStats, error) {
+	if len(batches) == 0 {
+		return StepStats{}, fmt.Errorf("no batches for the step")
+	}
+	if c, ok := h.t.Model.(runner.BatchChecker); ok {
+		for _, b := range batches {
+			if err := c.CheckBatch(b); err != nil {
+				return StepStats{}, fmt.Errorf("batch for step %d: %w", h.t.Step+1, err)
+			}
+		}
+	}
+	return h.hostTrainStep(batches)
+}
+
+// Release frees the host-side step's compiled programs.
+func (h *HostStep) Release() {
+	for _, gs := range h.gradSteps {
+		gs.g.Finalize()
+	}
+	if h.update != nil {
+		h.update.g.Finalize()
+	}
+	h.gradSteps, h.update = nil, nil
+}
 
 // gradStep is a compiled gradient computation for one batch signature.
 type gradStep struct {
@@ -31,9 +72,10 @@ type gradStep struct {
 }
 
 // gradFor returns the compiled gradient step for the batch's shapes, building it on first use.
-func (t *Trainer) gradFor(b Batch) (*gradStep, error) {
+func (h *HostStep) gradFor(b Batch) (*gradStep, error) {
+	t := h.t
 	sig := batchSignature(b)
-	if gs, ok := t.gradSteps[sig]; ok {
+	if gs, ok := h.gradSteps[sig]; ok {
 		return gs, nil
 	}
 	for _, name := range t.Model.BatchInputs() {
@@ -56,12 +98,13 @@ func (t *Trainer) gradFor(b Batch) (*gradStep, error) {
 		return nil, err
 	}
 	gs.saved = saved
-	t.gradSteps[sig] = gs
+	h.gradSteps[sig] = gs
 	return gs, nil
 }
 
 // runGrad runs the gradient step on b and returns the loss and the gradients by trainable name.
-func (t *Trainer) runGrad(gs *gradStep, b Batch) (float64, map[string]*tensors.Tensor, error) {
+func (h *HostStep) runGrad(gs *gradStep, b Batch) (float64, map[string]*tensors.Tensor, error) {
+	t := h.t
 	args := make([]any, 0, len(gs.batchNames)+len(gs.frozenNames)+len(gs.trainNames)+1)
 	for _, n := range gs.batchNames {
 		args = append(args, b[n])
@@ -110,21 +153,19 @@ func (t *Trainer) runGrad(gs *gradStep, b Batch) (float64, map[string]*tensors.T
 	return loss, grads, nil
 }
 
-// hostTrainStep is TrainStep with WithHostStep: the gradients of each micro-batch come back to the host, are
-// averaged there and go up again to the update program.
-func (t *Trainer) hostTrainStep(batches []Batch) (StepStats, error) {
-	if len(batches) == 0 {
-		return StepStats{}, fmt.Errorf("no batches for the step")
-	}
+// hostTrainStep is TrainStep's step: the gradients of each micro-batch come back to the host, are averaged
+// there and go up again to the update program.
+func (h *HostStep) hostTrainStep(batches []Batch) (StepStats, error) {
+	t := h.t
 	start := time.Now()
 	stats := StepStats{Step: t.Step + 1, LR: t.Config.LearningRate(t.Step)}
 	var acc map[string][]float32
 	for _, b := range batches {
-		gs, err := t.gradFor(b)
+		gs, err := h.gradFor(b)
 		if err != nil {
 			return stats, err
 		}
-		loss, grads, err := t.runGrad(gs, b)
+		loss, grads, err := h.runGrad(gs, b)
 		if err != nil {
 			return stats, err
 		}
@@ -154,7 +195,7 @@ func (t *Trainer) hostTrainStep(batches []Batch) (StepStats, error) {
 			g.MustFinalizeAll()
 		}
 	}
-	norm, err := t.applyUpdate(acc, stats.LR)
+	norm, err := h.applyUpdate(acc, stats.LR)
 	if err != nil {
 		return stats, err
 	}
@@ -204,7 +245,9 @@ func buildUpdate(backend compute.Backend, cfg Config, train map[string]shapes.Sh
 			}
 		}
 		outputs := append(append(append(newP, newM...), newV...), norm)
-		g.Compile(outputs...)
+		if err := g.Compile(outputs...); err != nil {
+			panic(err) // engine.Try returns it
+		}
 		u.g = g
 	})
 	if err != nil {
@@ -215,10 +258,11 @@ func buildUpdate(backend compute.Backend, cfg Config, train map[string]shapes.Sh
 
 // applyUpdate runs the optimizer on the averaged gradients and replaces the trainable tensors and the state.
 // It returns the gradient norm (before clipping). A non-finite gradient norm changes nothing.
-func (t *Trainer) applyUpdate(grads map[string][]float32, lr float64) (float64, error) {
-	if t.update == nil {
+func (h *HostStep) applyUpdate(grads map[string][]float32, lr float64) (float64, error) {
+	t := h.t
+	if h.update == nil {
 		var err error
-		if t.update, err = buildUpdate(t.Backend, t.Config, t.stepSpec(nil).train); err != nil {
+		if h.update, err = buildUpdate(t.Backend, t.Config, t.stepSpec(nil).train); err != nil {
 			return 0, err
 		}
 	}
@@ -230,7 +274,7 @@ func (t *Trainer) applyUpdate(grads map[string][]float32, lr float64) (float64, 
 		bc1, bc2 = 1, 1
 	}
 	args := []any{float32(lr), float32(bc1), float32(bc2)}
-	for _, n := range t.update.names {
+	for _, n := range h.update.names {
 		g, ok := grads[n]
 		if !ok {
 			return 0, fmt.Errorf("no gradient for %q", n)
@@ -241,10 +285,10 @@ func (t *Trainer) applyUpdate(grads map[string][]float32, lr float64) (float64, 
 		}
 	}
 	var outs []*tensors.Tensor
-	if err := engine.Try(func() { outs = t.update.g.Run(args...) }); err != nil {
+	if err := engine.Try(func() { outs = h.update.g.Run(args...) }); err != nil {
 		return 0, err
 	}
-	k := len(t.update.names)
+	k := len(h.update.names)
 	var norm float64
 	outs[len(outs)-1].MustConstFlatData(func(f any) { norm = float64(f.([]float32)[0]) })
 	if math.IsNaN(norm) || math.IsInf(norm, 0) {
@@ -253,7 +297,7 @@ func (t *Trainer) applyUpdate(grads map[string][]float32, lr float64) (float64, 
 		}
 		return norm, t.nonFiniteError(t.Step+1, lr, fmt.Sprintf("gradient norm %v", norm))
 	}
-	for i, n := range t.update.names {
+	for i, n := range h.update.names {
 		t.Train[n] = outs[i]
 		t.M[n] = outs[k+i]
 		if cfg.Optimizer == "adamw" {
@@ -263,4 +307,10 @@ func (t *Trainer) applyUpdate(grads map[string][]float32, lr float64) (float64, 
 	outs[len(outs)-1].MustFinalizeAll()
 	t.Step++
 	return norm, nil
+}
+
+func freeAll(ts map[string]*tensors.Tensor) {
+	for _, t := range ts {
+		t.MustFinalizeAll()
+	}
 }

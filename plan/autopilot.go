@@ -1,13 +1,13 @@
-package finetune
+package plan
 
 import (
+	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,13 +15,11 @@ import (
 	"strings"
 
 	"github.com/gomlx/compute"
-	"github.com/gomlx/gomlx/core/tensors"
 
+	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/models"
-	"github.com/memfit/memfit/models/llama"
-	"github.com/memfit/memfit/models/vit"
-	"github.com/memfit/memfit/quant"
+	"github.com/memfit/memfit/safetensors"
 )
 
 // AutopilotModes are the block modes the memory autopilot chooses among for each transformer block (MS-norm is
@@ -212,16 +210,16 @@ func planOf(costs []ModeCost, counts []int) string {
 // uniformPlan is the plan giving every one of blocks the mode.
 func uniformPlan(mode string, blocks int) string { return fmt.Sprintf("%s*%d", mode, blocks) }
 
-// PlanModeCosts returns the exact planner's total of each mode on every block, for model at the batch shape in;
+// ModeCosts returns the exact planner's total of each mode on every block, for model at the batch shape in;
 // cfg must have no per-block plan nor approx_act, grad_ckpt or mesa (the modes set them). StepSeconds is left 0.
-func PlanModeCosts(backend compute.Backend, model Model, cfg Config, in Shape, modes []string) ([]ModeCost, error) {
-	blocks, err := blockCount(model)
+func ModeCosts(backend compute.Backend, model finetune.Model, cfg finetune.Config, in finetune.Shape, modes []string) ([]ModeCost, error) {
+	blocks, err := finetune.BlockCount(model)
 	if err != nil {
 		return nil, err
 	}
 	var out []ModeCost
 	for _, mode := range modes {
-		total, err := PlanTotal(backend, model, cfg, in, uniformPlan(mode, blocks))
+		total, err := Total(backend, model, cfg, in, uniformPlan(mode, blocks))
 		if err != nil {
 			return nil, fmt.Errorf("planning %s: %w", mode, err)
 		}
@@ -230,49 +228,38 @@ func PlanModeCosts(backend compute.Backend, model Model, cfg Config, in Shape, m
 	return out, nil
 }
 
-// PlanTotal is the exact planner's total (step peak + optimizer state) of cfg with the per-block plan on model.
-func PlanTotal(backend compute.Backend, model Model, cfg Config, in Shape, plan string) (int64, error) {
-	if bp, ok := model.(blockPlanned); ok {
-		saved, _ := bp.blocks()
-		defer bp.setBlocks(saved) // the model keeps its own options
+// Total is the exact planner's total (step peak + optimizer state) of cfg with the per-block plan on model.
+func Total(backend compute.Backend, model finetune.Model, cfg finetune.Config, in finetune.Shape, plan string) (int64, error) {
+	if bp, ok := model.(finetune.PerBlock); ok {
+		saved, _ := bp.BlockModes()
+		defer bp.SetBlockModes(saved) // the model keeps its own options
 	}
 	c := cfg
 	c.BlockPlan = plan
-	if err := applyBlockPlan(model, c); err != nil {
+	if err := finetune.ApplyBlockPlan(model, c); err != nil {
 		return 0, err
 	}
-	mv, err := PlanStep(backend, model, planShapes(model, c), c, in)
+	mv, err := Step(backend, model, finetune.ParamShapes(model, c), c, in)
 	if err != nil {
 		return 0, err
 	}
 	return mv.TotalBytes, nil
 }
 
-// BlockCount returns the number of transformer blocks of model (what a block plan covers).
-func BlockCount(model Model) (int, error) { return blockCount(model) }
-
-// blockCount returns the number of transformer blocks of model.
-func blockCount(model Model) (int, error) {
-	bp, ok := model.(blockPlanned)
-	if !ok {
-		return 0, fmt.Errorf("model %T has no per-block options", model)
-	}
-	_, n := bp.blocks()
-	return n, nil
-}
-
-// CalibrateModes measures the step time of each mode on every block: a trainer of cfg with that uniform plan
-// on model runs batch for one warm-up step (compilation) and then steps timed steps, in two passes over the modes
+// CalibrateModes measures the step time of each mode of costs on every block: a trainer of o.Config with that
+// uniform plan on o.Model runs o.Batch on o.Backend for one warm-up step (compilation) and then o.CalibSteps
+// timed steps, in two passes over the modes
 // in opposite orders (so a drift of the machine's speed during the calibration falls on every mode alike); the
 // median of each mode's timed steps is kept, with their range. One trainer exists at a time. The model's own
 // per-block options are restored afterwards.
-func CalibrateModes(backend compute.Backend, model Model, cfg Config, batch Batch, costs []ModeCost, steps int) error {
-	blocks, err := blockCount(model)
+func CalibrateModes(o AutopilotOptions, costs []ModeCost) error {
+	backend, model, cfg, batch, steps := o.Backend, o.Model, o.Config, o.Batch, o.CalibSteps
+	blocks, err := finetune.BlockCount(model)
 	if err != nil {
 		return err
 	}
-	saved, _ := model.(blockPlanned).blocks()
-	defer model.(blockPlanned).setBlocks(saved)
+	saved, _ := model.(finetune.PerBlock).BlockModes()
+	defer model.(finetune.PerBlock).SetBlockModes(saved)
 	times := make([][]float64, len(costs))
 	perPass := max(1, (steps+1)/2)
 	for pass := 0; pass < 2; pass++ {
@@ -283,12 +270,12 @@ func CalibrateModes(backend compute.Backend, model Model, cfg Config, batch Batc
 			}
 			c := cfg
 			c.BlockPlan = uniformPlan(costs[i].Mode, blocks)
-			tr, err := New(model, c, backend)
+			tr, err := finetune.New(model, c, backend)
 			if err != nil {
 				return fmt.Errorf("calibrating %s: %w", costs[i].Mode, err)
 			}
 			for s := 0; s <= perPass; s++ {
-				st, err := tr.TrainStep([]Batch{batch})
+				st, err := tr.TrainStep([]finetune.Batch{batch})
 				if err != nil {
 					return fmt.Errorf("calibrating %s: %w", costs[i].Mode, err)
 				}
@@ -306,84 +293,18 @@ func CalibrateModes(backend compute.Backend, model Model, cfg Config, batch Batc
 }
 
 // BlockModesOf returns the modes of plan for model (ParseBlockPlan with its block count).
-func BlockModesOf(model Model, plan string) ([]models.BlockMode, error) {
-	n, err := blockCount(model)
+func BlockModesOf(model finetune.Model, plan string) ([]models.BlockMode, error) {
+	n, err := finetune.BlockCount(model)
 	if err != nil {
 		return nil, err
 	}
 	return models.ParseBlockPlan(plan, n)
 }
 
-// RandomBatch makes one batch of random inputs of the given shape for model (calibration and benchmarks:
-// step times do not depend on the values).
-func RandomBatch(model Model, shape Shape, seed uint64) Batch {
-	r := rand.New(rand.NewPCG(seed, 7))
-	switch m := model.(type) {
-	case ViT:
-		c := m.Config
-		px := make([]float32, shape.Batch*c.NumChannels*c.ImageSize*c.ImageSize)
-		for i := range px {
-			px[i] = float32(r.NormFloat64())
-		}
-		labels := make([]int32, shape.Batch)
-		for i := range labels {
-			labels[i] = int32(r.IntN(max(1, len(c.Labels))))
-		}
-		return Batch{"pixel_values": tensors.FromFlatDataAndDimensions(px, shape.Batch, c.NumChannels, c.ImageSize, c.ImageSize),
-			"labels": tensors.FromFlatDataAndDimensions(labels, shape.Batch)}
-	case Llama:
-		n := shape.Batch * shape.Seq
-		ids := make([]int32, n)
-		mask := make([]int32, n)
-		for i := range ids {
-			ids[i], mask[i] = int32(r.IntN(m.Config.VocabSize)), 1
-		}
-		return Batch{"input_ids": tensors.FromFlatDataAndDimensions(ids, shape.Batch, shape.Seq),
-			"attention_mask": tensors.FromFlatDataAndDimensions(mask, shape.Batch, shape.Seq),
-			"labels":         tensors.FromFlatDataAndDimensions(append([]int32(nil), ids...), shape.Batch, shape.Seq)}
-	}
-	return nil
-}
-
-// WithRandomWeights returns model (as ShapeModel gives it, without weights) with random weights in cfg's form
-// (quantised for QLoRA, folded with MS-norm), for calibrating step times at a model's shape.
-func WithRandomWeights(model Model, cfg Config, seed uint64) (Model, error) {
-	var out rebuilder
-	switch m := model.(type) {
-	case ViT:
-		opts := m.Options
-		opts.MSNorm = false
-		v, err := vit.New(m.Config, vit.RandomParams(m.Config, seed), opts)
-		if err != nil {
-			return nil, err
-		}
-		out = ViT{Model: v}
-	case Llama:
-		opts := m.Options
-		opts.MSNorm = false
-		l, err := llama.New(m.Config, llama.RandomParams(m.Config, seed), opts)
-		if err != nil {
-			return nil, err
-		}
-		out = Llama{Model: l}
-	default:
-		return nil, fmt.Errorf("model %T", model)
-	}
-	params := out.Params()
-	if cfg.Method == MethodQLoRA {
-		q, err := quant.QuantizeWeights(params, nf4Targets(out.LinearLayers()))
-		if err != nil {
-			return nil, err
-		}
-		params = q
-	}
-	return out.rebuild(params, cfg.MSNorm)
-}
-
 // CheckAutopilot checks what a --budget plan needs of the config and the margin, before any model is loaded or
 // mode timed: approx_act, grad_ckpt, mesa and block_plan left to the autopilot (from flags and the config file
 // alike) and a margin in [0, 1). Autopilot and AutopilotBatch check it too.
-func CheckAutopilot(cfg Config, margin float64) error {
+func CheckAutopilot(cfg finetune.Config, margin float64) error {
 	var set []string
 	if cfg.ApproxAct {
 		set = append(set, "--approx-act")
@@ -406,43 +327,65 @@ func CheckAutopilot(cfg Config, margin float64) error {
 	return nil
 }
 
-// Autopilot chooses the per-block plan of cfg on model for the budget less margin (a fraction): the modes'
-// totals from the exact planner (PlanModeCosts), their step times measured on backend with batch
-// (CalibrateModes, calibSteps timed steps each, cached by calibration key in cache when it is not nil), and the
-// search of ChooseBlockPlan, each candidate checked with the exact planner. cfg must leave approx_act,
-// grad_ckpt, mesa and block_plan to it.
-func Autopilot(backend compute.Backend, model Model, cfg Config, batch Batch, in Shape, budget int64, margin float64, calibSteps int, cache *CalibrationCache) (*Autoplan, error) {
-	if err := CheckAutopilot(cfg, margin); err != nil {
+// AutopilotOptions are what the memory autopilot plans for: a model trained with Config on Backend, a budget
+// less a margin, and how it times the modes.
+type AutopilotOptions struct {
+	Backend compute.Backend
+	// Model is the model with weights, in Config's model-wide modes (MS-norm, attention); its own per-block
+	// options are left as they were.
+	Model finetune.Model
+	// Config must leave approx_act, grad_ckpt, mesa and block_plan to the autopilot (CheckAutopilot).
+	Config finetune.Config
+	// Batch is the batch the modes are timed on, and Shape its shape (Autopilot). AutopilotBatch reads only
+	// Shape.Seq, the sequence length (0 for ViT), and times on random batches of each micro-batch it tries.
+	Batch finetune.Batch
+	Shape finetune.Shape
+	// Budget is the memory budget in bytes and Margin the fraction of it kept free, in [0, 1).
+	Budget int64
+	Margin float64
+	// CalibSteps are the timed calibration steps of each mode (CalibrateModes).
+	CalibSteps int
+	// Cache keeps the calibrations by key (nil: none; DefaultCalibrationCache is the user's).
+	Cache *CalibrationCache
+}
+
+// Autopilot chooses the per-block plan of o.Config on o.Model for the budget less the margin: the modes' totals
+// from the exact planner (ModeCosts), their step times measured on the backend with o.Batch (CalibrateModes,
+// o.CalibSteps timed steps each, cached by calibration key in o.Cache when it is not nil), and the search of
+// ChooseBlockPlan, each candidate checked with the exact planner.
+func Autopilot(o AutopilotOptions) (*Autoplan, error) {
+	backend, model, cfg, in := o.Backend, o.Model, o.Config, o.Shape
+	if err := CheckAutopilot(cfg, o.Margin); err != nil {
 		return nil, err
 	}
-	blocks, err := blockCount(model)
+	blocks, err := finetune.BlockCount(model)
 	if err != nil {
 		return nil, err
 	}
-	costs, err := PlanModeCosts(backend, model, cfg, in, AutopilotModes)
+	costs, err := ModeCosts(backend, model, cfg, in, AutopilotModes)
 	if err != nil {
 		return nil, err
 	}
-	key, err := calibrationKey(backend, model, cfg, in, calibSteps)
+	key, err := calibrationKey(backend, model, cfg, in, o.CalibSteps)
 	if err != nil {
 		return nil, err
 	}
-	if !cache.lookup(key, costs) {
+	if !o.Cache.lookup(key, costs) {
 		if backend.Name() != "xla" {
 			if limit, ok, err := memory.MachineBytes(); err == nil && ok && costs[0].TotalBytes > limit {
 				return nil, fmt.Errorf("timing the modes runs the step at this shape, which needs %s (planned, plain) but this machine has %s: choose the plan where the step runs (a GPU), or at a smaller shape",
 					memory.FormatBytes(costs[0].TotalBytes), memory.FormatBytes(limit))
 			}
 		}
-		if err := CalibrateModes(backend, model, cfg, batch, costs, calibSteps); err != nil {
+		if err := CalibrateModes(o, costs); err != nil {
 			return nil, err
 		}
-		if err := cache.store(key, costs); err != nil {
+		if err := o.Cache.store(key, costs); err != nil {
 			return nil, err
 		}
 	}
-	limit := int64(float64(budget) * (1 - margin))
-	p, err := ChooseBlockPlan(settleTies(costs), blocks, limit, func(plan string) (int64, error) { return PlanTotal(backend, model, cfg, in, plan) })
+	limit := int64(float64(o.Budget) * (1 - o.Margin))
+	p, err := ChooseBlockPlan(settleTies(costs), blocks, limit, func(plan string) (int64, error) { return Total(backend, model, cfg, in, plan) })
 	if err != nil {
 		return nil, err
 	}
@@ -454,13 +397,14 @@ func Autopilot(backend compute.Backend, model Model, cfg Config, batch Batch, in
 // dividing the effective batch E = batch_size x accum_steps, with E/b accumulation steps, it chooses the plan
 // (batches of random inputs of that shape time the modes) and keeps the one with the highest predicted throughput,
 // b examples per predicted micro-batch step time. A size for which even the lightest mode on every block does not
-// fit is skipped before any timing. seq is the sequence length (0 for ViT).
-func AutopilotBatch(backend compute.Backend, model Model, cfg Config, seq int, budget int64, margin float64, calibSteps int, cache *CalibrationCache) (*Autoplan, error) {
-	if err := CheckAutopilot(cfg, margin); err != nil {
+// fit is skipped before any timing. o.Batch and o.Shape.Batch are not read.
+func AutopilotBatch(o AutopilotOptions) (*Autoplan, error) {
+	backend, model, cfg := o.Backend, o.Model, o.Config
+	if err := CheckAutopilot(cfg, o.Margin); err != nil {
 		return nil, err
 	}
 	effective := cfg.BatchSize * cfg.AccumSteps
-	limit := int64(float64(budget) * (1 - margin))
+	limit := int64(float64(o.Budget) * (1 - o.Margin))
 	var best *Autoplan
 	var lastErr error
 	for b := effective; b >= 1; b-- {
@@ -469,8 +413,8 @@ func AutopilotBatch(backend compute.Backend, model Model, cfg Config, seq int, b
 		}
 		c := cfg
 		c.BatchSize, c.AccumSteps = b, effective/b
-		in := Shape{Batch: b, Seq: seq}
-		costs, err := PlanModeCosts(backend, model, c, in, AutopilotModes)
+		in := finetune.Shape{Batch: b, Seq: o.Shape.Seq}
+		costs, err := ModeCosts(backend, model, c, in, AutopilotModes)
 		if err != nil {
 			return nil, err
 		}
@@ -482,7 +426,9 @@ func AutopilotBatch(backend compute.Backend, model Model, cfg Config, seq int, b
 			lastErr = fmt.Errorf("micro-batch %d: the lightest mode on every block needs %s", b, memory.FormatBytes(lightest))
 			continue
 		}
-		p, err := Autopilot(backend, model, c, RandomBatch(model, in, 1), in, budget, margin, calibSteps, cache)
+		at := o
+		at.Config, at.Batch, at.Shape = c, finetune.RandomBatch(model, in, 1), in
+		p, err := Autopilot(at)
 		if err != nil {
 			lastErr = err
 			continue
@@ -557,12 +503,19 @@ func (c *CalibrationCache) store(key string, costs []ModeCost) error {
 	if err := os.MkdirAll(filepath.Dir(c.Path), 0o755); err != nil {
 		return err
 	}
-	return writeJSON(c.Path, all)
+	raw, err := json.MarshalIndent(all, "", "  ")
+	if err != nil {
+		return err
+	}
+	return safetensors.WriteAtomic(c.Path, func(w *bufio.Writer) error {
+		_, err := w.Write(append(raw, '\n'))
+		return err
+	})
 }
 
 // calibrationKey identifies a calibration: the backend, the model's config.json, the settings that shape the
 // step, the batch shape and the number of timed steps.
-func calibrationKey(backend compute.Backend, model Model, cfg Config, in Shape, steps int) (string, error) {
+func calibrationKey(backend compute.Backend, model finetune.Model, cfg finetune.Config, in finetune.Shape, steps int) (string, error) {
 	conf, err := model.ConfigJSON()
 	if err != nil {
 		return "", err
@@ -572,4 +525,76 @@ func calibrationKey(backend compute.Backend, model Model, cfg Config, in Shape, 
 		strings.Join(cfg.LoRATarget, ","), cfg.TrainModules, cfg.Optimizer, cfg.ComputeDType, cfg.MSNorm, cfg.Attention,
 		AutopilotModes, in.Batch, in.Seq, steps)
 	return hex.EncodeToString(h.Sum(nil))[:20], nil
+}
+
+// Budget is the memory autopilot of a training run (`finetune train --budget`), as the finetune.Planner of its
+// recipe (finetune.Recipe.Plan): its Plan times the modes on the run's first batch (leaving the data where it
+// was) or, with ChooseBatch, on random batches of each micro-batch it tries, and returns the run's config with
+// the chosen block_plan (and micro-batch).
+type Budget struct {
+	// Bytes is the memory budget and Margin the fraction of it kept free, in [0, 1).
+	Bytes  int64
+	Margin float64
+	// ChooseBatch lets the autopilot choose the micro-batch too (AutopilotBatch).
+	ChooseBatch bool
+	// CalibSteps are the timed calibration steps of each mode; Cache keeps the calibrations (nil: none).
+	CalibSteps int
+	Cache      *CalibrationCache
+	// OnStart is called before the modes are planned and timed; OnChoice sees the choice before the run takes
+	// it (an error stops the run).
+	OnStart  func()
+	OnChoice func(p *Autoplan) error
+}
+
+// Plan chooses the run's per-block plan (and micro-batch): a finetune.Planner.
+func (b Budget) Plan(s finetune.Setup) (finetune.Config, error) {
+	batch, in, err := peekBatch(s.Data)
+	if err != nil {
+		return s.Config, err
+	}
+	if b.OnStart != nil {
+		b.OnStart()
+	}
+	o := AutopilotOptions{Backend: s.Backend, Model: s.Model, Config: s.Config, Batch: batch, Shape: in, Budget: b.Bytes,
+		Margin: b.Margin, CalibSteps: b.CalibSteps, Cache: b.Cache}
+	var p *Autoplan
+	if b.ChooseBatch {
+		p, err = AutopilotBatch(o)
+	} else {
+		p, err = Autopilot(o)
+	}
+	if err != nil {
+		return s.Config, err
+	}
+	if b.OnChoice != nil {
+		if err := b.OnChoice(p); err != nil {
+			return s.Config, err
+		}
+	}
+	cfg := s.Config
+	cfg.BlockPlan = p.Plan
+	if p.BatchSize != cfg.BatchSize {
+		cfg.BatchSize, cfg.AccumSteps = p.BatchSize, p.AccumSteps
+	}
+	return cfg, nil
+}
+
+// peekBatch returns the data's next batch and its shape without moving the data.
+func peekBatch(data finetune.Iterator) (finetune.Batch, finetune.Shape, error) {
+	state, err := data.State()
+	if err != nil {
+		return nil, finetune.Shape{}, err
+	}
+	b, err := data.Next()
+	if err != nil {
+		return nil, finetune.Shape{}, err
+	}
+	if err := data.Restore(state); err != nil {
+		return nil, finetune.Shape{}, err
+	}
+	in := finetune.Shape{Batch: b.Size()}
+	if ids, ok := b["input_ids"]; ok && ids.Rank() == 2 {
+		in.Seq = ids.Shape().Dim(1)
+	}
+	return b, in, nil
 }

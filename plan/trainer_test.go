@@ -1,4 +1,4 @@
-package finetune
+package plan
 
 import (
 	"path/filepath"
@@ -8,6 +8,7 @@ import (
 	"github.com/gomlx/compute/shapes"
 
 	"github.com/memfit/memfit/engine"
+	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/models/llama"
 	"github.com/memfit/memfit/models/vit"
@@ -43,19 +44,19 @@ func TestPlannerTrainsWhatTheTrainerTrains(t *testing.T) {
 			name, method, modules string
 			ms, bf16              bool
 		}{
-			{"full", MethodFull, "", false, false},
-			{"lora", MethodLoRA, "", false, false},
-			{"lora+modules+ms-norm+bf16", MethodLoRA, modules[arch], true, true},
-			{"lora-fa", MethodLoRAFA, "", false, false},
-			{"qlora+ms-norm", MethodQLoRA, "", true, false},
-			{"qlora+modules", MethodQLoRA, modules[arch], false, false},
-			{"qlora+bad-modules", MethodQLoRA, quantised[arch], false, false},
-			{"lora+unknown-module", MethodLoRA, "no.such.module", false, false},
+			{"full", finetune.MethodFull, "", false, false},
+			{"lora", finetune.MethodLoRA, "", false, false},
+			{"lora+modules+ms-norm+bf16", finetune.MethodLoRA, modules[arch], true, true},
+			{"lora-fa", finetune.MethodLoRAFA, "", false, false},
+			{"qlora+ms-norm", finetune.MethodQLoRA, "", true, false},
+			{"qlora+modules", finetune.MethodQLoRA, modules[arch], false, false},
+			{"qlora+bad-modules", finetune.MethodQLoRA, quantised[arch], false, false},
+			{"lora+unknown-module", finetune.MethodLoRA, "no.such.module", false, false},
 		} {
 			name := arch + "/" + c.name
-			cfg := Defaults()
+			cfg := finetune.Defaults()
 			cfg.Method, cfg.MSNorm, cfg.LoRATarget = c.method, c.ms, []string{"all-linear"}
-			if c.method == MethodFull {
+			if c.method == finetune.MethodFull {
 				cfg.LoRARank, cfg.LoRATarget = 0, nil
 			}
 			if c.modules != "" {
@@ -64,11 +65,11 @@ func TestPlannerTrainsWhatTheTrainerTrains(t *testing.T) {
 			if c.bf16 {
 				cfg.ComputeDType = "bfloat16"
 			}
-			model, err := LoadModel(dirs[arch], cfg)
+			model, err := finetune.LoadModel(dirs[arch], cfg)
 			if err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
-			tr, trErr := New(model, cfg, backend)
+			tr, trErr := finetune.New(model, cfg, backend)
 			labels := 0
 			if arch == "vit" {
 				labels = 3
@@ -77,7 +78,7 @@ func TestPlannerTrainsWhatTheTrainerTrains(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
-			g, _, spec, planErr := planGraph(backend, pm, shp, cfg, Shape{Batch: 2, Seq: 8})
+			step, planErr := gradientStep(backend, pm, shp, cfg, finetune.Shape{Batch: 2, Seq: 8})
 			if trErr != nil || planErr != nil {
 				if trErr == nil || planErr == nil || trErr.Error() != planErr.Error() {
 					t.Errorf("%s: trainer error %v, planner error %v", name, trErr, planErr)
@@ -86,7 +87,7 @@ func TestPlannerTrainsWhatTheTrainerTrains(t *testing.T) {
 				}
 				continue
 			}
-			g.Finalize()
+			step.Graph.Finalize()
 			if strings.Contains(c.name, "bad") || strings.Contains(c.name, "unknown") {
 				t.Errorf("%s: accepted", name)
 			}
@@ -101,8 +102,8 @@ func TestPlannerTrainsWhatTheTrainerTrains(t *testing.T) {
 					}
 				}
 			}
-			same("trainable", spec.train, tr.Train)
-			same("frozen", spec.frozen, tr.Frozen)
+			same("trainable", step.Train, tr.Train)
+			same("frozen", step.Frozen, tr.Frozen)
 		}
 	}
 }

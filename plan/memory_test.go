@@ -1,10 +1,11 @@
-package finetune
+package plan
 
 import (
 	"strings"
 	"testing"
 
 	"github.com/memfit/memfit/engine"
+	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/models/vit"
 )
 
@@ -52,9 +53,9 @@ func TestPlanMemoryMatchesAnalyticCount(t *testing.T) {
 		name  string
 		batch int
 	}{{"vit:tiny", 2}, {"vit-b16", 8}} {
-		cfg := Defaults()
+		cfg := finetune.Defaults()
 		cfg.LoRATarget = []string{"all-linear"}
-		rep, err := PlanMemory(backend, preset.name, cfg, 10, Shape{Batch: preset.batch}, nil)
+		rep, err := Memory(backend, MemoryRequest{Model: preset.name, Config: cfg, Labels: 10, Shape: finetune.Shape{Batch: preset.batch}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,9 +107,9 @@ func TestPlanMemoryLlama(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer backend.Finalize()
-	cfg := Defaults()
+	cfg := finetune.Defaults()
 	cfg.LoRATarget = []string{"all-linear"}
-	rep, err := PlanMemory(backend, "llama-1b", cfg, 0, Shape{Batch: 1, Seq: 256}, []Variant{Variants[0], Variants[3]})
+	rep, err := Memory(backend, MemoryRequest{Model: "llama-1b", Config: cfg, Shape: finetune.Shape{Batch: 1, Seq: 256}, Variants: []finetune.Variant{finetune.Variants[0], finetune.Variants[3]}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,21 +133,21 @@ func TestPlanMemoryLlama(t *testing.T) {
 	}
 }
 
-func TestMaxFit(t *testing.T) {
+func TestCapacities(t *testing.T) {
 	backend, err := engine.NewBackend(engine.ChooseSpec("go"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer backend.Finalize()
-	cfg := Defaults()
-	vs := []Variant{Variants[0], Variants[3]}
-	fits, err := MaxFit(backend, "llama:tiny", cfg, 0, Shape{Batch: 2, Seq: 8}, "seq", 2<<20, 4096, vs)
+	cfg := finetune.Defaults()
+	vs := []finetune.Variant{finetune.Variants[0], finetune.Variants[3]}
+	fits, err := Capacities(backend, CapacityRequest{Model: "llama:tiny", Config: cfg, Shape: finetune.Shape{Batch: 2, Seq: 8}, Axis: "seq", Budget: 2 << 20, Limit: 4096, Variants: vs})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range fits {
 		// The answer is the boundary: Max fits, Max+1 does not.
-		model, shp, _ := ShapeModel("llama:tiny", Variants[0].Apply(cfg), 0)
+		model, shp, _ := ShapeModel("llama:tiny", finetune.Variants[0].Apply(cfg), 0)
 		if f.Variant == vs[1].Name {
 			model, shp, _ = ShapeModel("llama:tiny", vs[1].Apply(cfg), 0)
 		}
@@ -154,11 +155,11 @@ func TestMaxFit(t *testing.T) {
 		if f.Variant == vs[1].Name {
 			vc = vs[1].Apply(cfg)
 		}
-		at, err := PlanStep(backend, model, shp, vc, Shape{Batch: 2, Seq: f.Max})
+		at, err := Step(backend, model, shp, vc, finetune.Shape{Batch: 2, Seq: f.Max})
 		if err != nil {
 			t.Fatal(err)
 		}
-		above, err := PlanStep(backend, model, shp, vc, Shape{Batch: 2, Seq: f.Max + 1})
+		above, err := Step(backend, model, shp, vc, finetune.Shape{Batch: 2, Seq: f.Max + 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -171,7 +172,7 @@ func TestMaxFit(t *testing.T) {
 	}
 }
 
-// TestPlanRefusesHugeSequences: a sequence length past MaxPlanSeq (a typo such as 100000000) is refused before
+// TestPlanRefusesHugeSequences: a sequence length past MaxSeq (a typo such as 100000000) is refused before
 // the step is built, naming the bound.
 func TestPlanRefusesHugeSequences(t *testing.T) {
 	backend, err := engine.NewBackend(engine.ChooseSpec("go"))
@@ -179,17 +180,17 @@ func TestPlanRefusesHugeSequences(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer backend.Finalize()
-	cfg := Defaults()
+	cfg := finetune.Defaults()
 	model, shp, err := ShapeModel("llama:tiny", cfg, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, seq := range []int{-5, 0, 100000000} {
-		if _, err := PlanStep(backend, model, shp, cfg, Shape{Batch: 1, Seq: seq}); err == nil || !strings.Contains(err.Error(), "1048576") {
+		if _, err := Step(backend, model, shp, cfg, finetune.Shape{Batch: 1, Seq: seq}); err == nil || !strings.Contains(err.Error(), "1048576") {
 			t.Errorf("seq %d: %v", seq, err)
 		}
 	}
-	if _, err := MaxFit(backend, "llama:tiny", cfg, 0, Shape{Batch: 1, Seq: 8}, "seq", 1<<30, 100000000, Variants[:1]); err == nil {
-		t.Error("MaxFit up to 1e8 tokens accepted")
+	if _, err := Capacities(backend, CapacityRequest{Model: "llama:tiny", Config: cfg, Shape: finetune.Shape{Batch: 1, Seq: 8}, Axis: "seq", Budget: 1 << 30, Limit: 100000000, Variants: finetune.Variants[:1]}); err == nil {
+		t.Error("Capacities up to 1e8 tokens accepted")
 	}
 }

@@ -1,4 +1,4 @@
-package finetune_test
+package plan_test
 
 import (
 	"fmt"
@@ -9,13 +9,14 @@ import (
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/internal/gtest"
 	"github.com/memfit/memfit/models/vit"
+	"github.com/memfit/memfit/plan"
 )
 
 // TestChooseBlockPlanIsOptimal: on synthetic mode costs, the autopilot's choice has the lowest time among all
 // 4^6 per-block assignments whose additive total fits, for budgets from loose to impossible.
 func TestChooseBlockPlanIsOptimal(t *testing.T) {
 	const blocks = 6
-	costs := []finetune.ModeCost{
+	costs := []plan.ModeCost{
 		{Mode: "plain", TotalBytes: 1000, StepSeconds: 1.0},
 		{Mode: "approx-act", TotalBytes: 880, StepSeconds: 1.01},
 		{Mode: "approx-act+mesa", TotalBytes: 700, StepSeconds: 1.12},
@@ -51,7 +52,7 @@ func TestChooseBlockPlanIsOptimal(t *testing.T) {
 				best = secs
 			}
 		}
-		got, err := finetune.ChooseBlockPlan(costs, blocks, limit, additive)
+		got, err := plan.ChooseBlockPlan(costs, blocks, limit, additive)
 		if math.IsInf(best, 1) {
 			if err == nil || !strings.Contains(err.Error(), "smallest total reachable is 520 B") {
 				t.Errorf("limit %d: nothing fits, got %v / %v", limit, got, err)
@@ -76,13 +77,13 @@ func TestAutopilotOnThePlanner(t *testing.T) {
 	cfg.TrainModules = []string{"classifier"}
 	in := finetune.Shape{Batch: 6}
 	backend := gtest.Backend(t)
-	costs, err := finetune.PlanModeCosts(backend, model, cfg, in, finetune.AutopilotModes)
+	costs, err := plan.ModeCosts(backend, model, cfg, in, plan.AutopilotModes)
 	if err != nil {
 		t.Fatal(err)
 	}
 	loader, _ := finetune.NewLoader(data, 6, 1, false)
 	batch, _ := loader.Next()
-	if err := finetune.CalibrateModes(backend, model, cfg, batch, costs, 2); err != nil {
+	if err := plan.CalibrateModes(plan.AutopilotOptions{Backend: backend, Model: model, Config: cfg, Batch: batch, CalibSteps: 2}, costs); err != nil {
 		t.Fatal(err)
 	}
 	if blocks := model.(finetune.ViT).Options.Blocks; blocks != nil {
@@ -96,14 +97,14 @@ func TestAutopilotOnThePlanner(t *testing.T) {
 	if !(costs[3].TotalBytes < costs[0].TotalBytes) {
 		t.Fatalf("grad-ckpt plans %d bytes, plain %d", costs[3].TotalBytes, costs[0].TotalBytes)
 	}
-	verify := func(plan string) (int64, error) { return finetune.PlanTotal(backend, model, cfg, in, plan) }
+	verify := func(p string) (int64, error) { return plan.Total(backend, model, cfg, in, p) }
 	smallest := costs[0].TotalBytes
 	for _, c := range costs {
 		smallest = min(smallest, c.TotalBytes)
 	}
 	for _, frac := range []float64{0.95, 0.80, 0.65, 0.50} {
 		limit := int64(frac * float64(costs[0].TotalBytes))
-		got, err := finetune.ChooseBlockPlan(costs, 2, limit, verify)
+		got, err := plan.ChooseBlockPlan(costs, 2, limit, verify)
 		if limit < smallest && err != nil {
 			continue // below what any mode on every block reaches: may be refused with the smallest total
 		}
@@ -120,7 +121,7 @@ func TestAutopilotOnThePlanner(t *testing.T) {
 		}
 		t.Logf("%.0f%% of %d: %s, planned %d bytes, predicted %.4f s", 100*frac, costs[0].TotalBytes, got.Plan, got.PlannedBytes, got.PredictedSeconds)
 	}
-	if _, err := finetune.ChooseBlockPlan(costs, 2, smallest/2, verify); err == nil || !strings.Contains(err.Error(), "smallest total reachable") {
+	if _, err := plan.ChooseBlockPlan(costs, 2, smallest/2, verify); err == nil || !strings.Contains(err.Error(), "smallest total reachable") {
 		t.Errorf("an impossible budget: %v", err)
 	}
 }
@@ -137,7 +138,7 @@ func TestAutopilotBatch(t *testing.T) {
 	lightest := func(b int) int64 {
 		c := cfg
 		c.BatchSize = b
-		costs, err := finetune.PlanModeCosts(backend, model, c, finetune.Shape{Batch: b}, finetune.AutopilotModes)
+		costs, err := plan.ModeCosts(backend, model, c, finetune.Shape{Batch: b}, plan.AutopilotModes)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -152,14 +153,14 @@ func TestAutopilotBatch(t *testing.T) {
 		t.Fatalf("a micro-batch of 6 plans %d bytes at the least, 12 plans %d", half, full)
 	}
 	budget := (full + half) / 2 // margin 0: the limit is the budget
-	p, err := finetune.AutopilotBatch(backend, model, cfg, 0, budget, 0, 1, finetune.DefaultCalibrationCache())
+	p, err := plan.AutopilotBatch(plan.AutopilotOptions{Backend: backend, Model: model, Config: cfg, Budget: budget, CalibSteps: 1, Cache: plan.DefaultCalibrationCache()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if p.BatchSize >= 12 || 12%p.BatchSize != 0 || p.BatchSize*p.AccumSteps != 12 || p.PlannedBytes > budget {
 		t.Errorf("micro-batch %d x %d, plan %s planned %d bytes, budget %d", p.BatchSize, p.AccumSteps, p.Plan, p.PlannedBytes, budget)
 	}
-	if _, err := finetune.AutopilotBatch(backend, model, cfg, 0, lightest(1)/2, 0, 1, nil); err == nil || !strings.Contains(err.Error(), "no micro-batch dividing the effective batch 12") {
+	if _, err := plan.AutopilotBatch(plan.AutopilotOptions{Backend: backend, Model: model, Config: cfg, Budget: lightest(1) / 2, CalibSteps: 1}); err == nil || !strings.Contains(err.Error(), "no micro-batch dividing the effective batch 12") {
 		t.Errorf("an impossible budget: %v", err)
 	}
 }

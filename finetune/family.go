@@ -1,0 +1,183 @@
+package finetune
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/gomlx/compute/shapes"
+
+	"github.com/memfit/memfit/attention"
+	"github.com/memfit/memfit/models"
+	"github.com/memfit/memfit/models/auto"
+	"github.com/memfit/memfit/models/hfconfig"
+	"github.com/memfit/memfit/tokenizer"
+)
+
+// Family is a kind of model that finetune trains (ViT, LLaMA): how to load it, make it from its config alone for
+// the memory planner, feed it random batches, and open and check its data. Each family registers itself once,
+// in one place (ViT in family_vit.go, LLaMA in family_llama.go; family.go registers the two), with RegisterFamily; everything else in
+// finetune and in package plan looks families up (FamilyByName, FamilyOf, FamilyOfFormat) instead of switching
+// on a model's type, so a new family is one new package that registers itself (docs/families.md). The optional
+// fields may be nil.
+type Family struct {
+	// Name is the model_type of the family's config.json ("vit", "llama") and the prefix of its preset names
+	// ("vit:tiny"); Title is its name in messages ("ViT", "LLaMA").
+	Name, Title string
+	// Of reports whether a model is of this family.
+	Of func(m Model) bool
+	// Load loads a model folder (config.json and safetensors) in the model-wide modes of opts (folding its norms
+	// when opts.MSNorm).
+	Load func(dir string, opts ModelOptions) (Model, error)
+	// Rebuild builds m again, in its own options, over other parameters (QLoRA's quantised ones, random ones),
+	// folding the norms when msNorm.
+	Rebuild func(m Model, params models.Params, msNorm bool) (Model, error)
+	// RandomParams returns random parameters of m's architecture, by Hugging Face name, unfolded.
+	RandomParams func(m Model, seed uint64) models.Params
+	// Shaped returns the model of a folder's config.json, without weights, in the modes of opts: enough to build
+	// training graphs (the planner's), not to run them.
+	Shaped func(dir string, opts ModelOptions) (Model, error)
+	// Preset returns the named preset without weights, in the modes of opts (labels: the classes of a
+	// classification head, 0 for none); Presets lists the preset names.
+	Preset  func(name string, labels int, opts ModelOptions) (Model, error)
+	Presets []string
+	// Sequence says that the family's batches have a sequence length to choose (Shape.Seq); FixedSequence, for a
+	// family without, says why in a message ("a ViT's sequence is fixed by its image size").
+	Sequence      bool
+	FixedSequence string
+	// BatchShapes returns the shapes of m's batch tensors at shape in (what the planner builds a step for);
+	// RandomBatch returns a batch of random inputs at in.
+	BatchShapes func(m Model, in Shape) (map[string]shapes.Shape, error)
+	RandomBatch func(m Model, in Shape, seed uint64) Batch
+	// Formats are the data formats (RunSpec.Data, DataFormat) that OpenData reads besides safetensors, which
+	// every family reads (LoadExamples). WrongModel is the error for data of those formats given to a model of
+	// another family.
+	Formats    []string
+	OpenData   func(src DataSource) (Iterator, error)
+	WrongModel func(format string) error
+	// Trainable refuses a model that cannot be fine-tuned as it is (a ViTModel without a head); nil: all can.
+	Trainable func(m Model) error
+	// CheckTokenizer refuses a tokenizer that does not belong to m (more tokens than its vocabulary); nil: the
+	// family takes no text.
+	CheckTokenizer func(tok *tokenizer.Tokenizer, m Model) error
+	// GenerationConfig returns the generation_config.json a merged export of m writes when its base model folder
+	// has none (nil, or a nil map: none).
+	GenerationConfig func(m Model) map[string]any
+}
+
+// DataSource is data for a family's OpenData to open: the path and its format (DataFormat), how to read it, the
+// model it is for and its folder (tokenizer, preprocessor), and the batches to make of it.
+type DataSource struct {
+	Path, Format string
+	Options      DataOptions
+	Model        Model
+	ModelDir     string
+	BatchSize    int
+	Seed         uint64
+}
+
+// ModelOptions are the model-wide memory-saving modes and the attention kind a family builds a model in (a
+// Config's approx_act, ms_norm, grad_ckpt and attention); the per-block plan is set afterwards (ApplyBlockPlan).
+type ModelOptions struct {
+	ApproxAct, MSNorm, GradCkpt bool
+	Attention                   attention.Kind
+}
+
+// ModelOptionsOf returns cfg's model options.
+func ModelOptionsOf(cfg Config) (ModelOptions, error) {
+	kind, err := attention.ParseKind(cfg.Attention)
+	if err != nil {
+		return ModelOptions{}, err
+	}
+	return ModelOptions{ApproxAct: cfg.ApproxAct, MSNorm: cfg.MSNorm, GradCkpt: cfg.GradCkpt, Attention: kind}, nil
+}
+
+var (
+	familiesMu sync.Mutex
+	families   []Family
+)
+
+// The shipped families, in the order messages list them (ViT came first); each is defined in its own file.
+func init() {
+	RegisterFamily(vitFamily())
+	RegisterFamily(llamaFamily())
+}
+
+// RegisterFamily adds a model family (call it from the family's package's init function); families keep the
+// order they were registered in, the shipped ones first. A second family of the same name, or one without Name,
+// Of, Load or Rebuild, is a programming error: it panics.
+func RegisterFamily(f Family) {
+	familiesMu.Lock()
+	defer familiesMu.Unlock()
+	if f.Name == "" || f.Of == nil || f.Load == nil || f.Rebuild == nil {
+		panic(fmt.Sprintf("finetune.RegisterFamily: family %q needs a Name, Of, Load and Rebuild", f.Name))
+	}
+	for _, g := range families {
+		if g.Name == f.Name {
+			panic(fmt.Sprintf("finetune.RegisterFamily: family %q registered twice", f.Name))
+		}
+	}
+	families = append(families, f)
+}
+
+// Families returns the registered families, in the order they were registered.
+func Families() []Family {
+	familiesMu.Lock()
+	defer familiesMu.Unlock()
+	return slices.Clone(families)
+}
+
+// FamilyByName returns the family of a model_type.
+func FamilyByName(name string) (Family, bool) {
+	for _, f := range Families() {
+		if f.Name == name {
+			return f, true
+		}
+	}
+	return Family{}, false
+}
+
+// FamilyOf returns the family of a model.
+func FamilyOf(m Model) (Family, bool) {
+	for _, f := range Families() {
+		if f.Of(m) {
+			return f, true
+		}
+	}
+	return Family{}, false
+}
+
+// FamilyOfFormat returns the family whose OpenData reads a data format (not safetensors, which all read).
+func FamilyOfFormat(format string) (Family, bool) {
+	for _, f := range Families() {
+		if slices.Contains(f.Formats, format) {
+			return f, true
+		}
+	}
+	return Family{}, false
+}
+
+// FamilyOfFolder returns the family of the model folder dir, by its config.json's model_type. A model_type that
+// no family trains is refused with models/auto's error, which names the types memfit reads ("cannot be trained"
+// for one it reads but does not train).
+func FamilyOfFolder(dir string) (Family, error) {
+	mt, err := auto.ModelType(dir)
+	if err != nil {
+		// A family registered outside models/auto (which knows the shipped ones) is found by its model_type.
+		if fields, _, rerr := hfconfig.Read(dir); rerr == nil {
+			var own string
+			if raw, ok := fields["model_type"]; ok && json.Unmarshal(raw, &own) == nil {
+				if fam, ok := FamilyByName(own); ok {
+					return fam, nil
+				}
+			}
+		}
+		return Family{}, err
+	}
+	fam, ok := FamilyByName(mt)
+	if !ok {
+		return Family{}, fmt.Errorf("model type %q cannot be trained", mt)
+	}
+	return fam, nil
+}
