@@ -126,13 +126,13 @@ type CheckpointLimitError struct {
 
 // Error says why the bound is there and what to do, in one line.
 func (e *CheckpointLimitError) Error() string {
-	return fmt.Sprintf("gradient checkpointing of %d blocks: memfit checkpoints at most %d (GoMLX's graph.Gradient walks the whole graph once per checkpointed block, so building the step takes time quadratic in their number: about 10 s for 256 blocks, 40 s for 512): checkpoint fewer blocks with a block_plan, or leave gradient checkpointing off (memory: --variants without grad-ckpt)",
+	return fmt.Sprintf("gradient checkpointing of %d blocks: memfit checkpoints at most %d (the reverse pass, GoMLX's algorithm in engine.Gradient, walks the whole graph once per checkpointed block, so building the step takes time quadratic in their number: about 10 s for 256 blocks, 40 s for 512): checkpoint fewer blocks with a block_plan, or leave gradient checkpointing off (memory: --variants without grad-ckpt)",
 		e.Blocks, MaxCheckpointedBlocks)
 }
 
 // MaxCheckpointedBlocks is the most blocks a step checkpoints (grad_ckpt, or grad-ckpt blocks of a block_plan).
-// Each checkpointed block's recomputation takes its gradient with GoMLX's graph.Gradient, whose cost is the size
-// of the whole graph, so building a step takes time quadratic in the checkpointed blocks (the pure-Go backend, 2
+// Each checkpointed block's recomputation takes its gradient with engine.Gradient (GoMLX's reverse-pass algorithm),
+// whose cost is the size of the whole graph, so building a step takes time quadratic in the checkpointed blocks (the pure-Go backend, 2
 // cores, LLaMA blocks: 4 s for 128, 10 s for 256, 41 s for 512); the bound keeps it to seconds.
 const MaxCheckpointedBlocks = 256
 
