@@ -197,7 +197,7 @@ func CheckExamples(model Model, ex Examples) error {
 		}
 		for i := start; i < end; i++ {
 			if !rowsPass(c.CheckBatch, ex, i, i+1) {
-				return fmt.Errorf("example %d of %d: %w (the position counts examples first)", i, n, err)
+				return fmt.Errorf("example %d of %d (0-based): %w; fix or remove that example", i, n, err)
 			}
 		}
 	}
