@@ -319,7 +319,7 @@ func TestValidationResumeIsExact(t *testing.T) {
 	t.Logf("stopped at step %d, best validation loss %.4f at step %d", tr.Step, st.BestLoss, st.BestStep)
 	// best/ holds the best step's checkpoint, next to the last one; the others are pruned.
 	var saved struct {
-		Step int                 `json:"step"`
+		Step int                `json:"step"`
 		Eval finetune.EvalState `json:"eval"`
 	}
 	raw, err := os.ReadFile(filepath.Join(out, finetune.BestDir, finetune.StateFile))
