@@ -2,6 +2,8 @@ package cli_test
 
 import (
 	"bytes"
+	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -214,5 +216,87 @@ func TestValidationBadInput(t *testing.T) {
 				os.RemoveAll(p)
 			}
 		}
+	}
+}
+
+// evalLines returns the "eval" records of a run's metrics without their timings.
+func evalLines(t *testing.T, out string) []string {
+	t.Helper()
+	var lines []string
+	for _, m := range readMetrics(t, filepath.Join(out, "metrics.jsonl")) {
+		if m["kind"] == "eval" {
+			delete(m, "eval_seconds")
+			b, _ := json.Marshal(m)
+			lines = append(lines, string(b))
+		}
+	}
+	return lines
+}
+
+// TestTrainValidationResume: the validation keys of a config file (eval_every, eval_split,
+// early_stopping_patience) run as the flags do, and a run stopped at step 4 and resumed to 10 logs the same
+// evaluations (the same held-out examples, losses, best step and patience count) as the run done in one go.
+func TestTrainValidationResume(t *testing.T) {
+	tmp, model, _ := vitFixture(t)
+	data := filepath.Join(tmp, "train24.safetensors")
+	writeImageData(t, data, 24)
+	cfg := filepath.Join(tmp, "train.yaml")
+	os.WriteFile(cfg, []byte("lr: 0.003\nbatch_size: 4\ntrain_modules: [classifier]\neval_every: 2\neval_split: 0.25\nearly_stopping_patience: 4\n"), 0o644)
+	whole, parts := filepath.Join(tmp, "whole"), filepath.Join(tmp, "parts")
+	if _, se, code := run(t, "train", "--model", model, "--data", data, "--config", cfg, "--out", whole, "--steps", "10"); code != 0 {
+		t.Fatal(se)
+	}
+	if _, se, code := run(t, "train", "--model", model, "--data", data, "--config", cfg, "--out", parts, "--steps", "4"); code != 0 {
+		t.Fatal(se)
+	}
+	if _, se, code := run(t, "train", "--out", parts, "--resume", "--steps", "10"); code != 0 {
+		t.Fatal(se)
+	}
+	a, b := evalLines(t, whole), evalLines(t, parts)
+	if len(a) != 5 || strings.Join(a, "\n") != strings.Join(b, "\n") {
+		t.Errorf("evaluations in one go:\n%s\nstopped and resumed:\n%s", strings.Join(a, "\n"), strings.Join(b, "\n"))
+	}
+	if !strings.Contains(a[0], `"eval_examples":6`) {
+		t.Errorf("eval_split 0.25 of 24 examples: %s", a[0])
+	}
+}
+
+// TestValidationRealData: validation on the shared real data: Alpaca JSONL on the shipped llama-tiny (loss and
+// perplexity over the held-out tokens) and the CIFAR-10 tar's test split as --eval-data for a ViT (accuracy over
+// its 2,000 images, decoded a batch at a time).
+func TestValidationRealData(t *testing.T) {
+	alpaca := filepath.Join("..", "..", "shared", "data", "alpaca-libre", "alpaca_libre_tasks_v1.jsonl")
+	cifar := filepath.Join("..", "..", "shared", "data", "cifar10", "cifar10-subset-jpg.tar")
+	for _, p := range []string{alpaca, cifar} {
+		if _, err := os.Stat(p); err != nil {
+			t.Skipf("shared data not here (%s): see ../shared/data/README.md", p)
+		}
+	}
+	tmp := t.TempDir()
+	out := filepath.Join(tmp, "alpaca")
+	_, se, code := run(t, "train", "--model", filepath.Join("..", "pretrained", "llama-tiny"), "--data", alpaca, "--eval-split", "0.05",
+		"--out", out, "--steps", "2", "--seq-len", "256", "--batch-size", "4")
+	if code != 0 {
+		t.Fatal(se)
+	}
+	for _, m := range readMetrics(t, filepath.Join(out, "metrics.jsonl")) {
+		if m["kind"] == "eval" {
+			loss, ppl := m["eval_loss"].(float64), m["eval_perplexity"].(float64)
+			if m["eval_tokens"].(float64) < 1000 || ppl < 1 || math.Abs(math.Log(ppl)-loss) > 1e-6 {
+				t.Errorf("alpaca evaluation %v", m)
+			}
+			t.Logf("alpaca step %v: %v examples, %v tokens, loss %.4f, perplexity %.1f", m["step"], m["eval_examples"], m["eval_tokens"], loss, ppl)
+		}
+	}
+	vit := filepath.Join(tmp, "vit10")
+	run(t, "init", "--arch", "vit", "--preset", "tiny", "--num-labels", "10", "--out", vit)
+	out = filepath.Join(tmp, "cifar")
+	if _, se, code := run(t, "train", "--model", vit, "--data", cifar, "--split", "train", "--eval-data", cifar, "--eval-data-split", "test",
+		"--out", out, "--steps", "2", "--batch-size", "16"); code != 0 {
+		t.Fatal(se)
+	}
+	lines := readMetrics(t, filepath.Join(out, "metrics.jsonl"))
+	if e := lines[len(lines)-1]; e["kind"] != "eval" || e["eval_examples"].(float64) != 2000 || e["eval_accuracy"] == nil {
+		t.Errorf("CIFAR-10 test split: %v", e)
 	}
 }
