@@ -355,3 +355,28 @@ func TestValidationResumeIsExact(t *testing.T) {
 }
 
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+// TestBestFolderGuards: best/ counts as a run file (a new run refuses the folder, --overwrite removes it), and a
+// kill while it was being replaced is cleaned up as for checkpoint-N: an aside best/ whose replacement never
+// arrived is put back, a temporary one removed.
+func TestBestFolderGuards(t *testing.T) {
+	out := t.TempDir()
+	mk := func(d string) {
+		os.MkdirAll(filepath.Join(out, d), 0o755)
+		os.WriteFile(filepath.Join(out, d, finetune.StateFile), []byte("{}"), 0o644)
+	}
+	mk(".best.old-1")
+	mk(".best.tmp-2")
+	if err := finetune.CleanStale(out); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(list(t, out), ","); got != "best" {
+		t.Fatalf("after CleanStale: %s, want best (put back)", got)
+	}
+	if err := finetune.CheckFreshRun(out, false); err == nil || !strings.Contains(err.Error(), "best") {
+		t.Errorf("a folder holding best/: %v", err)
+	}
+	if err := finetune.CheckFreshRun(out, true); err != nil || len(list(t, out)) != 0 {
+		t.Errorf("--overwrite left %v (%v)", list(t, out), err)
+	}
+}
