@@ -12,6 +12,7 @@ import (
 
 	"github.com/gomlx/gomlx/core/tensors"
 
+	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/safetensors"
 )
 
@@ -151,10 +152,16 @@ func TestTrainChecksDataBeforePrinting(t *testing.T) {
 		"input_ids":      tensors.FromFlatDataAndDimensions(ids, 6, 8),
 		"attention_mask": tensors.FromFlatDataAndDimensions(mask, 6, 8),
 		"labels":         tensors.FromFlatDataAndDimensions(append([]int32(nil), ids...), 6, 8)}, "", nil)
+	// An IDX pair (MNIST's format) whose image 6 has label 7 for a model of 5 classes.
+	idxLabels := []byte{0, 1, 2, 3, 4, 0, 7, 1}
+	imgs, labs := filepath.Join(tmp, "images.idx.gz"), filepath.Join(tmp, "labels.idx.gz")
+	os.WriteFile(imgs, (&data.IDX{Dims: []int{8, 28, 28}, Data: make([]byte, 8*28*28)}).Encode(), 0o644)
+	os.WriteFile(labs, (&data.IDX{Dims: []int{8}, Data: idxLabels}).Encode(), 0o644)
 	for _, c := range []struct {
 		args []string
 		want []string
 	}{
+		{[]string{"--model", vit5, "--data", imgs + "," + labs}, []string{"IDX image 6 (0-based) has label 7, outside the model's 5 classes"}},
 		{[]string{"--model", vit5, "--data", bad}, []string{"--data " + bad, "example 3 of 8", "labels holds 5", "5 classes"}},
 		{[]string{"--model", vit5, "--data", good, "--eval-data", bad, "--eval-every", "1"}, []string{"--eval-data " + bad, "example 3 of 8"}},
 		{[]string{"--model", llama, "--data", badText, "--batch-size", "2"}, []string{"--data " + badText, "example 4 of 6", "input_ids holds 1048576", "vocabulary"}},

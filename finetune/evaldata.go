@@ -225,3 +225,18 @@ func rowsPass(check func(Batch) error, ex Examples, start, end int) bool {
 	}()
 	return check(b) == nil
 }
+
+// labelsWithin returns an error naming the first image of src whose label is not one of the model's classes
+// classes, or nil (and nil for a model without a head, whose error is the caller's).
+func labelsWithin(src data.ImageSource, classes int) error {
+	if classes == 0 {
+		return nil
+	}
+	for i := range src.Len() {
+		if l := src.Label(i); l >= classes {
+			return fmt.Errorf("%s (0-based) has label %d, outside the model's %d classes (num_labels in its config.json): fix or remove that image, or give the model a head of %d",
+				src.Name(i), l, classes, len(src.Classes()))
+		}
+	}
+	return nil
+}
