@@ -59,6 +59,12 @@ type Trainer struct {
 	lastLoss, lastNorm float64
 	// initAdapter is where the next checkpoint takes its copy of the init_adapter (nil without one).
 	initAdapter *initAdapterSource
+
+	// Validation is the validation set Fit evaluates (nil: none; see evaluate.go) and EvalState where its
+	// evaluations stand (saved in checkpoints).
+	Validation EvalSet
+	EvalState  EvalState
+	evalRunner *runner.OutputsRunner
 }
 
 // StepStats describes one optimizer step.
@@ -413,6 +419,9 @@ func (t *Trainer) Release() {
 	}
 	for _, sp := range t.programs {
 		sp.g.Finalize()
+	}
+	if t.evalRunner != nil {
+		t.evalRunner.Release()
 	}
 	t.Train, t.M, t.V, t.owned, t.RNG, t.ok, t.Mesa = nil, nil, nil, nil, nil, nil, nil
 	t.programs = nil
