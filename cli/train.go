@@ -45,6 +45,8 @@ func newTrainCommand(opts *Options) *cobra.Command {
   image-tar    a .tar/.tar.gz of such a tree (--split picks a subfolder such as train)
   idx          "images.idx[.gz],labels.idx[.gz]" (MNIST, Fashion-MNIST)
   alpaca       Alpaca JSONL (.jsonl): prompt tokens masked from the loss (LLaMA causal LM)
+  messages     conversation JSONL (.jsonl whose rows are {"messages": [{"role", "content"}, ...]}, or ShareGPT's
+               "conversations"): the chat template (--chat-template), loss on the assistant turns only
   text         plain text (.txt) packed into --seq-len blocks (LLaMA causal LM)
   glue         a GLUE data root with --task cola|sst2|mrpc|stsb|rte, or one task's folder (LLaMA sequence
                classification)
@@ -166,12 +168,14 @@ gradients to the host; the loss is read back every --log-every steps.`,
 	f.BoolVar(&budgetBatch, "budget-batch", false, "with --budget: also choose the micro-batch (a divisor of --batch-size x --accum-steps, with accumulation keeping that effective batch) that runs fastest")
 	f.BoolVar(&dryRun, "dry-run", false, "print the resolved run (run.yaml: flags over --config over defaults) and exit without loading anything")
 	f.BoolVar(&overwrite, "overwrite", false, "start a new run in an --out that holds one, deleting its checkpoints, metrics and adapter")
-	f.StringVar(&dataOpts.Format, "data-format", "", "safetensors, images, image-tar, idx, alpaca, text or glue (default: from the path)")
+	f.StringVar(&dataOpts.Format, "data-format", "", "safetensors, images, image-tar, idx, alpaca, messages, text or glue (default: from the path)")
 	f.StringVar(&dataOpts.Split, "split", "", "subfolder of an image folder or tar (e.g. train), or GLUE split (train, dev)")
 	f.StringVar(&dataOpts.Task, "task", "", "GLUE task: cola, sst2, mrpc, stsb, rte (with --data-format glue)")
 	f.StringVar(&dataOpts.Tokenizer, "tokenizer", "", "tokenizer of text data (default: the model folder)")
 	f.IntVar(&dataOpts.SeqLen, "seq-len", 0, "tokens per text example (default 256)")
 	f.BoolVar(&dataOpts.Augment, "augment", false, "random crop and horizontal flip of training images")
+	f.StringVar(&dataOpts.ChatTemplate, "chat-template", "", "template of messages data: auto (the tokenizer's, else alpaca), llama3, chatml or alpaca")
+	f.BoolVar(&dataOpts.Packing, "packing", false, "pack several alpaca/messages examples into each --seq-len sequence (positions restart and attention stays within each example)")
 	bindSettings(f, &flagCfg, true)
 	checksOwnRange(f, "seq-len") // the loader names the model's positions
 	alias(f, "warmup-steps", "warmup")
