@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/generate"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/plan"
 )
@@ -97,6 +99,9 @@ gradients to the host; the loss is read back every --log-every steps.`,
 			} else {
 				if model == "" || data == "" {
 					return usagef("--model and --data are required (or --resume)")
+				}
+				if t := dataOpts.ChatTemplate; t != "" && !slices.Contains(generate.Templates, t) {
+					return usagef("--chat-template %q: use one of %s", t, strings.Join(generate.Templates, ", "))
 				}
 				if finetune.DataFormat(data, dataOpts) == finetune.FormatGLUE {
 					var err error
