@@ -199,7 +199,7 @@ func jsonString(raw json.RawMessage) (string, error) {
 		return "", errors.New("missing")
 	}
 	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
+	if err := json.Unmarshal(raw, &s); err != nil || raw[0] != '"' { // null decodes into a string without error
 		what := "a number"
 		switch raw[0] {
 		case '[':
