@@ -8,9 +8,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gomlx/gomlx/core/tensors"
+
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/internal/golden"
 	"github.com/memfit/memfit/internal/gtest"
+	"github.com/memfit/memfit/models/llama"
 )
 
 // alpacaSample writes the first n usable rows (status ok) of the shared alpaca-libre v1 file to a JSONL file in
@@ -108,5 +111,33 @@ func TestPackedBatchMatchesUnpacked(t *testing.T) {
 		}
 		t.Logf("%s: %d examples, %d sequences unpacked, %d packed: loss %.6f / %.6f, |g| %.6f / %.6f, weights within %.2g",
 			kind, len(rows), rows1, rows2, s1.Loss, s2.Loss, s1.GradNorm, s2.GradNorm, worst)
+	}
+}
+
+// TestPackedBatchChecked: position_ids are checked with the batch: within the row's positions, the shape of
+// input_ids, and only for the causal LM.
+func TestPackedBatchChecked(t *testing.T) {
+	ids := tensors.FromFlatDataAndDimensions([]int32{1, 2, 3, 4}, 1, 4)
+	mask := tensors.FromFlatDataAndDimensions([]int32{1, 1, 1, 1}, 1, 4)
+	for _, c := range []struct {
+		labels int
+		pos    *tensors.Tensor
+		want   string
+	}{
+		{0, tensors.FromFlatDataAndDimensions([]int32{0, 1, 0, 1}, 1, 4), ""},
+		{0, tensors.FromFlatDataAndDimensions([]int32{0, 1, 2, 4}, 1, 4), "position_ids"},
+		{0, tensors.FromFlatDataAndDimensions([]int32{0, 1, -1, 0}, 1, 4), "position_ids"},
+		{0, tensors.FromFlatDataAndDimensions([]int32{0, 1, 0}, 1, 3), "position_ids has shape [1 3], input_ids [1 4]"},
+		{2, tensors.FromFlatDataAndDimensions([]int32{0, 1, 0, 1}, 1, 4), "packed sequences are for the causal LM"},
+	} {
+		cfg, err := llama.Preset("tiny", c.labels)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := finetune.Llama{Model: &llama.Model{Config: cfg}}
+		err = m.CheckBatch(finetune.Batch{"input_ids": ids, "attention_mask": mask, "position_ids": c.pos})
+		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("position_ids %v (labels %d): %v, want %q", c.pos, c.labels, err, c.want)
+		}
 	}
 }
