@@ -148,6 +148,7 @@ func TestBadInputSweepChat(t *testing.T) {
 			"ends-user.jsonl:1: the Alpaca template learns the reply that ends a conversation: its last message must be the assistant's"},
 		{write("llama3.jsonl", good), []string{"--chat-template", "llama3"}, 1, "the llama3 chat template needs special tokens this tokenizer lacks"},
 		{write("template.jsonl", good), []string{"--chat-template", "vicuna"}, 2, `--chat-template "vicuna": use one of auto, llama3, chatml, alpaca`},
+		{write("alpaca.jsonl", alpacaRow), []string{"--chat-template", "chatml"}, 1, "--chat-template renders conversations (messages data);"},
 		{write("story.txt", strings.Repeat("Once upon a time there was a model. ", 80)), []string{"--packing"}, 1,
 			"--packing packs instruction and conversation examples (alpaca, messages data), not text data"},
 	}

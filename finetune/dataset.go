@@ -94,6 +94,9 @@ func OpenData(path string, opts DataOptions, model Model, modelDir string, batch
 	if opts.Packing && format != FormatAlpaca && format != FormatMessages {
 		return nil, fmt.Errorf("--packing packs instruction and conversation examples (alpaca, messages data), not %s data: leave it out", format)
 	}
+	if opts.ChatTemplate != "" && format != FormatAlpaca && format != FormatMessages {
+		return nil, fmt.Errorf("--chat-template renders conversations (messages data), not %s data: leave it out", format)
+	}
 	if format == FormatSafetensors {
 		ex, err := LoadExamples(path, model)
 		if err != nil {

@@ -352,6 +352,9 @@ func textExamplesNoted(path string, opts DataOptions, model Model, modelDir stri
 			format = FormatMessages
 		}
 	}
+	if opts.ChatTemplate != "" && format != FormatMessages {
+		return nil, fmt.Errorf("--chat-template renders conversations (messages data); %s is %s data: leave it out", path, format)
+	}
 	if classifier != (format == FormatGLUE) {
 		return nil, fmt.Errorf("%s data needs a %s model, the model is %s", format,
 			map[bool]string{true: "sequence-classification", false: "causal-LM"}[format == FormatGLUE], m.Config.Architecture)
