@@ -66,8 +66,9 @@ func TestTrainMessagesMatchesAlpaca(t *testing.T) {
 	t.Logf("%d rows, losses %v", n, losses["messages"])
 }
 
-// TestTrainPackingReportsRealTokens: --packing trains, says how full its sequences are, records packing in
-// run.yaml (a resume packs again) and counts only real tokens (the progress line's tok/s, metrics' tokens).
+// TestTrainPackingReportsRealTokens: --packing trains, says how full its sequences are (and, with --attention
+// flash, that packed batches run the memory-efficient attention), records packing in run.yaml (a resume packs
+// again) and counts only real tokens (the progress line's tok/s, metrics' tokens).
 func TestTrainPackingReportsRealTokens(t *testing.T) {
 	tmp := t.TempDir()
 	var rows strings.Builder
@@ -82,9 +83,12 @@ func TestTrainPackingReportsRealTokens(t *testing.T) {
 	os.WriteFile(data, []byte(rows.String()), 0o644)
 	out := filepath.Join(tmp, "run")
 	_, errOut, code := run(t, "train", "--model", filepath.Join("..", "pretrained", "llama-tiny"), "--data", data, "--packing",
-		"--out", out, "--steps", "2", "--batch-size", "2", "--seq-len", "256", "--log-every", "1")
+		"--out", out, "--steps", "2", "--batch-size", "2", "--seq-len", "256", "--log-every", "1", "--attention", "flash")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(errOut, "note: --packing with --attention flash: the fused flash op takes a causal mask and sequence lengths, not the block-diagonal mask") {
+		t.Errorf("no note that packed batches do not run the fused flash attention:\n%s", errOut)
 	}
 	if !strings.Contains(errOut, "packed 24 examples into 4 sequences of 256 tokens (83% real tokens; 14% unpacked)") {
 		t.Errorf("no packing note:\n%s", errOut)
