@@ -24,8 +24,9 @@ func newBenchPackingCommand(opts *Options) *cobra.Command {
 		Long: `Trains --model on --data (Alpaca or messages JSONL) as train does, once with each example padded to its own
 --seq-len sequence and once packed (--packing), and prints for each: sequences and real tokens per batch, the
 padding share, the median real tokens/s and examples/s over --steps timed steps (after one warm-up step that
-compiles), and the time one epoch of the data takes at that speed. The two are run alternately for --rounds
-rounds; the machine's load average is printed before and after (other work on the machine slows both).`,
+compiles), and the time one epoch of the data takes at that speed. The two trainers run side by side, a step of
+each in turn, so both see the same machine load, for --rounds rounds; the machine's load average is printed
+before and after.`,
 		Example: `  finetune bench packing --model pretrained/llama-tiny --data ../shared/data/alpaca-libre/alpaca_libre_tasks_v1.jsonl \
     --seq-len 512 --batch-size 8 --steps 8 --rounds 2`,
 		Args: cobra.NoArgs,
@@ -52,7 +53,21 @@ rounds; the machine's load average is printed before and after (other work on th
 				tokRates, exRates  []float64
 			}
 			results := []*result{{name: "unpacked"}, {name: "packed"}}
+			type side struct {
+				tr           *finetune.Trainer
+				it           finetune.Iterator
+				tok, ex, sec float64
+			}
 			for round := 0; round < rounds; round++ {
+				// Both trainers side by side, a step of each in turn, so that both see the same machine load.
+				sides := make([]*side, len(results))
+				release := func() {
+					for _, sd := range sides {
+						if sd != nil {
+							sd.tr.Release()
+						}
+					}
+				}
 				for i, r := range results {
 					cfg := finetune.Defaults()
 					cfg.Method, cfg.BatchSize, cfg.Steps, cfg.LogEvery = method, batch, steps+1, 1
@@ -61,10 +76,12 @@ rounds; the machine's load average is printed before and after (other work on th
 					}
 					m, err := finetune.LoadModel(model, cfg)
 					if err != nil {
+						release()
 						return err
 					}
 					it, err := finetune.OpenData(data, finetune.DataOptions{SeqLen: seqLen, Packing: i == 1}, m, model, batch, cfg.Seed)
 					if err != nil {
+						release()
 						return err
 					}
 					if l, ok := it.(*finetune.Loader); ok && round == 0 {
@@ -73,31 +90,36 @@ rounds; the machine's load average is printed before and after (other work on th
 					}
 					tr, err := finetune.New(m, cfg, backend)
 					if err != nil {
+						release()
 						return err
 					}
-					var tok, ex, sec float64
-					for s := 0; s <= steps; s++ {
-						b, err := it.Next()
+					sides[i] = &side{tr: tr, it: it}
+				}
+				for s := 0; s <= steps; s++ {
+					for i, sd := range sides {
+						b, err := sd.it.Next()
 						if err != nil {
-							tr.Release()
+							release()
 							return err
 						}
 						start := time.Now()
-						st, err := tr.TrainStep([]finetune.Batch{b})
+						st, err := sd.tr.TrainStep([]finetune.Batch{b})
 						if err != nil {
-							tr.Release()
+							release()
 							return err
 						}
 						if s == 0 {
 							continue // warm-up: compiles the step
 						}
 						_, docs := countTokens(b)
-						tok, ex, sec = tok+float64(st.Tokens), ex+float64(docs), sec+time.Since(start).Seconds()
-						r.rowsPer += float64(b.Size()) / float64(steps*rounds)
-						r.tokPer += float64(st.Tokens) / float64(steps*rounds)
+						sd.tok, sd.ex, sd.sec = sd.tok+float64(st.Tokens), sd.ex+float64(docs), sd.sec+time.Since(start).Seconds()
+						results[i].tokPer += float64(st.Tokens) / float64(steps*rounds)
 					}
-					tr.Release()
-					r.tokRates, r.exRates = append(r.tokRates, tok/sec), append(r.exRates, ex/sec)
+				}
+				release()
+				for i, sd := range sides {
+					results[i].tokRates = append(results[i].tokRates, sd.tok/sd.sec)
+					results[i].exRates = append(results[i].exRates, sd.ex/sd.sec)
 				}
 			}
 			fmt.Fprintf(w, "load average after:  %s\n\n", loadAverage())

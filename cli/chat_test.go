@@ -179,3 +179,41 @@ func TestBadInputSweepChat(t *testing.T) {
 	}
 	t.Logf("%d bad conversation files and options, each refused with one line", len(cases))
 }
+
+// TestBenchPacking runs bench packing at a tiny size: both rows, every example counted on both sides, less
+// padding packed than unpacked, and the ratio line.
+func TestBenchPacking(t *testing.T) {
+	tmp := t.TempDir()
+	var rows strings.Builder
+	for i := 0; i < 12; i++ {
+		m, _ := json.Marshal(map[string]any{"messages": []map[string]string{
+			{"role": "user", "content": fmt.Sprintf("Count to %d.", i+1)},
+			{"role": "assistant", "content": strings.Repeat("one ", i+1)}}})
+		rows.Write(append(m, '\n'))
+	}
+	data := filepath.Join(tmp, "chat.jsonl")
+	os.WriteFile(data, []byte(rows.String()), 0o644)
+	out, errOut, code := run(t, "bench", "packing", "--model", filepath.Join("..", "pretrained", "llama-tiny"), "--data", data,
+		"--seq-len", "128", "--batch-size", "2", "--steps", "1", "--rounds", "1")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var unpacked, packed []string
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) == 8 && f[0] == "unpacked" {
+			unpacked = f
+		} else if len(f) == 8 && f[0] == "packed" {
+			packed = f
+		}
+	}
+	if unpacked == nil || packed == nil || unpacked[1] != "12" || packed[1] != "12" || unpacked[2] != "12" ||
+		!strings.Contains(out, "packed / unpacked real tokens/s: ") || !strings.Contains(out, "load average before: ") {
+		t.Fatalf("output:\n%s", out)
+	}
+	var padU, padP float64
+	fmt.Sscanf(unpacked[3], "%g%%", &padU)
+	fmt.Sscanf(packed[3], "%g%%", &padP)
+	if padP >= padU {
+		t.Errorf("padding %v%% packed, %v%% unpacked:\n%s", padP, padU, out)
+	}
+}
