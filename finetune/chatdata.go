@@ -92,3 +92,33 @@ func supervisedExamples(path string, ids, labels [][]int, seqLen, pad int, packi
 		100*float64(p.RealTokens)/float64(p.Rows*seqLen), 100*float64(p.RealTokens)/float64(p.Docs*seqLen))
 	return p.Tensors, nil
 }
+
+// examples counts the examples of a batch: its rows, or for packed sequences (position_ids) the examples packed
+// into them (each starts at position 0 on a real token), so examples/s means the same packed or not.
+func examples(b Batch) int {
+	pos, ok := b["position_ids"]
+	mask, hasMask := b["attention_mask"]
+	if !ok || !hasMask || pos.DType() != mask.DType() || pos.Shape().Size() != mask.Shape().Size() {
+		return b.Size()
+	}
+	n := -1 // the flat data is valid only within the callbacks
+	pos.MustConstFlatData(func(pf any) {
+		mask.MustConstFlatData(func(mf any) {
+			p, okP := pf.([]int32)
+			m, okM := mf.([]int32)
+			if !okP || !okM {
+				return
+			}
+			n = 0
+			for i := range p {
+				if p[i] == 0 && m[i] != 0 {
+					n++
+				}
+			}
+		})
+	})
+	if n < 0 {
+		return b.Size()
+	}
+	return n
+}

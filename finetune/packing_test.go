@@ -46,7 +46,8 @@ func alpacaSample(t *testing.T, dir string, n int, keep func(instruction, input,
 }
 
 // TestPackedBatchMatchesUnpacked: a batch of examples packed several to a sequence (--packing) gives the same
-// loss, the same gradient (its norm) and the same updated weights as the same examples one to a sequence. The
+// loss, the same gradient (its norm) and the same updated weights as the same examples one to a sequence, and
+// the step counts the same real tokens and examples (not sequences). The
 // model is the shipped llama-tiny (real weights, pretrained on alpaca-libre v1), the examples 24 real Alpaca
 // rows (with and without input), so the attention really would differ if a token saw another example or its
 // positions did not restart: every packed sequence holds several examples. Both batches hold all 24 examples,
@@ -96,8 +97,8 @@ func TestPackedBatchMatchesUnpacked(t *testing.T) {
 		if rows1 != len(rows) || rows2 >= rows1/2 {
 			t.Fatalf("%d examples in %d sequences unpacked, %d packed: the test needs several examples per packed sequence", len(rows), rows1, rows2)
 		}
-		if s1.Tokens != s2.Tokens {
-			t.Errorf("%s: %d real tokens unpacked, %d packed", kind, s1.Tokens, s2.Tokens)
+		if s1.Tokens != s2.Tokens || s1.Examples != len(rows) || s2.Examples != len(rows) {
+			t.Errorf("%s: %d real tokens / %d examples unpacked, %d / %d packed; want %d examples", kind, s1.Tokens, s1.Examples, s2.Tokens, s2.Examples, len(rows))
 		}
 		if math.Abs(s1.Loss-s2.Loss) > 1e-5*s1.Loss || math.Abs(s1.GradNorm-s2.GradNorm) > 1e-4*s1.GradNorm {
 			t.Errorf("%s: loss %.7g / |g| %.7g unpacked, %.7g / %.7g packed", kind, s1.Loss, s1.GradNorm, s2.Loss, s2.GradNorm)
