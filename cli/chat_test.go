@@ -67,8 +67,8 @@ func TestTrainMessagesMatchesAlpaca(t *testing.T) {
 }
 
 // TestTrainPackingReportsRealTokens: --packing trains, says how full its sequences are (and, with --attention
-// flash, that packed batches run the memory-efficient attention), records packing in run.yaml (a resume packs
-// again) and counts only real tokens (the progress line's tok/s, metrics' tokens).
+// flash, that packed batches run the memory-efficient attention), records packing in run.yaml, counts only real
+// tokens (the progress line's tok/s, metrics' tokens), and resumes exactly (the resumed run packs again).
 func TestTrainPackingReportsRealTokens(t *testing.T) {
 	tmp := t.TempDir()
 	var rows strings.Builder
@@ -105,6 +105,16 @@ func TestTrainPackingReportsRealTokens(t *testing.T) {
 	}
 	if _, errOut, code = run(t, "train", "--out", out, "--resume", "--steps", "3"); code != 0 {
 		t.Fatalf("resume: exit %d: %s", code, errOut)
+	}
+	// The resumed run packs the data again and continues where it stopped: its step 3 is an uninterrupted run's.
+	straight := filepath.Join(tmp, "straight")
+	if _, errOut, code = run(t, "train", "--model", filepath.Join("..", "pretrained", "llama-tiny"), "--data", data, "--packing",
+		"--out", straight, "--steps", "3", "--batch-size", "2", "--seq-len", "256", "--log-every", "1", "--attention", "flash"); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	resumed, want := readMetrics(t, filepath.Join(out, "metrics.jsonl")), readMetrics(t, filepath.Join(straight, "metrics.jsonl"))
+	if len(resumed) != 3 || len(want) != 3 || resumed[2]["loss"] != want[2]["loss"] {
+		t.Errorf("resumed run's losses %v, uninterrupted %v", resumed, want)
 	}
 }
 
