@@ -227,3 +227,36 @@ func TestBenchPacking(t *testing.T) {
 		t.Errorf("padding %v%% packed, %v%% unpacked:\n%s", padP, padU, out)
 	}
 }
+
+// TestMemoryPacking: memory --packing plans the packed step (position_ids and the per-row mask: more saved than
+// unpacked, said in the header) and refuses a model that does not train packed sequences.
+func TestMemoryPacking(t *testing.T) {
+	saved := map[bool]string{}
+	for _, packing := range []bool{false, true} {
+		args := []string{"memory", "--model", "llama:tiny", "--batch-size", "2", "--seq-len", "128", "--variants", "plain", "--json"}
+		if packing {
+			args = append(args, "--packing")
+		}
+		out, errOut, code := run(t, args...)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errOut)
+		}
+		var rep struct {
+			Shape    struct{ Packed bool }
+			Variants []struct {
+				SavedActivationBytes int64 `json:"saved_activation_bytes"`
+			}
+		}
+		if err := json.Unmarshal([]byte(out), &rep); err != nil || len(rep.Variants) != 1 || rep.Shape.Packed != packing {
+			t.Fatalf("%v: %s", err, out)
+		}
+		saved[packing] = fmt.Sprint(rep.Variants[0].SavedActivationBytes)
+	}
+	if saved[true] == saved[false] {
+		t.Errorf("packed and unpacked steps plan the same saved bytes %s", saved[true])
+	}
+	if _, errOut, code := run(t, "memory", "--model", "vit:tiny", "--batch-size", "2", "--packing"); code != 2 ||
+		!strings.Contains(errOut, "--packing plans packed sequences of a LLaMA causal LM (train --packing); vit:tiny is not one") {
+		t.Errorf("vit --packing: exit %d, %s", code, errOut)
+	}
+}
