@@ -68,6 +68,7 @@ gradients to the host; the loss is read back every --log-every steps.`,
     --out runs/vit --method lora --lora-targets q,v --train-modules classifier --approx-act --ms-norm --steps 200
   finetune train --model runs/llama-sst2-init --data ../shared/data/glue/SST-2 --data-format glue \
     --out runs/sst2 --method full --steps 300 --seq-len 64
+  finetune train --model pretrained/llama-tiny --data chats.jsonl --seq-len 512 --packing --out runs/chat --steps 200
   finetune train --out runs/vit --resume --steps 400`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
