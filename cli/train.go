@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/generate"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/plan"
 )
@@ -45,6 +47,8 @@ func newTrainCommand(opts *Options) *cobra.Command {
   image-tar    a .tar/.tar.gz of such a tree (--split picks a subfolder such as train)
   idx          "images.idx[.gz],labels.idx[.gz]" (MNIST, Fashion-MNIST)
   alpaca       Alpaca JSONL (.jsonl): prompt tokens masked from the loss (LLaMA causal LM)
+  messages     conversation JSONL (.jsonl whose rows are {"messages": [{"role", "content"}, ...]}, or ShareGPT's
+               "conversations"): the chat template (--chat-template), loss on the assistant turns only
   text         plain text (.txt) packed into --seq-len blocks (LLaMA causal LM)
   glue         a GLUE data root with --task cola|sst2|mrpc|stsb|rte, or one task's folder (LLaMA sequence
                classification)
@@ -71,6 +75,7 @@ gradients to the host; the loss is read back every --log-every steps.`,
     --out runs/vit --method lora --lora-targets q,v --train-modules classifier --approx-act --ms-norm --steps 200
   finetune train --model runs/llama-sst2-init --data ../shared/data/glue/SST-2 --data-format glue \
     --out runs/sst2 --method full --steps 300 --seq-len 64
+  finetune train --model pretrained/llama-tiny --data chats.jsonl --seq-len 512 --packing --out runs/chat --steps 200
   finetune train --out runs/vit --resume --steps 400`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -102,6 +107,9 @@ gradients to the host; the loss is read back every --log-every steps.`,
 			} else {
 				if model == "" || data == "" {
 					return usagef("--model and --data are required (or --resume)")
+				}
+				if t := dataOpts.ChatTemplate; t != "" && !slices.Contains(generate.Templates, t) {
+					return usagef("--chat-template %q: use one of %s", t, strings.Join(generate.Templates, ", "))
 				}
 				if finetune.DataFormat(data, dataOpts) == finetune.FormatGLUE {
 					var err error
@@ -185,7 +193,7 @@ gradients to the host; the loss is read back every --log-every steps.`,
 	f.BoolVar(&budgetBatch, "budget-batch", false, "with --budget: also choose the micro-batch (a divisor of --batch-size x --accum-steps, with accumulation keeping that effective batch) that runs fastest")
 	f.BoolVar(&dryRun, "dry-run", false, "print the resolved run (run.yaml: flags over --config over defaults) and exit without loading anything")
 	f.BoolVar(&overwrite, "overwrite", false, "start a new run in an --out that holds one, deleting its checkpoints, metrics and adapter")
-	f.StringVar(&dataOpts.Format, "data-format", "", "safetensors, images, image-tar, idx, alpaca, text or glue (default: from the path)")
+	f.StringVar(&dataOpts.Format, "data-format", "", "safetensors, images, image-tar, idx, alpaca, messages, text or glue (default: from the path)")
 	f.StringVar(&dataOpts.Split, "split", "", "subfolder of an image folder or tar (e.g. train), or GLUE split (train, dev)")
 	f.StringVar(&dataOpts.Task, "task", "", "GLUE task: cola, sst2, mrpc, stsb, rte (with --data-format glue)")
 	f.StringVar(&dataOpts.Tokenizer, "tokenizer", "", "tokenizer of text data (default: the model folder)")
@@ -193,6 +201,8 @@ gradients to the host; the loss is read back every --log-every steps.`,
 	f.BoolVar(&dataOpts.Augment, "augment", false, "random crop and horizontal flip of training images")
 	f.StringVar(&evalData, "eval-data", "", "validation set, read as --data is (any format train takes): evaluated every --eval-every steps and at the end")
 	f.StringVar(&evalDataSplit, "eval-data-split", "", "the split of --eval-data (image folder/tar subfolder, GLUE split; default: --split)")
+	f.StringVar(&dataOpts.ChatTemplate, "chat-template", "", "template of messages data: auto (the tokenizer's, else alpaca), llama3, chatml or alpaca")
+	f.BoolVar(&dataOpts.Packing, "packing", false, "pack several alpaca/messages examples into each --seq-len sequence (positions restart and attention stays within each example)")
 	bindSettings(f, &flagCfg, true)
 	checksOwnRange(f, "seq-len") // the loader names the model's positions
 	alias(f, "warmup-steps", "warmup")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gomlx/compute"
 
+	"github.com/memfit/memfit/attention"
 	"github.com/memfit/memfit/engine"
 )
 
@@ -183,6 +184,9 @@ func (r Recipe) Run(ctx context.Context) (res *Result, err error) {
 		for _, n := range l.Notes {
 			r.Hooks.OnDataNote(n)
 		}
+	}
+	if spec.DataOptions.Packing && spec.Config.Attention == attention.KindFlash.String() && r.Hooks.OnDataNote != nil {
+		r.Hooks.OnDataNote("--packing with --attention flash: the fused flash op takes a causal mask and sequence lengths, not the block-diagonal mask of packed sequences; their attention runs memory-efficient (the same values, the scores computed in full)")
 	}
 	backend := r.Backend
 	if backend == nil {

@@ -73,7 +73,8 @@ type StepStats struct {
 	Loss     float64 `json:"loss"`
 	LR       float64 `json:"lr"`
 	GradNorm float64 `json:"grad_norm"`
-	// Examples and Tokens processed (tokens: real tokens of text batches, from attention_mask or input_ids).
+	// Examples and Tokens processed (tokens: real tokens of text batches, from attention_mask or input_ids; a
+	// batch of packed sequences counts the examples packed into it, not its rows).
 	Examples int `json:"examples"`
 	Tokens   int `json:"tokens,omitempty"`
 	// Seconds is the wall time of the step (gradient computations and the update), without CompileSeconds. On a
