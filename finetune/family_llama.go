@@ -309,6 +309,11 @@ func textExamplesNoted(path string, opts DataOptions, model Model, modelDir stri
 	}
 	classifier := m.Config.Architecture == llama.ArchClassification
 	format := DataFormat(path, opts)
+	if format == FormatParquet { // read as the format its columns stand for (data_parquet.go)
+		if format, err = parquetTextFormat(path, opts, classifier); err != nil {
+			return nil, err
+		}
+	}
 	if classifier != (format == FormatGLUE) {
 		return nil, fmt.Errorf("%s data needs a %s model, the model is %s", format,
 			map[bool]string{true: "sequence-classification", false: "causal-LM"}[format == FormatGLUE], m.Config.Architecture)
@@ -316,7 +321,7 @@ func textExamplesNoted(path string, opts DataOptions, model Model, modelDir stri
 	var ex map[string]*tensors.Tensor
 	switch format {
 	case FormatAlpaca:
-		rows, err := data.ReadInstructions(path)
+		rows, err := readInstructions(path, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -348,13 +353,13 @@ func textExamplesNoted(path string, opts DataOptions, model Model, modelDir stri
 			return nil, err
 		}
 	case FormatText:
-		raw, err := data.ReadTextFile(path)
+		docs, err := readDocuments(path, opts)
 		if err != nil {
 			return nil, err
 		}
 		eos, _ := tok.EOS()
 		var seqs [][]int
-		for _, d := range data.Documents(raw) {
+		for _, d := range docs {
 			seqs = append(seqs, tok.Encode(d, false))
 		}
 		blocks := data.Pack(seqs, eos, seqLen)
@@ -383,7 +388,7 @@ func textExamplesNoted(path string, opts DataOptions, model Model, modelDir stri
 		if m.Config.PadTokenID != pad {
 			return nil, fmt.Errorf("the model's pad_token_id %d differs from the tokenizer's padding id %d: the classifier would pool the wrong token", m.Config.PadTokenID, pad)
 		}
-		rows, err := data.ReadGLUE(path, opts.Task, split)
+		rows, err := readGLUE(path, opts, split)
 		if err != nil {
 			return nil, err
 		}

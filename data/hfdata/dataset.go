@@ -175,3 +175,28 @@ func globEscape(p string) string {
 	r := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`)
 	return r.Replace(p)
 }
+
+// Has reports whether the dataset's first file has the column memfit reads as name (after --columns renames).
+func (d *Dataset) Has(name string) (bool, error) {
+	f, err := openFile(d.Files[0])
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	_, ok := field(f.pf.Schema(), d.column(name))
+	return ok, nil
+}
+
+// ColumnNames returns the top-level columns of the dataset's first file.
+func (d *Dataset) ColumnNames() ([]string, error) {
+	f, err := openFile(d.Files[0])
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var names []string
+	for _, fl := range f.pf.Schema().Fields() {
+		names = append(names, fl.Name())
+	}
+	return names, nil
+}

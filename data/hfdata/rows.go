@@ -2,8 +2,8 @@ package hfdata
 
 import (
 	"encoding/json"
-	"image"
 	"fmt"
+	"image"
 	"strconv"
 
 	"github.com/memfit/memfit/data"
