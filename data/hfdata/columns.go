@@ -302,6 +302,7 @@ func (d *Dataset) eachOfFile(f *file, specs []spec, fn func(where string, r row)
 	buf := make([]parquet.Row, readRows)
 	for g, rg := range f.pf.RowGroups() {
 		rows := rg.Rows()
+		start := n
 		for {
 			k, rerr := rows.ReadRows(buf)
 			for _, pr := range buf[:k] {
@@ -338,6 +339,9 @@ func (d *Dataset) eachOfFile(f *file, specs []spec, fn func(where string, r row)
 			}
 		}
 		rows.Close()
+		if got := int64(n - start); got != rg.NumRows() {
+			return n, fmt.Errorf("%s: row group %d declares %d rows but holds %d: the file is corrupt", f.path, g, rg.NumRows(), got)
+		}
 	}
 	return n, nil
 }

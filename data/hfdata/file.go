@@ -24,7 +24,10 @@ const (
 	// MaxPageBytes is the largest page, compressed or not.
 	MaxPageBytes = 256 << 20
 	// MaxRowGroupRows is the most rows one row group may declare.
-	MaxRowGroupRows = 1 << 28
+	MaxRowGroupRows = 1 << 26
+	// MaxPageValues is the most values one page may declare (levels and dictionaries are sized by it; arrow-rs
+	// and pyarrow write at most 20,000 rows a page).
+	MaxPageValues = 1 << 24
 )
 
 // readRows is how many rows are decoded at a time: memory holds a batch of rows and the pages being read, never a
@@ -34,7 +37,7 @@ const readRows = 64
 // file is one open parquet file.
 type file struct {
 	path string
-	f    *os.File
+	f    io.Closer // nil for a file read from memory (the fuzz target)
 	pf   *parquet.File
 }
 
@@ -156,12 +159,11 @@ func checkPages(name string, r io.ReaderAt, start, n int64) error {
 	sec := io.NewSectionReader(r, start, n)
 	br := bufio.NewReaderSize(sec, 4<<10)
 	var compact thrift.CompactProtocol
-	dec := thrift.NewDecoder(compact.NewReader(br))
 	pos := int64(0)
 	for page := 0; pos < n; page++ {
 		var h format.PageHeader
 		cr := &countingReader{r: br}
-		dec = thrift.NewDecoder(compact.NewReader(cr))
+		dec := thrift.NewDecoder(compact.NewReader(cr))
 		if err := safeDecode(dec, &h); err != nil {
 			return fmt.Errorf("%s: page %d's header does not decode (%v): the file is corrupt", name, page, err)
 		}
@@ -170,6 +172,18 @@ func checkPages(name string, r io.ReaderAt, start, n int64) error {
 			pos+int64(h.CompressedPageSize) > n {
 			return fmt.Errorf("%s: page %d declares %d bytes (%d uncompressed) with %d bytes left in its column chunk (memfit reads pages of up to %d MiB): the file is corrupt",
 				name, page, h.CompressedPageSize, h.UncompressedPageSize, n-pos, MaxPageBytes>>20)
+		}
+		values := int64(0)
+		switch {
+		case h.DataPageHeader.Valid:
+			values = int64(h.DataPageHeader.V.NumValues)
+		case h.DataPageHeaderV2.Valid:
+			values = int64(h.DataPageHeaderV2.V.NumValues)
+		case h.DictionaryPageHeader.Valid:
+			values = int64(h.DictionaryPageHeader.V.NumValues)
+		}
+		if values < 0 || values > MaxPageValues {
+			return fmt.Errorf("%s: page %d declares %d values (memfit reads pages of up to %d values): the file is corrupt", name, page, values, MaxPageValues)
 		}
 		if _, err := br.Discard(int(h.CompressedPageSize)); err != nil {
 			return fmt.Errorf("%s: page %d: %v: the file is corrupt", name, page, err)
@@ -219,4 +233,9 @@ func joinPath(p []string) string {
 	return b.String()
 }
 
-func (f *file) Close() error { return f.f.Close() }
+func (f *file) Close() error {
+	if f.f == nil {
+		return nil
+	}
+	return f.f.Close()
+}
