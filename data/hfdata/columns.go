@@ -22,7 +22,7 @@ const (
 )
 
 func (k kind) String() string {
-	return [...]string{"a string", "an integer", "a number", "an image (struct{bytes, path} as datasets stores it, or binary)", "a list of struct{role, content} (messages)"}[k]
+	return [...]string{"a string", "an integer", "a number", "an image struct{bytes, path} (as datasets stores it) or binary", "a list of struct{role, content} (messages)"}[k]
 }
 
 // spec is a column memfit reads: its name (before --columns renames), the type it needs, whether rows may lack
@@ -274,7 +274,7 @@ func (d *Dataset) each(specs []spec, fn func(where string, r row) error) (int, e
 	}
 	if total == 0 {
 		if d.Split != "" {
-			return 0, fmt.Errorf("%s: split %q is empty: its %d parquet files hold no rows", d.Path, d.Split, len(d.Files))
+			return 0, fmt.Errorf("%s: split %q is empty: its parquet files (%d) hold no rows", d.Path, d.Split, len(d.Files))
 		}
 		return 0, fmt.Errorf("%s holds no rows", d.Path)
 	}

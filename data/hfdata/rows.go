@@ -80,9 +80,9 @@ func (d *Dataset) GLUE(task string) ([]data.GLUEExample, error) {
 	if err != nil {
 		return nil, err
 	}
-	labelKind, labelWhat := kInt, fmt.Sprintf("the class index of a GLUE %s row (0..%d)", task, len(info.Classes)-1)
+	labelKind, labelWhat := kInt, fmt.Sprintf("a GLUE %s row's class, 0..%d", task, len(info.Classes)-1)
 	if info.Regression {
-		labelKind, labelWhat = kNumber, "the similarity score of an STS-B row (0 to 5)"
+		labelKind, labelWhat = kNumber, "an STS-B row's similarity score, 0 to 5"
 	}
 	specs := []spec{{name: "sentence", kind: kString, what: "the sentence of a GLUE " + task + " row"}}
 	if info.Pair {
@@ -154,7 +154,7 @@ func classNames(f *file, column string) []string {
 // (as an image tar's are) and decoded a batch at a time by data.ImageLoader. The class names are the label
 // feature's names in the file's `datasets` metadata, or "0".."K-1" for K = the largest label + 1.
 func (d *Dataset) Images() (*Images, error) {
-	specs := []spec{{name: "image", kind: kImage, what: "the encoded image (PNG or JPEG)"},
+	specs := []spec{{name: "image", kind: kImage, what: "the encoded PNG or JPEG image"},
 		{name: "label", kind: kInt, what: "the class index of the image"}}
 	imgs := &Images{}
 	maxLabel := int64(-1)
