@@ -133,3 +133,28 @@ func TestTrainOnGLUEParquet(t *testing.T) {
 		t.Errorf("sst2 parquet: first loss %v, the TSV's %v", got, want)
 	}
 }
+
+// TestResumeOnParquetSplit: a run on a hub folder's split resumes from its checkpoint (run.yaml keeps --split and
+// --columns) and continues with the losses of the uninterrupted run.
+func TestResumeOnParquetSplit(t *testing.T) {
+	tmp := t.TempDir()
+	args := func(out, steps string) []string {
+		return []string{"train", "--model", filepath.Join("..", "pretrained", "llama-tiny"), "--data", filepath.Join(hfTestdata, "hub-text"),
+			"--split", "test", "--columns", "text=text", "--out", out, "--steps", steps, "--batch-size", "2", "--seq-len", "64",
+			"--method", "lora", "--log-every", "1", "--checkpoint-every", "1"}
+	}
+	whole, part := filepath.Join(tmp, "whole"), filepath.Join(tmp, "part")
+	for _, a := range [][]string{args(whole, "3"), args(part, "2"), {"train", "--out", part, "--resume", "--steps", "3"}} {
+		if _, stderr, code := run(t, a...); code != 0 {
+			t.Fatalf("%v: exit %d\n%s", a, code, stderr)
+		}
+	}
+	spec, _ := os.ReadFile(filepath.Join(part, "run.yaml"))
+	if !strings.Contains(string(spec), "split: test") || !strings.Contains(string(spec), "columns: text=text") {
+		t.Errorf("run.yaml lacks the parquet options:\n%s", spec)
+	}
+	w, p := readMetrics(t, filepath.Join(whole, "metrics.jsonl")), readMetrics(t, filepath.Join(part, "metrics.jsonl"))
+	if len(w) != 3 || len(p) != 3 || w[2]["loss"] != p[2]["loss"] {
+		t.Errorf("step 3: uninterrupted %v, resumed %v", w[len(w)-1], p[len(p)-1])
+	}
+}
