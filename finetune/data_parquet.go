@@ -38,24 +38,22 @@ func parquetTextFormat(path string, opts DataOptions, classifier bool) (string, 
 		}
 		return FormatGLUE, nil
 	}
+	names, err := ds.ColumnNames()
+	if err != nil {
+		return "", err
+	}
 	has := func(name string) bool {
-		ok, herr := ds.Has(name)
-		if herr != nil && err == nil {
-			err = herr
-		}
+		ok, _ := ds.Has(name)
 		return ok
 	}
 	switch {
 	case has("instruction") || has("output"):
-		return FormatAlpaca, err
-	case err != nil:
-		return "", err
+		return FormatAlpaca, nil
 	case has("messages"):
 		return "", fmt.Errorf("%s holds conversations (a messages column): train on them with the chat data path once it reads parquet (finetune.ParquetConversations), or rename Alpaca or text columns with --columns", path)
 	case has("text"):
-		return FormatText, err
+		return FormatText, nil
 	}
-	names, _ := ds.ColumnNames()
 	return "", fmt.Errorf("%s has none of the columns a causal LM trains on (instruction + output, messages, text); its columns are %s: name yours with --columns, e.g. --columns text=%s",
 		path, strings.Join(names, ", "), first(names))
 }

@@ -178,13 +178,8 @@ func globEscape(p string) string {
 
 // Has reports whether the dataset's first file has the column memfit reads as name (after --columns renames).
 func (d *Dataset) Has(name string) (bool, error) {
-	f, err := openFile(d.Files[0])
-	if err != nil {
-		return false, err
-	}
-	defer f.Close()
-	_, ok := field(f.pf.Schema(), d.column(name))
-	return ok, nil
+	names, err := d.ColumnNames()
+	return slices.Contains(names, d.column(name)), err
 }
 
 // ColumnNames returns the top-level columns of the dataset's first file.

@@ -5,22 +5,23 @@ import (
 	"fmt"
 	"image"
 	"strconv"
+	"strings"
 
 	"github.com/memfit/memfit/data"
 )
 
-// Texts reads the "text" column: one document per row (a causal LM's pretraining text). Null texts are
-// skipped.
+// Texts reads the "text" column: one document per row (a causal LM's pretraining text), as stored. Null,
+// empty and all-whitespace texts (the blank lines of line-per-row corpora such as wikitext) are skipped.
 func (d *Dataset) Texts() ([]string, error) {
 	var out []string
 	_, err := d.each([]spec{{name: "text", kind: kString, what: "the text of a document"}}, func(_ string, r row) error {
-		if s, ok := r[0].(string); ok {
+		if s, ok := r[0].(string); ok && strings.TrimSpace(s) != "" {
 			out = append(out, s)
 		}
 		return nil
 	})
 	if err == nil && len(out) == 0 {
-		err = fmt.Errorf("%s: every text is null", d.where())
+		err = fmt.Errorf("%s: every text is null or blank", d.where())
 	}
 	return out, err
 }
