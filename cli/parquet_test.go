@@ -104,6 +104,21 @@ func TestTrainOnImageParquet(t *testing.T) {
 			t.Errorf("%s: first loss %v, the image folder's %v", data, got, want)
 		}
 	}
+	// JPEG bytes in a plain binary column against the same JPEGs as a folder.
+	raw, _ = os.ReadFile(filepath.Join(hfTestdata, "images-jpeg.jsonl"))
+	jpegs := filepath.Join(tmp, "jpegs")
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		var r struct{ Image, Path string }
+		json.Unmarshal([]byte(line), &r)
+		b, _ := base64.StdEncoding.DecodeString(r.Image)
+		p := filepath.Join(jpegs, filepath.FromSlash(r.Path))
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, b, 0o644)
+	}
+	want = firstLoss(t, append(common, "--data", jpegs)...)
+	if got := firstLoss(t, append(common, "--data", filepath.Join(hfTestdata, "images-jpeg.duckdb.parquet"))...); got != want {
+		t.Errorf("images-jpeg.duckdb.parquet: first loss %v, the JPEG folder's %v", got, want)
+	}
 }
 
 // TestTrainOnGLUEParquet: a LLaMA sequence classifier on the hub-style SST-2 parquet (sentence, label) with

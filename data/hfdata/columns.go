@@ -51,7 +51,8 @@ type resolved struct {
 
 // Message is one turn of a conversation: its role (system, user, assistant, ...) and its text.
 type Message struct {
-	Role, Content string
+	Role    string `json:"role"`
+	Content string `json:"content"`
 }
 
 // Image is an image as `datasets` stores it: its encoded bytes (PNG, JPEG) and the path it came from.

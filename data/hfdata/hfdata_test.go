@@ -204,3 +204,28 @@ func TestColumnsRename(t *testing.T) {
 		t.Fatalf("missing text column: %v", err)
 	}
 }
+
+// TestJPEGBinaryImageColumn: JPEG bytes in a plain binary column (no struct) with int32 labels and no datasets
+// metadata: the bytes of the JSONL, decoded, classes "0".."9".
+func TestJPEGBinaryImageColumn(t *testing.T) {
+	want := readJSONL[struct {
+		Image string
+		Label int
+	}](t, "images-jpeg.jsonl")
+	imgs, err := open(t, "images-jpeg.duckdb.parquet", "", "").Images()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if imgs.Len() != len(want) || len(imgs.Classes()) != 10 || imgs.Classes()[3] != "3" {
+		t.Fatalf("%d images, classes %v", imgs.Len(), imgs.Classes())
+	}
+	for i, w := range want {
+		b, _ := base64.StdEncoding.DecodeString(w.Image)
+		if string(imgs.Bytes(i)) != string(b) || imgs.Label(i) != w.Label || b[0] != 0xff || b[1] != 0xd8 {
+			t.Fatalf("row %d: %d bytes label %d; want %d JPEG bytes label %d", i, len(imgs.Bytes(i)), imgs.Label(i), len(b), w.Label)
+		}
+		if img, err := imgs.Image(i); err != nil || img.Bounds().Dx() != 32 {
+			t.Fatalf("row %d: %v", i, err)
+		}
+	}
+}

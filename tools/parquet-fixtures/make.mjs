@@ -68,6 +68,7 @@ writeJSONL('stsb.jsonl', stsb);
 // folders number them).
 const classes = ['airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse', 'ship', 'truck'];
 const images = [];
+const jpegs = []; // the tar's JPEG bytes as they are, for a plain binary image column
 for (const [label, cls] of classes.entries()) {
   for (const n of ['0000', '0001']) {
     const member = `train/${cls}/${n}.jpg`;
@@ -77,9 +78,11 @@ for (const [label, cls] of classes.entries()) {
     raw.data.forEach((v, i) => { png.data[i] = v; });
     const bytes = PNG.sync.write(png);
     images.push({ image: { bytes: bytes.toString('base64'), path: `${cls}/${n}.png` }, label });
+    if (n === '0000') jpegs.push({ image: jpg.toString('base64'), label, path: `${cls}/${n}.jpg` });
   }
 }
 writeJSONL('images.jsonl', images);
+writeJSONL('images-jpeg.jsonl', jpegs);
 const hfImageMeta = JSON.stringify({
   info: { features: { image: { _type: 'Image' }, label: { names: classes, _type: 'ClassLabel' } } },
 });
@@ -103,6 +106,8 @@ await copy(`SELECT sentence1, sentence2, label::FLOAT AS label FROM ${src('stsb.
 await copy(`SELECT messages FROM ${src('messages.jsonl')}`, 'messages.duckdb.parquet', 'COMPRESSION zstd');
 await copy(`SELECT struct_pack(bytes := from_base64(image.bytes), path := image.path) AS image, label::BIGINT AS label FROM ${src('images.jsonl')}`,
   'images.duckdb.parquet', `COMPRESSION snappy, ROW_GROUP_SIZE 8, KV_METADATA {huggingface: '${q(hfImageMeta)}'}`);
+// JPEG bytes in a plain BLOB column (no struct), labels as INTEGER (int32).
+await copy(`SELECT from_base64(image) AS image, label::INTEGER AS label FROM ${src('images-jpeg.jsonl')}`, 'images-jpeg.duckdb.parquet', 'COMPRESSION zstd');
 // A hub folder whose split is a folder: text/train/*.parquet (two shards) and text/test/0000.parquet.
 await copy(`SELECT text FROM ${src('text.jsonl')} LIMIT 20`, 'hub-text/train/0000.parquet', 'COMPRESSION zstd');
 await copy(`SELECT text FROM ${src('text.jsonl')} OFFSET 20 LIMIT 12`, 'hub-text/train/0001.parquet', 'COMPRESSION zstd');
