@@ -9,6 +9,7 @@ package finetune
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/memfit/memfit/data"
@@ -49,8 +50,8 @@ func parquetTextFormat(path string, opts DataOptions, classifier bool) (string, 
 	switch {
 	case has("instruction") || has("output"):
 		return FormatAlpaca, nil
-	case has("messages"):
-		return "", fmt.Errorf("%s holds conversations (a messages column): train on them with the chat data path once it reads parquet (finetune.ParquetConversations), or rename Alpaca or text columns with --columns", path)
+	case has("messages") || slices.Contains(names, "conversations"):
+		return "", fmt.Errorf("%s holds conversations (a messages or ShareGPT conversations column): train on them with the chat data path once it reads parquet (finetune.ParquetConversations), or rename Alpaca or text columns with --columns", path)
 	case has("text"):
 		return FormatText, nil
 	}

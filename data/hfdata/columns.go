@@ -18,11 +18,11 @@ const (
 	kInt                  // an integer (INT32, INT64)
 	kNumber               // a number (FLOAT, DOUBLE, or an integer)
 	kImage                // struct{bytes, path} as `datasets` stores an Image feature, or plain bytes
-	kMessages             // list of struct{role, content}
+	kMessages             // list of struct{role, content}, or ShareGPT's struct{from, value}
 )
 
 func (k kind) String() string {
-	return [...]string{"a string", "an integer", "a number", "an image struct{bytes, path} (as datasets stores it) or binary", "a list of struct{role, content} (messages)"}[k]
+	return [...]string{"a string", "an integer", "a number", "an image struct{bytes, path} (as datasets stores it) or binary", "a list of struct{role, content} (or ShareGPT's struct{from, value})"}[k]
 }
 
 // spec is a column memfit reads: its name (before --columns renames), the type it needs, whether rows may lack
@@ -39,6 +39,7 @@ type leaf struct {
 	index    int // parquet column index
 	maxDef   int
 	listDef  int // for messages: the definition level at which the list has an element
+	shareGPT bool // for messages: roles are ShareGPT's (human, gpt)
 	physical parquet.Kind
 }
 
@@ -209,15 +210,20 @@ func (d *Dataset) resolve(f *file, specs []spec) ([]resolved, error) {
 			if !ok || el.Leaf() {
 				return nil, wrong()
 			}
-			role, ok1 := field(el, "role")
-			content, ok2 := field(el, "content")
+			roleName, contentName := "role", "content"
+			if _, ok := field(el, "role"); !ok {
+				roleName, contentName = "from", "value" // the ShareGPT form
+			}
+			role, ok1 := field(el, roleName)
+			content, ok2 := field(el, contentName)
 			if !ok1 || !ok2 || !isString(role) || !isString(content) {
 				return nil, wrong()
 			}
 			path, def := pathTo(top, el, col)
-			lr, _ := lookup(append(slices.Clone(path), "role")...)
-			lc, _ := lookup(append(slices.Clone(path), "content")...)
+			lr, _ := lookup(append(slices.Clone(path), roleName)...)
+			lc, _ := lookup(append(slices.Clone(path), contentName)...)
 			lr.listDef, lc.listDef = def, def
+			lr.shareGPT = roleName == "from"
 			out[i].leaves = []leaf{lr, lc}
 		}
 	}
@@ -406,6 +412,9 @@ func value(r resolved, byCol map[int][]parquet.Value) (any, error) {
 		for i := range roles {
 			if !roles[i].IsNull() {
 				msgs[i].Role = string(roles[i].ByteArray())
+				if r.leaves[0].shareGPT {
+					msgs[i].Role = shareGPTRole(msgs[i].Role)
+				}
 			}
 			if !contents[i].IsNull() {
 				msgs[i].Content = string(contents[i].ByteArray())
@@ -414,4 +423,16 @@ func value(r resolved, byCol map[int][]parquet.Value) (any, error) {
 		return msgs, nil
 	}
 	return nil, nil
+}
+
+// shareGPTRole maps a ShareGPT speaker to the OpenAI role: human to user, gpt to assistant; others (system,
+// tool, ...) are kept as they are.
+func shareGPTRole(from string) string {
+	switch from {
+	case "human":
+		return "user"
+	case "gpt":
+		return "assistant"
+	}
+	return from
 }

@@ -130,6 +130,11 @@ func TestMessagesParquetReadsItsJSONL(t *testing.T) {
 			t.Errorf("%s: %d conversations, %v; want %d", name, len(got), err, len(want))
 		}
 	}
+	// The ShareGPT form of the same conversations (from human/gpt, value) reads as the OpenAI form.
+	got, err := open(t, "sharegpt.duckdb.parquet", "", "messages=conversations").Conversations()
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("sharegpt.duckdb.parquet: %d conversations, %v; want %d", len(got), err, len(want))
+	}
 }
 
 func TestGLUEParquetReadsItsJSONL(t *testing.T) {

@@ -56,9 +56,10 @@ func (d *Dataset) Instructions() ([]data.Instruction, error) {
 	return out, err
 }
 
-// Conversations reads the "messages" column: a list of {role, content} per row, the OpenAI/ShareGPT form that
-// chat training takes. Roles and turns are returned as stored; checking them (known roles, an assistant turn) is
-// the chat trainer's. A null or empty list is an error naming its row.
+// Conversations reads the "messages" column: a list of {role, content} per row, the OpenAI form that chat
+// training takes, or ShareGPT's {from, value} (read with --columns messages=conversations; from human becomes
+// role user, gpt assistant). Turns are returned as stored; checking them (known roles, an assistant turn) is the
+// chat trainer's. A null or empty list is an error naming its row.
 func (d *Dataset) Conversations() ([][]Message, error) {
 	var out [][]Message
 	_, err := d.each([]spec{{name: "messages", kind: kMessages, what: "a conversation"}}, func(where string, r row) error {

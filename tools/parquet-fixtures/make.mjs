@@ -45,6 +45,9 @@ const messages = ok.map((r) => ({
   ],
 }));
 writeJSONL('messages.jsonl', messages);
+// The same conversations in the ShareGPT form: conversations: [{from: system|human|gpt, value}].
+const shareFrom = { system: 'system', user: 'human', assistant: 'gpt' };
+writeJSONL('sharegpt.jsonl', messages.map((r) => ({ conversations: r.messages.map((m) => ({ from: shareFrom[m.role], value: m.content })) })));
 
 // Text: 40 paragraphs of War and Peace (one document per row, as `datasets` text corpora store them).
 const paragraphs = fs.readFileSync(path.join(shared, 'text/war-and-peace.txt'), 'utf8').replace(/\r\n/g, '\n')
@@ -104,6 +107,7 @@ await copy(`SELECT sentence, label::BIGINT AS label FROM ${src('sst2.jsonl')}`, 
 await copy(`SELECT sentence1, sentence2, label::BIGINT AS label FROM ${src('rte.jsonl')}`, 'rte.duckdb.parquet', 'COMPRESSION zstd');
 await copy(`SELECT sentence1, sentence2, label::FLOAT AS label FROM ${src('stsb.jsonl')}`, 'stsb.duckdb.parquet', 'COMPRESSION zstd');
 await copy(`SELECT messages FROM ${src('messages.jsonl')}`, 'messages.duckdb.parquet', 'COMPRESSION zstd');
+await copy(`SELECT conversations FROM ${src('sharegpt.jsonl')}`, 'sharegpt.duckdb.parquet', 'COMPRESSION snappy');
 await copy(`SELECT struct_pack(bytes := from_base64(image.bytes), path := image.path) AS image, label::BIGINT AS label FROM ${src('images.jsonl')}`,
   'images.duckdb.parquet', `COMPRESSION snappy, ROW_GROUP_SIZE 8, KV_METADATA {huggingface: '${q(hfImageMeta)}'}`);
 // JPEG bytes in a plain BLOB column (no struct), labels as INTEGER (int32).
