@@ -38,7 +38,7 @@ type spec struct {
 type leaf struct {
 	index    int // parquet column index
 	maxDef   int
-	listDef  int // for messages: the definition level at which the list has an element
+	listDef  int  // for messages: the definition level at which the list has an element
 	shareGPT bool // for messages: roles are ShareGPT's (human, gpt)
 	physical parquet.Kind
 }
