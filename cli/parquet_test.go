@@ -51,6 +51,10 @@ func TestTrainOnAlpacaParquet(t *testing.T) {
 	if got := firstLoss(t, append(common, "--data", filepath.Join(hfTestdata, "hub-alpaca"), "--split", "train")...); got != want40 {
 		t.Errorf("hub-alpaca --split train: first loss %v, its rows' JSONL %v", got, want40)
 	}
+	_, stderr, _ := run(t, append([]string{"train", "--out", filepath.Join(t.TempDir(), "run"), "--steps", "1", "--data", filepath.Join(hfTestdata, "hub-alpaca")}, common...)...)
+	if !strings.Contains(stderr, "hub-alpaca (split train): 2 parquet file(s): read as Alpaca rows (instruction, input, output)") {
+		t.Errorf("the run does not say what it read:\n%s", stderr)
+	}
 	if want40 == want {
 		t.Errorf("the 40-row subset should draw another first batch than the 48 rows")
 	}

@@ -28,11 +28,18 @@ func openParquet(path string, opts DataOptions) (*hfdata.Dataset, error) {
 // parquetTextFormat returns the text format that parquet data for a LLaMA stands for, by its columns: GLUE for a
 // sequence classifier (with DataOptions.Task); for a causal LM, Alpaca when it has instruction and output, text
 // when it has text. A messages column is refused until conversation training reads it (ParquetConversations).
-func parquetTextFormat(path string, opts DataOptions, classifier bool) (string, error) {
+// It notes what it chose (the files and the reading), as the run shows before training.
+func parquetTextFormat(path string, opts DataOptions, classifier bool, note func(string, ...any)) (format string, err error) {
 	ds, err := openParquet(path, opts)
 	if err != nil {
 		return "", err
 	}
+	defer func() {
+		if err == nil {
+			note("%s: read as %s", ds.Describe(), map[string]string{FormatAlpaca: "Alpaca rows (instruction, input, output)",
+				FormatText: "text documents, one per row", FormatGLUE: "GLUE " + opts.Task + " rows"}[format])
+		}
+	}()
 	if classifier {
 		if opts.Task == "" {
 			return "", fmt.Errorf("parquet data for a sequence classifier is a GLUE task's rows: name it with --task (%s)", strings.Join(data.GLUETasks, ", "))

@@ -310,7 +310,7 @@ func textExamplesNoted(path string, opts DataOptions, model Model, modelDir stri
 	classifier := m.Config.Architecture == llama.ArchClassification
 	format := DataFormat(path, opts)
 	if format == FormatParquet { // read as the format its columns stand for (data_parquet.go)
-		if format, err = parquetTextFormat(path, opts, classifier); err != nil {
+		if format, err = parquetTextFormat(path, opts, classifier, note); err != nil {
 			return nil, err
 		}
 	}

@@ -195,3 +195,12 @@ func (d *Dataset) ColumnNames() ([]string, error) {
 	}
 	return names, nil
 }
+
+// Describe names the data and the files it resolved to, for the run's notes: "D (split train): 2 parquet
+// files".
+func (d *Dataset) Describe() string {
+	if d.Split == "" {
+		return d.Path
+	}
+	return fmt.Sprintf("%s (split %s): %d parquet file(s)", d.Path, d.Split, len(d.Files))
+}
