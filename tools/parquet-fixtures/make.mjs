@@ -1,7 +1,8 @@
 // Writes memfit's parquet test fixtures (data/hfdata/testdata) with two writers other than memfit's reader
 // library: DuckDB (@duckdb/node-api, its own C++ parquet writer) and parquet-wasm (arrow-rs, the Rust parquet
-// crate); `tar` on the PATH extracts the CIFAR-10 images. Each parquet file is made from a JSONL file written first from the shared real data (alpaca-libre,
-// War and Peace, GLUE, CIFAR-10), so a test can check that memfit reads the same rows from the parquet file as
+// crate); `tar` on the PATH extracts the CIFAR-10 images. Each parquet file is made from a JSONL file written
+// first from the shared real data (alpaca-libre, War and Peace, GLUE, CIFAR-10), so a test can check that memfit
+// reads the same rows from the parquet file as
 // from its JSONL. Usage (from this folder): npm ci && node make.mjs [../../../shared/data]
 //
 // What the files exercise: snappy and zstd compression, dictionary-encoded strings, several row groups, a
