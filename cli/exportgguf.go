@@ -22,7 +22,7 @@ import (
 // tokenizer).
 type ggufExport struct {
 	run, checkpoint, model, adapter, tokenizer, out, typ string
-	overwrite                                           bool
+	overwrite                                            bool
 }
 
 // ModelfileOf returns the path of the Ollama Modelfile written beside the GGUF file out: FILE.gguf ->
