@@ -29,8 +29,10 @@ model, the run, its tokenizer), and an earlier export there needs --overwrite.
 --format gguf writes the merged LLaMA causal LM as one GGUF v3 file that llama.cpp, Ollama and LM Studio run
 (--out FILE.gguf; --gguf-type f32, f16 or q8_0): llama.cpp's tensor names and hyperparameters, the tokenizer
 (byte-level BPE as gpt2 with its pre-tokenizer's name, SentencePiece as llama) and the chat template, plus an
-Ollama Modelfile beside it (FILE.Modelfile). It also exports a model folder without a run: --model DIR
-[--adapter DIR] [--tokenizer PATH]. See docs/gguf.md.`,
+Ollama Modelfile beside it (FILE.Modelfile). See docs/gguf.md.
+
+--format gguf and merged also export a model folder without a run: --model DIR [--adapter DIR] [--tokenizer
+PATH] (the PEFT adapter merged into the model).`,
 		Example: `  finetune export --run runs/vit --format merged --out /tmp/vit-finetuned
   finetune export --run runs/alpaca --format gguf --out alpaca.gguf --gguf-type q8_0
   finetune export --model pretrained/llama-tiny --adapter pretrained/llama-tiny-alpaca --format gguf --out tiny.gguf`,
@@ -43,8 +45,15 @@ Ollama Modelfile beside it (FILE.Modelfile). It also exports a model folder with
 			if format != "peft" && format != "merged" {
 				return usagef("--format must be peft, merged or gguf, got %q", format)
 			}
-			if g.model != "" || g.adapter != "" || g.tokenizer != "" || cmd.Flags().Changed("gguf-type") {
-				return usagef("--model, --adapter, --tokenizer and --gguf-type go with --format gguf; --format %s exports a run (--run)", format)
+			if cmd.Flags().Changed("gguf-type") {
+				return usagef("--gguf-type goes with --format gguf")
+			}
+			if format == "merged" && g.model != "" {
+				g.run, g.checkpoint, g.out, g.overwrite = run, checkpoint, out, overwrite
+				return g.exportMerged(cmd)
+			}
+			if g.model != "" || g.adapter != "" || g.tokenizer != "" {
+				return usagef("--model, --adapter and --tokenizer go with --format gguf or merged; --format %s exports a run (--run)", format)
 			}
 			if run == "" || out == "" {
 				return usagef("--run and --out are required")
@@ -92,9 +101,9 @@ Ollama Modelfile beside it (FILE.Modelfile). It also exports a model folder with
 	cmd.Flags().StringVar(&out, "out", "", "output folder (peft, merged) or file (gguf: FILE.gguf)")
 	cmd.Flags().BoolVar(&overwrite, "overwrite", false, "replace an earlier export in --out")
 	cmd.Flags().StringVar(&g.typ, "gguf-type", "f32", "GGUF tensor type: f32, f16 or q8_0 (norms stay f32)")
-	cmd.Flags().StringVar(&g.model, "model", "", "gguf without a run: a LLaMA causal-LM folder")
-	cmd.Flags().StringVar(&g.adapter, "adapter", "", "gguf without a run: a PEFT adapter folder merged into --model")
-	cmd.Flags().StringVar(&g.tokenizer, "tokenizer", "", "gguf without a run: the tokenizer (default: the --model folder's)")
+	cmd.Flags().StringVar(&g.model, "model", "", "gguf or merged without a run: a model folder")
+	cmd.Flags().StringVar(&g.adapter, "adapter", "", "gguf or merged without a run: a PEFT adapter folder merged into --model")
+	cmd.Flags().StringVar(&g.tokenizer, "tokenizer", "", "gguf or merged without a run: the tokenizer (default: the --model folder's)")
 	return cmd
 }
 

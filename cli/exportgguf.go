@@ -192,6 +192,40 @@ func (g ggufExport) export(cmd *cobra.Command, opts *Options) error {
 	return nil
 }
 
+// exportMerged is `export --format merged --model DIR [--adapter DIR]`: the merged Hugging Face folder of a
+// model and a PEFT adapter, without a run.
+func (g ggufExport) exportMerged(cmd *cobra.Command) error {
+	switch {
+	case g.run != "":
+		return usagef("give --run or --model, not both")
+	case g.adapter == "":
+		return usagef("--format merged --model needs --adapter: the model folder is already a merged model")
+	case g.out == "":
+		return usagef("--out is required")
+	}
+	ins := inputs{}.add("--model", g.model, modelReads...).add("--adapter", g.adapter, "adapter_config.json", "adapter_model.safetensors").
+		add("--tokenizer", g.tokenizer, tokenizerReads...)
+	if err := exportTarget(g.out, g.model, "merged", g.overwrite, ins); err != nil {
+		return err
+	}
+	model, err := finetune.LoadModel(g.model, finetune.Defaults())
+	if err != nil {
+		return err
+	}
+	a, err := finetune.ReadAdapter(g.adapter, model)
+	if err != nil {
+		return err
+	}
+	for n, t := range a.Modules {
+		model.Params()[n] = t
+	}
+	if err := finetune.ExportMergedModel(g.out, model, a.Set, g.model, g.tokenizer); err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "wrote %s (merged: %s + %s)\n", g.out, g.model, g.adapter)
+	return nil
+}
+
 // checkOut refuses, before any work, a GGUF --out (or its Modelfile) that is a folder, lies in a missing
 // folder, is a file the export reads, or exists without --overwrite.
 func (g ggufExport) checkOut(ins inputs) error {

@@ -215,6 +215,12 @@ func (t *Trainer) ExportMerged(dir string) error {
 	return models.SaveCheckpoint(dir, config, merged, 0)
 }
 
+// ExportMergedModel writes model with the adapters of set (nil: none) merged in as ExportMergedFolder writes a
+// run's: for a model folder and a PEFT adapter exported without a training run.
+func ExportMergedModel(dir string, model Model, set *adapter.Set, baseModel, tokenizer string) error {
+	return (&Trainer{Model: model, Adapters: set, Train: models.Params{}}).ExportMergedFolder(dir, baseModel, tokenizer)
+}
+
 // MergedParams returns model's parameters with the adapters of set merged in (Trainer.Merged for a model and
 // a PEFT adapter read without a training run; set may be nil).
 func MergedParams(model Model, set *adapter.Set) (models.Params, error) {
