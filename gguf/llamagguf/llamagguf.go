@@ -529,6 +529,13 @@ func (r *metaReader) int(key string, required bool, def int) int {
 
 func (r *metaReader) float(key string, def float64) float64 {
 	x, ok, err := r.f.Float(key)
+	if v, _ := r.f.Value(key); ok {
+		if f32, isF32 := v.(float32); isF32 {
+			// A float32 value (rms eps, rope theta) as the shortest decimal that reads back to it: 1e-05, not
+			// 9.999999747378752e-06, as the config.json it came from says.
+			x, _ = strconv.ParseFloat(strconv.FormatFloat(float64(f32), 'g', -1, 32), 64)
+		}
+	}
 	switch {
 	case r.err != nil:
 	case err != nil:
