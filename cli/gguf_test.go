@@ -83,7 +83,6 @@ func greedy(t *testing.T, model, prompt string, n int, extra ...string) generate
 	return g[0]
 }
 
-
 // storyInputs writes a logits inputs file of 4 rows of 64 tokens (256 positions) of the shared Alpaca-style
 // text, encoded with the tokenizer at tok.
 func storyInputs(t *testing.T, tok, path string) {
