@@ -131,6 +131,10 @@ func TestGGUFRoundTrip(t *testing.T) {
 		if err != nil || !strings.Contains(string(mf), "FROM ./tiny-"+typ+".gguf\n") || !strings.Contains(string(mf), "### Instruction:") {
 			t.Fatalf("Modelfile (%v):\n%s", err, mf)
 		}
+		text := "Once upon a time, there was a llama named Lily. <|end_of_text|>"
+		if a, b := mustRun(t, "tokenize", "--tokenizer", out, text), mustRun(t, "tokenize", "--tokenizer", model, text); a != b {
+			t.Errorf("tokenize with the GGUF's tokenizer: %s, with the folder's: %s", a, b)
+		}
 		maxProb, top1 := compareLogits(t, logitsOf(t, out, inputs), want)
 		t.Logf("%s: max probability difference %.2g, top-1 agreement %.3f over 256 positions", typ, maxProb, top1)
 		switch typ {
