@@ -105,7 +105,7 @@ func (g ggufExport) export(cmd *cobra.Command, opts *Options) error {
 		if llamagguf.IsGGUF(g.model) {
 			return usagef("--model %s is a GGUF file already: export reads a Hugging Face model folder", g.model)
 		}
-		ins := inputs{}.add("--model", g.model, modelReads...).add("--adapter", g.adapter, "adapter_config.json", "adapter_model.safetensors").
+		ins := inputs{}.add("--model", g.model, modelReads...).add("--adapter", g.adapter, adapterReads...).
 			add("--tokenizer", g.tokenizer, tokenizerReads...)
 		if err := g.checkOut(ins); err != nil {
 			return err
@@ -163,8 +163,8 @@ func (g ggufExport) export(cmd *cobra.Command, opts *Options) error {
 		}
 	}
 	name := strings.TrimSuffix(filepath.Base(g.out), filepath.Ext(g.out))
-	fmt.Fprintf(stderr, "export: writing %s (%s)\n", g.out, typ)
-	if err := finetune.ExportGGUF(g.out, model, params, tok, llamagguf.Options{Type: typ, Name: name}); err != nil {
+	progress := countProgress(stderr, "export: writing "+g.out+" ("+typ.String()+"), tensors")
+	if err := finetune.ExportGGUF(g.out, model, params, tok, llamagguf.Options{Type: typ, Name: name, Progress: progress}); err != nil {
 		return err
 	}
 	var stops []string
@@ -206,7 +206,7 @@ func (g ggufExport) exportMerged(cmd *cobra.Command) error {
 	case g.out == "":
 		return usagef("--out is required")
 	}
-	ins := inputs{}.add("--model", g.model, modelReads...).add("--adapter", g.adapter, "adapter_config.json", "adapter_model.safetensors").
+	ins := inputs{}.add("--model", g.model, modelReads...).add("--adapter", g.adapter, adapterReads...).
 		add("--tokenizer", g.tokenizer, tokenizerReads...)
 	if err := exportTarget(g.out, g.model, "merged", g.overwrite, ins); err != nil {
 		return err

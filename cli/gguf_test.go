@@ -195,25 +195,33 @@ func TestGGUFGoldenModels(t *testing.T) {
 	}
 }
 
-// TestGGUFFromMSNormRun exports a LoRA run trained with MS-norm (its adapters live in the folded basis): the GGUF
-// generates as the run's merged export does and its logits equal the merged export's.
-func TestGGUFFromMSNormRun(t *testing.T) {
+// TestGGUFFromRuns exports a LoRA run trained with MS-norm (its adapters live in the folded basis) and a QLoRA run
+// (its base NF4): each GGUF's logits equal the run's merged export's and it generates as the merged export does.
+func TestGGUFFromRuns(t *testing.T) {
 	tmp := t.TempDir()
 	model := filepath.Join("..", "pretrained", "llama-tiny")
-	runDir := filepath.Join(tmp, "run")
-	mustRun(t, "train", "--model", model, "--data", storyText(t, tmp), "--seq-len", "32", "--batch-size", "2", "--steps", "3",
-		"--ms-norm", "--lr", "1e-2", "--out", runDir)
-	merged, gg := filepath.Join(tmp, "merged"), filepath.Join(tmp, "run.gguf")
-	mustRun(t, "export", "--run", runDir, "--format", "merged", "--out", merged)
-	if stdout := mustRun(t, "export", "--run", runDir, "--format", "gguf", "--out", gg); !strings.Contains(stdout, "step 3") {
-		t.Errorf("export output does not name the step:\n%s", stdout)
-	}
 	inputs := filepath.Join(tmp, "inputs.json")
 	storyInputs(t, model, inputs)
-	if maxProb, top1 := compareLogits(t, logitsOf(t, gg, inputs), logitsOf(t, merged, inputs)); maxProb > 1e-6 || top1 != 1 {
-		t.Errorf("probabilities differ by %g, top-1 agreement %g", maxProb, top1)
-	}
-	if a, b := greedy(t, gg, "Once upon a time", 32), greedy(t, merged, "Once upon a time", 32); a != b {
-		t.Errorf("generate on the GGUF\n%+v\nmerged\n%+v", a, b)
+	story := storyText(t, tmp)
+	for _, c := range []struct {
+		name  string
+		flags []string
+	}{{"msnorm-lora", []string{"--ms-norm"}}, {"qlora", []string{"--method", "qlora", "--lora-targets", "all-linear"}}} {
+		t.Run(c.name, func(t *testing.T) {
+			runDir := filepath.Join(tmp, c.name)
+			mustRun(t, append([]string{"train", "--model", model, "--data", story, "--seq-len", "32", "--batch-size", "2", "--steps", "3",
+				"--lr", "1e-2", "--out", runDir}, c.flags...)...)
+			merged, gg := filepath.Join(tmp, c.name+"-merged"), filepath.Join(tmp, c.name+".gguf")
+			mustRun(t, "export", "--run", runDir, "--format", "merged", "--out", merged)
+			if stdout := mustRun(t, "export", "--run", runDir, "--format", "gguf", "--out", gg); !strings.Contains(stdout, "step 3") {
+				t.Errorf("export output does not name the step:\n%s", stdout)
+			}
+			if maxProb, top1 := compareLogits(t, logitsOf(t, gg, inputs), logitsOf(t, merged, inputs)); maxProb > 1e-6 || top1 != 1 {
+				t.Errorf("probabilities differ by %g, top-1 agreement %g", maxProb, top1)
+			}
+			if a, b := greedy(t, gg, "Once upon a time", 32), greedy(t, merged, "Once upon a time", 32); a != b {
+				t.Errorf("generate on the GGUF\n%+v\nmerged\n%+v", a, b)
+			}
+		})
 	}
 }

@@ -107,6 +107,9 @@ type Options struct {
 	Name string
 	// Vocab is the tokenizer (nil: PlaceholderVocab, token ids only).
 	Vocab *tokenizer.GGUFVocab
+	// Progress, when set, is told how many of the tensors are written (before each one, and Write tells it when
+	// all are).
+	Progress func(done, total int)
 }
 
 // Plan returns the metadata and tensors of cfg's model with params (float32, Hugging Face names) as a GGUF file:
@@ -198,6 +201,15 @@ func Plan(cfg llama.Config, params models.Params, o Options) ([]gguf.KV, []gguf.
 			return permute(x, m.heads, cols, false), nil
 		}})
 	}
+	if o.Progress != nil {
+		for i := range ts {
+			values := ts[i].Values
+			ts[i].Values = func() ([]float32, error) {
+				o.Progress(i, len(ts))
+				return values()
+			}
+		}
+	}
 	return meta, ts, nil
 }
 
@@ -207,7 +219,13 @@ func Write(path string, cfg llama.Config, params models.Params, o Options) error
 	if err != nil {
 		return err
 	}
-	return gguf.WriteFile(path, meta, ts)
+	if err := gguf.WriteFile(path, meta, ts); err != nil {
+		return err
+	}
+	if o.Progress != nil {
+		o.Progress(len(ts), len(ts))
+	}
+	return nil
 }
 
 // PlaceholderVocab is the vocabulary of a model without a tokenizer, so that llama.cpp loads the file and runs
