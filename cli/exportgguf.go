@@ -18,16 +18,16 @@ import (
 	"github.com/memfit/memfit/tokenizer"
 )
 
-// ggufExport is `export --format gguf`: from a run (run, checkpoint) or a model folder (model, adapter,
-// tokenizer).
+// ggufExport holds export's flags for `--format gguf` (from a run: run, checkpoint; or from a model folder:
+// model, adapter, tokenizer) and for `--format merged` from a model folder.
 type ggufExport struct {
 	run, checkpoint, model, adapter, tokenizer, out, typ string
 	overwrite                                            bool
 }
 
-// ModelfileOf returns the path of the Ollama Modelfile written beside the GGUF file out: FILE.gguf ->
+// modelfileOf returns the path of the Ollama Modelfile written beside the GGUF file out: FILE.gguf ->
 // FILE.Modelfile.
-func ModelfileOf(out string) string {
+func modelfileOf(out string) string {
 	return strings.TrimSuffix(out, filepath.Ext(out)) + ".Modelfile"
 }
 
@@ -174,7 +174,7 @@ func (g ggufExport) export(cmd *cobra.Command, opts *Options) error {
 			stops = append(stops, s)
 		}
 	}
-	mf := ModelfileOf(g.out)
+	mf := modelfileOf(g.out)
 	text, _ := ollama.Modelfile(filepath.Base(g.out), filepath.Base(mf), format, stops, why)
 	if err := writeFileAtomic(mf, []byte(text)); err != nil {
 		return err
@@ -235,7 +235,7 @@ func (g ggufExport) checkOut(ins inputs) error {
 	if err := outputFile("--out", g.out, ins, g.overwrite, true); err != nil {
 		return err
 	}
-	return outputFile("--out's Modelfile", ModelfileOf(g.out), ins, g.overwrite, true)
+	return outputFile("--out's Modelfile", modelfileOf(g.out), ins, g.overwrite, true)
 }
 
 // exportTokenizer loads the tokenizer at path; a model folder without tokenizer files gives nil (the GGUF then

@@ -297,7 +297,7 @@ type Model struct {
 	Params models.Params
 	// Tokenizer is nil when the file has none (tokenizer.ggml.model "none").
 	Tokenizer *tokenizer.Tokenizer
-	// Type is the type of the file's matrices (general.file_type's).
+	// Type is the type of the file's matrices: q8_0 when any is, else f16 when any is, else f32.
 	Type gguf.TensorType
 }
 
