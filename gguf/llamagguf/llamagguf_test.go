@@ -197,3 +197,60 @@ func TestReadRefuses(t *testing.T) {
 		t.Fatalf("no hyperparameters: %v", err)
 	}
 }
+
+// TestLlama3FromConverterFile: a GGUF with rope_freqs but without memfit's keys (as llama.cpp's converter writes
+// Llama 3.x) is read with the Llama-3.1 scaling found from the factors; factors no such scaling gives are refused.
+func TestLlama3FromConverterFile(t *testing.T) {
+	tmp := t.TempDir()
+	cfg, params := loadLlama(t, filepath.Join("..", "..", "pretrained", "llama-tiny"))
+	cfg.RopeTheta = 500000
+	cfg.RopeScaling = &llama.RopeScaling{Type: llama.RopeLlama3, Factor: 32, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 256}
+	ours := filepath.Join(tmp, "memfit.gguf")
+	if err := Write(ours, cfg, params, Options{Type: gguf.F32}); err != nil {
+		t.Fatal(err)
+	}
+	strip := func(out string, edit func(name string, x []float32)) {
+		f, err := gguf.Open(ours)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		var meta []gguf.KV
+		for _, kv := range f.Meta {
+			if !strings.HasPrefix(kv.Key, "memfit.") {
+				meta = append(meta, kv)
+			}
+		}
+		var ts []gguf.Tensor
+		for _, ti := range f.Tensors {
+			ts = append(ts, gguf.Tensor{Info: gguf.TensorInfo{Name: ti.Name, Dims: ti.Dims, Type: ti.Type}, Values: func() ([]float32, error) {
+				x, err := f.Float32s(ti.Name)
+				if err == nil && edit != nil {
+					edit(ti.Name, x)
+				}
+				return x, err
+			}})
+		}
+		if err := gguf.WriteFile(out, meta, ts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conv := filepath.Join(tmp, "converter.gguf")
+	strip(conv, nil)
+	m, err := Read(conv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Config.RopeScaling; got == nil || *got != *cfg.RopeScaling {
+		t.Fatalf("rope scaling read as %+v, want %+v", got, cfg.RopeScaling)
+	}
+	odd := filepath.Join(tmp, "odd.gguf")
+	strip(odd, func(name string, x []float32) {
+		if name == "rope_freqs.weight" {
+			x[3] = 1.5
+		}
+	})
+	if _, err := Read(odd); err == nil || !strings.Contains(err.Error(), "match no Llama-3.1 rope scaling") {
+		t.Fatalf("odd rope factors: %v", err)
+	}
+}
