@@ -543,8 +543,8 @@ func readVocab(f *gguf.File) (*tokenizer.Tokenizer, error) {
 				return
 			}
 		case *int:
-			if n, ok, err := f.Uint(key); err == nil && ok && n < math.MaxInt32 {
-				*d = int(n)
+			if n, ok, err := f.Uint(key); err == nil && ok {
+				*d = int(min(n, math.MaxInt32))
 				return
 			}
 		}
@@ -565,6 +565,13 @@ func readVocab(f *gguf.File) (*tokenizer.Tokenizer, error) {
 	get("tokenizer.chat_template", &v.ChatTemplate)
 	if len(errs) > 0 {
 		return nil, errs[0]
+	}
+	// A special token id outside the vocabulary (some converters write 2^32-1 for none) is absent, as llama.cpp
+	// takes it.
+	for _, id := range []*int{&v.BOS, &v.EOS, &v.UNK, &v.Pad} {
+		if *id >= len(v.Tokens) {
+			*id = -1
+		}
 	}
 	t, err := tokenizer.FromGGUFVocab(v)
 	if err != nil {
