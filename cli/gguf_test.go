@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/memfit/memfit/gguf"
 	"github.com/memfit/memfit/internal/golden"
 	"github.com/memfit/memfit/tokenizer"
 )
@@ -223,5 +224,40 @@ func TestGGUFFromRuns(t *testing.T) {
 				t.Errorf("generate on the GGUF\n%+v\nmerged\n%+v", a, b)
 			}
 		})
+	}
+}
+
+// TestGGUFChatTemplateKept: a tokenizer chat template memfit cannot translate for Ollama is kept in the GGUF for
+// llama.cpp; the Modelfile has no TEMPLATE and says why in a comment, and the export says so.
+func TestGGUFChatTemplateKept(t *testing.T) {
+	tmp := t.TempDir()
+	model := filepath.Join(tmp, "model")
+	copyTree(t, filepath.Join("..", "pretrained", "llama-tiny"), model)
+	const tmpl = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
+	cfgPath := filepath.Join(model, "tokenizer_config.json")
+	var cfg map[string]any
+	b, _ := os.ReadFile(cfgPath)
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg["chat_template"] = tmpl
+	b, _ = json.Marshal(cfg)
+	os.WriteFile(cfgPath, b, 0o644)
+	out := filepath.Join(tmp, "m.gguf")
+	stdout := mustRun(t, "export", "--model", model, "--format", "gguf", "--out", out)
+	if !strings.Contains(stdout, "note: the tokenizer's chat template is not one memfit translates for Ollama") {
+		t.Errorf("export output:\n%s", stdout)
+	}
+	mf, _ := os.ReadFile(filepath.Join(tmp, "m.Modelfile"))
+	if strings.Contains(string(mf), "\nTEMPLATE") || !strings.Contains(string(mf), "# No TEMPLATE: the tokenizer's chat template is not one memfit translates") {
+		t.Errorf("Modelfile:\n%s", mf)
+	}
+	f, err := gguf.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if got, _, _ := f.String("tokenizer.chat_template"); got != tmpl {
+		t.Errorf("tokenizer.chat_template %q, want %q", got, tmpl)
 	}
 }
