@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gomlx/gomlx/core/tensors"
+
 	"github.com/memfit/memfit/gguf"
 	"github.com/memfit/memfit/internal/golden"
 	"github.com/memfit/memfit/models"
@@ -252,5 +254,55 @@ func TestLlama3FromConverterFile(t *testing.T) {
 	})
 	if _, err := Read(odd); err == nil || !strings.Contains(err.Error(), "match no Llama-3.1 rope scaling") {
 		t.Fatalf("odd rope factors: %v", err)
+	}
+}
+
+// TestBiasesRoundTrip: a LLaMA with attention and MLP biases (attention_bias, mlp_bias) keeps them, the q/k
+// biases permuted with their rows and back, bit for bit.
+func TestBiasesRoundTrip(t *testing.T) {
+	cfg := llama.Config{VocabSize: 40, HiddenSize: 32, IntermediateSize: 48, NumHiddenLayers: 2, NumAttentionHeads: 4, NumKeyValueHeads: 2,
+		HeadDim: 8, MaxPositionEmbeddings: 32, RMSNormEps: 1e-6, RopeTheta: 10000, PadTokenID: -1, BOSTokenID: 1, EOSTokenID: 2,
+		Architecture: llama.ArchCausalLM, AttentionBias: true, MLPBias: true}
+	params := llama.RandomParams(cfg, 3)
+	for _, name := range params.Names() {
+		if strings.HasSuffix(name, ".bias") {
+			n := params.Dims(name)[0]
+			x := make([]float32, n)
+			for i := range x {
+				x[i] = float32(i) - float32(n)/3
+			}
+			params[name] = tensors.FromFlatDataAndDimensions(x, n)
+		}
+	}
+	p := filepath.Join(t.TempDir(), "bias.gguf")
+	if err := Write(p, cfg, params, Options{Type: gguf.F32}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qb, err := f.Float32s("blk.1.attn_q.bias")
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hf, _ := params.Float32s(llama.LayerPrefix(1) + llama.QProj + ".bias")
+	if !slices.Equal(qb, permute(hf, cfg.NumAttentionHeads, 1, false)) || slices.Equal(qb, hf) {
+		t.Fatalf("attn_q.bias is not the permuted q_proj bias")
+	}
+	m, err := Read(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.Config.AttentionBias || !m.Config.MLPBias || len(m.Params) != len(params) {
+		t.Fatalf("biases: attention %v mlp %v, %d tensors of %d", m.Config.AttentionBias, m.Config.MLPBias, len(m.Params), len(params))
+	}
+	for _, name := range params.Names() {
+		a, _ := params.Float32s(name)
+		b, _ := m.Params.Float32s(name)
+		if !slices.Equal(a, b) {
+			t.Fatalf("%s differs after the round trip", name)
+		}
 	}
 }
