@@ -254,5 +254,5 @@ func exportTokenizer(path string, given bool) (*tokenizer.Tokenizer, error) {
 			return nil, nil
 		}
 	}
-	return tokenizer.Load(path)
+	return loadTokenizer(path)
 }

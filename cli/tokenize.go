@@ -2,16 +2,12 @@ package cli
 
 import (
 	"encoding/json"
-	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/memfit/memfit/data"
-	"github.com/memfit/memfit/finetune"
-	"github.com/memfit/memfit/gguf/llamagguf"
-	"github.com/memfit/memfit/tokenizer"
 )
 
 func newTokenizeCommand() *cobra.Command {
@@ -32,15 +28,7 @@ one text.`,
 			if path == "" {
 				return usagef("--tokenizer is required")
 			}
-			var tok *tokenizer.Tokenizer
-			var err error
-			if finetune.IsGGUF(path) {
-				if tok, err = llamagguf.ReadTokenizer(path); err == nil && tok == nil {
-					err = fmt.Errorf("%s holds no tokenizer", path)
-				}
-			} else {
-				tok, err = tokenizer.Load(path)
-			}
+			tok, err := loadTokenizer(path)
 			if err != nil {
 				return err
 			}
