@@ -80,6 +80,7 @@ func TestBadInputSweepGGUF(t *testing.T) {
 		{[]string{"logits", "--model", p("cut.gguf"), "--inputs", inputs}, "is truncated"},
 		{[]string{"logits", "--model", p("missing.gguf"), "--inputs", inputs}, "no such file"},
 		{[]string{"generate", "--model", p("run", "run.yaml"), "--prompt", "Hi"}, "a model is a folder (config.json and its safetensors)"},
+		{[]string{"train", "--model", good, "--data", filepath.Join(tmp, "story.txt"), "--out", p("t")}, "is a GGUF file: training starts from a Hugging Face model folder"},
 	}
 	for _, c := range cases {
 		before := snapshot(t, tmp)

@@ -96,6 +96,9 @@ gradients to the host; the loss is read back every --log-every steps.`,
 				if model == "" || data == "" {
 					return usagef("--model and --data are required (or --resume)")
 				}
+				if finetune.IsGGUF(model) {
+					return usagef("--model %s is a GGUF file: training starts from a Hugging Face model folder (GGUF files are for generate, logits and eval)", model)
+				}
 				if finetune.DataFormat(data, dataOpts) == finetune.FormatGLUE {
 					var err error
 					if data, dataOpts.Task, err = glueData(data, dataOpts.Task); err != nil {
