@@ -63,7 +63,7 @@ func TestBadInputSweepGGUF(t *testing.T) {
 		{gguf("--model", filepath.Join(golden.SharedDir(t), "golden", "llama_c"), "--out", p("cls.gguf")), "GGUF export is for LLaMA causal LMs (LlamaForCausalLM); this model is a LlamaForSequenceClassification"},
 		{gguf("--run", p("orphan"), "--out", p("o.gguf")), "the run's base model " + p("gone") + " is not there"},
 		{gguf("--run", p("norun"), "--out", p("n.gguf")), "is not a training output folder"},
-		{gguf("--run", runDir, "--out", p("q.gguf"), "--gguf-type", "q4_k"), `--gguf-type "q4_k": use f32, f16 or q8_0`},
+		{gguf("--run", runDir, "--out", p("q.gguf"), "--gguf-type", "q4_k"), `--gguf-type "q4_k": use f32, f16, bf16 or q8_0`},
 		{gguf("--run", runDir, "--out", p("x.bin")), "a GGUF export is one file: give a name ending in .gguf"},
 		{gguf("--run", runDir, "--out", p("earlier.gguf")), "already exists: pass --overwrite"},
 		{gguf("--run", runDir, "--model", model, "--out", p("y.gguf")), "give one of them"},

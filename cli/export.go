@@ -27,7 +27,7 @@ of that adapter (its folder may be gone). --out is refused when it would replace
 model, the run, its tokenizer), and an earlier export there needs --overwrite.
 
 --format gguf writes the merged LLaMA causal LM as one GGUF v3 file that llama.cpp, Ollama and LM Studio run
-(--out FILE.gguf; --gguf-type f32, f16 or q8_0): llama.cpp's tensor names and hyperparameters, the tokenizer
+(--out FILE.gguf; --gguf-type f32, f16, bf16 or q8_0): llama.cpp's tensor names and hyperparameters, the tokenizer
 (byte-level BPE as gpt2 with its pre-tokenizer's name, SentencePiece as llama) and the chat template, plus an
 Ollama Modelfile beside it (FILE.Modelfile). See docs/gguf.md.
 
@@ -100,7 +100,7 @@ PATH] (the PEFT adapter merged into the model).`,
 	cmd.Flags().StringVar(&format, "format", "peft", "peft, merged or gguf")
 	cmd.Flags().StringVar(&out, "out", "", "output folder (peft, merged) or file (gguf: FILE.gguf)")
 	cmd.Flags().BoolVar(&overwrite, "overwrite", false, "replace an earlier export in --out")
-	cmd.Flags().StringVar(&g.typ, "gguf-type", "f32", "GGUF tensor type: f32, f16 or q8_0 (norms stay f32)")
+	cmd.Flags().StringVar(&g.typ, "gguf-type", "f32", "GGUF tensor type: f32, f16, bf16 or q8_0 (norms stay f32)")
 	cmd.Flags().StringVar(&g.model, "model", "", "gguf or merged without a run: a model folder")
 	cmd.Flags().StringVar(&g.adapter, "adapter", "", "gguf or merged without a run: a PEFT adapter folder merged into --model")
 	cmd.Flags().StringVar(&g.tokenizer, "tokenizer", "", "gguf or merged without a run: the tokenizer (default: the --model folder's)")

@@ -48,7 +48,7 @@ func (g ggufExport) export(cmd *cobra.Command, opts *Options) error {
 	}
 	typ, err := gguf.ParseTensorType(g.typ)
 	if err != nil {
-		return usagef("--gguf-type %q: use f32, f16 or q8_0", g.typ)
+		return usagef("--gguf-type %q: use f32, f16, bf16 or q8_0", g.typ)
 	}
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	var (

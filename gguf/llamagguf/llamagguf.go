@@ -33,13 +33,15 @@ const (
 )
 
 // FileType returns general.file_type for tensors of type t (llama.cpp's LLAMA_FTYPE_ALL_F32, MOSTLY_F16,
-// MOSTLY_Q8_0).
+// MOSTLY_Q8_0, MOSTLY_BF16).
 func FileType(t gguf.TensorType) uint32 {
 	switch t {
 	case gguf.F16:
 		return 1
 	case gguf.Q8_0:
 		return 7
+	case gguf.BF16:
+		return 32
 	}
 	return 0
 }
@@ -100,8 +102,8 @@ func permute(x []float32, heads, cols int, inverse bool) []float32 {
 
 // Options are Write's choices.
 type Options struct {
-	// Type is the type of the matrices: f32, f16 or q8_0 (a matrix whose rows are not a multiple of 32 values
-	// falls back to f16, as llama.cpp's converter does). Norms and rope_freqs stay f32.
+	// Type is the type of the matrices: f32, f16, bf16 or q8_0 (a matrix whose rows are not a multiple of 32
+	// values falls back to f16 under q8_0, as llama.cpp's converter does). Norms and rope_freqs stay f32.
 	Type gguf.TensorType
 	// Name is general.name.
 	Name string

@@ -46,8 +46,8 @@ func loadLlama(t *testing.T, dir string) (llama.Config, models.Params) {
 }
 
 // TestRoundTrip writes the golden GQA LLaMA (untied head, no tokenizer) and llama-tiny with Llama-3.1 rope
-// scaling (tied head, byte-level BPE) as GGUF f32, f16 and q8_0, and reads them back: the config is the same,
-// f32 tensors are bit for bit the same, f16/q8_0 within their rounding; the file has llama.cpp's names and
+// scaling (tied head, byte-level BPE) as GGUF f32, f16, bf16 and q8_0, and reads them back: the config is the same,
+// f32 tensors are bit for bit the same, f16/bf16/q8_0 within their rounding; the file has llama.cpp's names and
 // hyperparameters, rope_freqs as the ratio of plain to scaled frequencies, and output.weight only when untied.
 func TestRoundTrip(t *testing.T) {
 	tmp := t.TempDir()
@@ -69,7 +69,7 @@ func TestRoundTrip(t *testing.T) {
 		params models.Params
 		vocab  *tokenizer.GGUFVocab
 	}{{"gqa", gqaCfg, gqa, nil}, {"llama3-tied", tinyCfg, tiny, vocab}} {
-		for _, typ := range []gguf.TensorType{gguf.F32, gguf.F16, gguf.Q8_0} {
+		for _, typ := range []gguf.TensorType{gguf.F32, gguf.F16, gguf.BF16, gguf.Q8_0} {
 			t.Run(c.name+"-"+typ.String(), func(t *testing.T) {
 				path := filepath.Join(tmp, c.name+"-"+typ.String()+".gguf")
 				if err := Write(path, c.cfg, c.params, Options{Type: typ, Name: c.name, Vocab: c.vocab}); err != nil {
@@ -151,7 +151,7 @@ func TestRoundTrip(t *testing.T) {
 					for _, v := range w {
 						amax = max(amax, math.Abs(float64(v)))
 					}
-					tol := map[gguf.TensorType]float64{gguf.F32: 0, gguf.F16: amax * 0x1p-11, gguf.Q8_0: amax/127*0.5 + amax*0x1p-10}[typ]
+					tol := map[gguf.TensorType]float64{gguf.F32: 0, gguf.F16: amax * 0x1p-11, gguf.BF16: amax * 0x1p-8, gguf.Q8_0: amax/127*0.5 + amax*0x1p-10}[typ]
 					if len(m.Params.Dims(name)) == 1 {
 						tol = 0
 					}
