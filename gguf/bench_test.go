@@ -14,7 +14,7 @@ func BenchmarkEncode(b *testing.B) {
 	for i := range x {
 		x[i] = float32(r.NormFloat64())
 	}
-	for _, typ := range []TensorType{F32, F16, Q8_0} {
+	for _, typ := range []TensorType{F32, F16, BF16, Q8_0} {
 		b.Run(typ.String(), func(b *testing.B) {
 			b.SetBytes(int64(4 * len(x)))
 			var buf []byte
@@ -36,7 +36,7 @@ func BenchmarkDecode(b *testing.B) {
 	for i := range x {
 		x[i] = float32(r.NormFloat64())
 	}
-	for _, typ := range []TensorType{F32, F16, Q8_0} {
+	for _, typ := range []TensorType{F32, F16, BF16, Q8_0} {
 		b.Run(typ.String(), func(b *testing.B) {
 			src, _ := Encode(nil, typ, x)
 			out := make([]float32, len(x))
