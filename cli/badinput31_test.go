@@ -64,6 +64,8 @@ func TestBadInputSweepGGUF(t *testing.T) {
 		{gguf("--run", p("orphan"), "--out", p("o.gguf")), "the run's base model " + p("gone") + " is not there"},
 		{gguf("--run", p("norun"), "--out", p("n.gguf")), "is not a training output folder"},
 		{gguf("--run", runDir, "--out", p("q.gguf"), "--gguf-type", "q4_k"), `--gguf-type "q4_k": use f32, f16, bf16 or q8_0`},
+		{gguf("--run", runDir, "--checkpoint", "99", "--out", p("q.gguf")), "--checkpoint 99: " + runDir + " has no checkpoint of step 99"},
+		{gguf("--run", runDir, "--checkpoint", "best", "--out", p("q.gguf")), "has no best checkpoint"},
 		{gguf("--run", runDir, "--out", p("x.bin")), "a GGUF export is one file: give a name ending in .gguf"},
 		{gguf("--run", runDir, "--out", p("earlier.gguf")), "already exists: pass --overwrite"},
 		{gguf("--run", runDir, "--model", model, "--out", p("y.gguf")), "give one of them"},
@@ -113,8 +115,8 @@ func TestBadInputSweepGGUF(t *testing.T) {
 		}
 	}
 	t.Logf("%d bad commands, each refused with one line, nothing changed", len(cases))
-	// --overwrite replaces an earlier GGUF export and its Modelfile.
-	if _, stderr, code := run(t, gguf("--run", runDir, "--out", p("earlier.gguf"), "--overwrite")...); code != 0 {
+	// --overwrite replaces an earlier GGUF export and its Modelfile; --checkpoint names a step.
+	if _, stderr, code := run(t, gguf("--run", runDir, "--checkpoint", "1", "--out", p("earlier.gguf"), "--overwrite")...); code != 0 {
 		t.Errorf("export --overwrite: exit %d: %s", code, stderr)
 	}
 }

@@ -62,7 +62,7 @@ func (g ggufExport) export(cmd *cobra.Command, opts *Options) error {
 		if err != nil {
 			return err
 		}
-		ins := inputs{}.add("--run", g.run, runReads...).add("--checkpoint", g.checkpoint, checkpointReads...).
+		ins := inputs{}.add("--run", g.run, runReads...).add("--checkpoint", checkpointPath(g.run, g.checkpoint), checkpointReads...).
 			add("the run's base model", spec.Model, modelReads...).add("the run's tokenizer", spec.DataOptions.Tokenizer, tokenizerReads...)
 		if err := g.checkOut(ins); err != nil {
 			return err
@@ -84,9 +84,9 @@ func (g ggufExport) export(cmd *cobra.Command, opts *Options) error {
 		if err != nil {
 			return err
 		}
-		from := g.run
-		if g.checkpoint != "" {
-			from = g.checkpoint
+		from, err := checkpointOf(g.run, g.checkpoint)
+		if err != nil {
+			return err
 		}
 		tr, err := finetune.Resume(from, model, backend, nil)
 		if err != nil {
