@@ -18,6 +18,7 @@ import (
 	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/evals"
 	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/gguf/llamagguf"
 	"github.com/memfit/memfit/models/llama"
 	"github.com/memfit/memfit/tokenizer"
 )
@@ -60,7 +61,7 @@ func loadForEval(model, adapterDir, tok string) (finetune.Model, *adapter.Set, *
 	if tok == "" {
 		tok = model
 	}
-	t, err := tokenizer.Load(tok)
+	t, err := loadTokenizer(tok)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -68,6 +69,18 @@ func loadForEval(model, adapterDir, tok string) (finetune.Model, *adapter.Set, *
 		return nil, nil, nil, fmt.Errorf("%s: %w", tok, err)
 	}
 	return m, set, t, nil
+}
+
+// loadTokenizer loads the tokenizer at path (tokenizer.Load), or the tokenizer in the metadata of a GGUF file.
+func loadTokenizer(path string) (*tokenizer.Tokenizer, error) {
+	if !finetune.IsGGUF(path) {
+		return tokenizer.Load(path)
+	}
+	t, err := llamagguf.ReadTokenizer(path)
+	if err == nil && t == nil {
+		err = fmt.Errorf("%s holds no tokenizer (tokenizer.ggml.model none): give --tokenizer", path)
+	}
+	return t, err
 }
 
 // resultPath is where results go: --out, or next to the adapter (or the model) as name.

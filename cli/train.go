@@ -114,6 +114,9 @@ gradients to the host; the loss is read back every --log-every steps.`,
 				if model == "" || data == "" {
 					return usagef("--model and --data are required (or --resume)")
 				}
+				if finetune.IsGGUF(model) {
+					return usagef("--model %s is a GGUF file: training starts from a Hugging Face model folder (GGUF files are for generate, logits and eval)", model)
+				}
 				if t := dataOpts.ChatTemplate; t != "" && !slices.Contains(generate.Templates, t) {
 					return usagef("--chat-template %q: use one of %s", t, strings.Join(generate.Templates, ", "))
 				}
