@@ -118,7 +118,7 @@ func llamaFamily() Family {
 			h, q, kv := float64(c.HiddenSize), float64(c.NumAttentionHeads*c.HeadDim), float64(c.NumKeyValueHeads*c.HeadDim)
 			tokens, seq := float64(in.Batch*in.Seq), float64(in.Seq)
 			linear := h*q + 2*h*kv + q*h + 3*h*float64(c.IntermediateSize) // q, k, v, o; gate, up, down
-			return 2*tokens*linear + 4*tokens*seq*q                         // QK^T and AV over the whole sequence
+			return 2*tokens*linear + 4*tokens*seq*q                        // QK^T and AV over the whole sequence
 		},
 	}
 }
