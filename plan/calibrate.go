@@ -268,3 +268,4 @@ func shapeString(in finetune.Shape) string {
 	}
 	return fmt.Sprintf("batch %d", in.Batch)
 }
+
