@@ -268,4 +268,3 @@ func shapeString(in finetune.Shape) string {
 	}
 	return fmt.Sprintf("batch %d", in.Batch)
 }
-
