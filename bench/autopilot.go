@@ -97,6 +97,9 @@ type AutopilotRow struct {
 	PredictedBytes   int64   `json:"predicted_total_bytes,omitempty"`
 	PredictedSeconds float64 `json:"predicted_step_seconds,omitempty"`
 	NoFit            string  `json:"no_fit,omitempty"`
+	// Source is where the plan's step times came from (run cases: the full calibration; planned ones: empty,
+	// the sibling's ratios).
+	Source string `json:"source,omitempty"`
 	// Measured is the plan's own configuration (shared with a global option whose plan it is).
 	Measured *AutopilotMeasure `json:"measured,omitempty"`
 	// Fits: the plan's peak (measured, or planned for a planned case) is within the budget.
@@ -323,7 +326,7 @@ func runAutopilotCase(o AutopilotOptions, c AutopilotCase) (*AutopilotResult, er
 		row, p, err := budgetRow(f, plain, o.Margin, func(budget, _ int64) (*plan.Autoplan, error) {
 			logf(o.Log, "%s: the autopilot at %.0f%% of plain (%s)", c.Name, 100*f, memory.FormatBytes(budget))
 			return plan.Autopilot(plan.AutopilotOptions{Backend: o.Backend, Model: model, Config: cfg, Batch: batch, Shape: c.Shape,
-				Budget: budget, Margin: o.Margin, CalibSteps: o.CalibSteps, Cache: o.Cache})
+				Budget: budget, Margin: o.Margin, Calibration: plan.CalibrationFull, CalibSteps: o.CalibSteps, Cache: o.Cache})
 		})
 		if err != nil {
 			return nil, err
@@ -398,7 +401,7 @@ func budgetRow(f float64, plain int64, margin float64, choose func(budget, limit
 	case err != nil:
 		return row, nil, err
 	}
-	row.Plan, row.PlannedBytes, row.PredictedBytes, row.PredictedSeconds = p.Plan, p.PlannedBytes, p.PredictedBytes, p.PredictedSeconds
+	row.Plan, row.PlannedBytes, row.PredictedBytes, row.PredictedSeconds, row.Source = p.Plan, p.PlannedBytes, p.PredictedBytes, p.PredictedSeconds, p.Source
 	return row, p, nil
 }
 

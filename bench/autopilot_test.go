@@ -107,6 +107,9 @@ func TestRunAutopilot(t *testing.T) {
 			}
 			// The fast calibration's and the cost model's plans at the same budget: measured (run case) or
 			// predicted, their exact totals within the limit, compared with the full calibration's plan.
+			if r.Case.Run && row.Source != plan.SourceFull {
+				t.Errorf("%s row %d: the reference plan's step times came from %q, want the full calibration", r.Case.Name, i, row.Source)
+			}
 			if len(row.Alternatives) != 2 || row.Alternatives[0].Source != plan.SourceFast || row.Alternatives[1].Source != plan.SourceCostModel {
 				t.Fatalf("%s row %d: alternatives %+v", r.Case.Name, i, row.Alternatives)
 			}
