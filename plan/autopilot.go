@@ -478,6 +478,10 @@ func Autopilot(o AutopilotOptions) (*Autoplan, error) {
 	if method == CalibrationNone && why == "" {
 		why = "--calibrate=false"
 	}
+	if fam, ok := finetune.FamilyOf(model); method == CalibrationFast && (!ok || fam.Cut == nil || fam.BlockFLOPs == nil) {
+		method = CalibrationFull // a family that cannot cut its blocks out is timed whole
+		o.progress("memory autopilot: this model's family does not cut its blocks out: the full calibration times the whole model")
+	}
 	o.progress("memory autopilot: planning %d modes on %d blocks (exact planner)", len(AutopilotModes), blocks)
 	costs, err := ModeCosts(backend, model, cfg, in, AutopilotModes)
 	if err != nil {
