@@ -42,7 +42,7 @@ func printAutoplan(w io.Writer, p *plan.Autoplan, blocks int, budget int64, marg
 		rng := "-"
 		if c.StepMax > 0 {
 			rng = fmt.Sprintf("%.1f-%.1f ms", 1e3*c.StepMin, 1e3*c.StepMax)
-			if i > 0 && c.StepSeconds == plain.StepSeconds {
+			if c.Mode == "approx-act" && c.StepSeconds == plain.StepSeconds {
 				rng += " (overlaps plain's: a tie)"
 			}
 		}

@@ -42,16 +42,19 @@ type ModeCost struct {
 	StepMax float64 `json:"step_seconds_max,omitempty"`
 }
 
-// settleTies returns costs with the step time of every mode whose calibration range overlaps plain's set to
-// plain's: a difference within the calibration's own spread is no evidence that a mode is slower or faster, and
+// settleTies returns costs with the step time of approx-act set to plain's when their calibration ranges
+// overlap: a difference within the calibration's own spread is no evidence that a mode is slower or faster, and
 // the search then prefers, among plans of equal predicted time, the one that keeps least. (ReGELU2/ReSiLU2 cost
-// about nothing on a GPU; on a busy CPU their measured difference to plain is often noise of either sign.)
+// about nothing on a GPU; on a busy CPU their measured difference to plain is often noise of either sign.) Mesa
+// and gradient checkpointing do work of their own (quantisation, a forward recomputed): an overlap of their
+// ranges with plain's is the noise of a loaded machine, and taking them as free made the fast calibration on
+// a loaded 2-core VM checkpoint every block of llama-1b at 95% of plain's memory.
 func settleTies(costs []ModeCost) []ModeCost {
 	out := slices.Clone(costs)
 	p := out[0]
 	for i := 1; i < len(out); i++ {
 		c := out[i]
-		if p.StepMax > 0 && c.StepMax > 0 && c.StepMin <= p.StepMax && p.StepMin <= c.StepMax {
+		if c.Mode == "approx-act" && p.StepMax > 0 && c.StepMax > 0 && c.StepMin <= p.StepMax && p.StepMin <= c.StepMax {
 			out[i].StepSeconds = p.StepSeconds
 		}
 	}
