@@ -35,10 +35,12 @@ const (
 
 // Defaults of the fast calibration: the largest forward FLOPs of the calibrated block (DefaultCalibFLOPs: about
 // a llama-1b block at 512 tokens, a quarter of a second on the 2-core build VM), the memory it may take
-// (DefaultCalibBytes, also never more than half this machine's), and its timed steps per mode after the warm-up.
+// (DefaultCalibBytes, 1.5 GiB, also never more than half this machine's: llama-1b's one-block calibration, four
+// trainers, peaked at 1.72 GiB resident with the planner and the Go runtime), and its timed steps per mode after
+// the warm-up.
 const (
 	DefaultCalibFLOPs      = 60e9
-	DefaultCalibBytes      = int64(1 << 30)
+	DefaultCalibBytes      = int64(3 << 29)
 	DefaultFastCalibSteps  = 2
 	fastCalibrationMaxCuts = 2
 )
@@ -83,13 +85,14 @@ func calibrationShape(model finetune.Model, in finetune.Shape, maxFLOPs float64)
 type errCalibrationTooBig struct{ need, limit int64 }
 
 func (e errCalibrationTooBig) Error() string {
-	return fmt.Sprintf("the one-block calibration model needs %s, more than the calibration may take here (%s)",
+	return fmt.Sprintf("the one-block calibration (a trainer per mode, each with its own weights) needs %s, more than the calibration may take here (%s)",
 		memory.FormatBytes(e.need), memory.FormatBytes(e.limit))
 }
 
-// calibrationBytes is the memory a cut model takes to calibrate: the exact planner's plain total at shape cs
-// and its parameters drawn in float32 before QLoRA quantises them.
-func calibrationBytes(o AutopilotOptions, cut finetune.Model, cs finetune.Shape) (int64, error) {
+// calibrationBytes is the memory a cut model takes to calibrate with the given number of trainers alive
+// together: the exact planner's plain total at shape cs (one step runs at a time) and, for each trainer, its own
+// parameters drawn in float32 (before QLoRA quantises them).
+func calibrationBytes(o AutopilotOptions, cut finetune.Model, cs finetune.Shape, trainers int) (int64, error) {
 	total, err := Total(o.Backend, cut, o.Config, cs, uniformPlan("plain", mustBlocks(cut)))
 	if err != nil {
 		return 0, err
@@ -102,7 +105,7 @@ func calibrationBytes(o AutopilotOptions, cut finetune.Model, cs finetune.Shape)
 		}
 		params += n
 	}
-	return total + 4*params, nil
+	return total + int64(trainers)*4*params, nil
 }
 
 func mustBlocks(m finetune.Model) int {
@@ -151,7 +154,11 @@ func CalibrateFast(o AutopilotOptions, costs []ModeCost) (CalibrationRun, error)
 		if err != nil {
 			return run, err
 		}
-		need, err := calibrationBytes(o, cut, cs)
+		trainers := 1 // plain on two blocks
+		if n == 1 {
+			trainers = len(costs) // every mode on one block
+		}
+		need, err := calibrationBytes(o, cut, cs, trainers)
 		if err != nil {
 			return run, fmt.Errorf("planning the %d-block calibration model: %w", n, err)
 		}
@@ -163,8 +170,8 @@ func CalibrateFast(o AutopilotOptions, costs []ModeCost) (CalibrationRun, error)
 		}
 		cuts, run.Blocks, run.Bytes = append(cuts, cut), append(run.Blocks, n), need
 	}
-	// timed runs the uniform plan of each mode on the cut model of n blocks (random weights made once, a trainer
-	// per mode alive together): a warm-up round (plain twice: the first steps of a process are slow), then steps
+	// timed runs the uniform plan of each mode on the cut model of n blocks (a trainer per mode, each with random
+	// weights of its own, alive together): a warm-up round (plain twice: the first steps of a process are slow), then steps
 	// rounds over the modes, in alternate orders, so that a change of the machine's load falls on every mode
 	// alike. It returns each mode's timed steps, sorted.
 	timed := func(cut finetune.Model, n int, modes []string) ([][]float64, error) {
