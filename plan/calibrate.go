@@ -168,7 +168,7 @@ func CalibrateFast(o AutopilotOptions, costs []ModeCost) (CalibrationRun, error)
 			}
 			break
 		}
-		cuts, run.Blocks, run.Bytes = append(cuts, cut), append(run.Blocks, n), need
+		cuts, run.Blocks, run.Bytes = append(cuts, cut), append(run.Blocks, n), max(run.Bytes, need)
 	}
 	// timed runs the uniform plan of each mode on the cut model of n blocks (a trainer per mode, each with random
 	// weights of its own, alive together): a warm-up round (plain twice: the first steps of a process are slow), then steps
