@@ -97,6 +97,9 @@ type AutopilotRow struct {
 	PredictedBytes   int64   `json:"predicted_total_bytes,omitempty"`
 	PredictedSeconds float64 `json:"predicted_step_seconds,omitempty"`
 	NoFit            string  `json:"no_fit,omitempty"`
+	// Source is where the plan's step times came from (run cases: the full calibration; planned ones: empty,
+	// the sibling's ratios).
+	Source string `json:"source,omitempty"`
 	// Measured is the plan's own configuration (shared with a global option whose plan it is).
 	Measured *AutopilotMeasure `json:"measured,omitempty"`
 	// Fits: the plan's peak (measured, or planned for a planned case) is within the budget.
@@ -109,6 +112,80 @@ type AutopilotRow struct {
 	// VsBestGlobal the plan's throughput over its.
 	BestGlobal   string  `json:"best_global,omitempty"`
 	VsBestGlobal float64 `json:"vs_best_global,omitempty"`
+	// Alternatives are the plans the fast calibration and the cost model choose at this budget, beside the
+	// full calibration's (Plan).
+	Alternatives []AutopilotAlternative `json:"alternatives,omitempty"`
+}
+
+// AutopilotAlternative is the plan another source of step times chose at a budget, against the full
+// calibration's plan: the same plan, or one whose measured (planned case: predicted) step is compared.
+type AutopilotAlternative struct {
+	// Source is plan.SourceFast or plan.SourceCostModel; Seconds how long the autopilot took (calibration and
+	// search; the fast calibration's first budget of a case calibrates, the later ones read the cache).
+	Source  string  `json:"source"`
+	Seconds float64 `json:"seconds"`
+	Plan    string  `json:"block_plan,omitempty"`
+	NoFit   string  `json:"no_fit,omitempty"`
+	Planned int64   `json:"planned_total_bytes,omitempty"`
+	// Same says the plan is the full calibration's; VsFull is the full calibration plan's step over this plan's
+	// (above 1: this plan runs faster), measured for a run case, predicted (the sibling's ratios) for a planned
+	// one; Fits that its measured peak (planned total, planned case) is within the budget.
+	Same     bool              `json:"same_plan"`
+	VsFull   float64           `json:"vs_full,omitempty"`
+	Fits     bool              `json:"fits"`
+	Measured *AutopilotMeasure `json:"measured,omitempty"`
+}
+
+// altSources are the calibrations the benchmark runs beside the full one.
+var altSources = []plan.Calibration{plan.CalibrationFast, plan.CalibrationNone}
+
+// alternatives returns the plans of the fast calibration and the cost model at budget (o's autopilot options
+// with another calibration).
+func alternatives(log io.Writer, name string, f float64, budget int64, ao plan.AutopilotOptions) ([]AutopilotAlternative, error) {
+	var out []AutopilotAlternative
+	for _, src := range altSources {
+		a := ao
+		a.Calibration, a.Budget = src, budget
+		logf(log, "%s: the autopilot at %.0f%% of plain, %s", name, 100*f, src)
+		start := time.Now()
+		p, err := plan.Autopilot(a)
+		alt := AutopilotAlternative{Source: string(src), Seconds: time.Since(start).Seconds()}
+		switch {
+		case errors.Is(err, plan.ErrNoPlanFits):
+			alt.NoFit = err.Error()
+		case err != nil:
+			return nil, err
+		default:
+			alt.Source, alt.Plan, alt.Planned = p.Source, p.Plan, p.PlannedBytes
+		}
+		out = append(out, alt)
+	}
+	return out, nil
+}
+
+// compareAlternatives fills each alternative of the row from the measured (or predicted) configurations.
+func compareAlternatives(row *AutopilotRow, options []AutopilotMeasure, planned bool) {
+	for k := range row.Alternatives {
+		a := &row.Alternatives[k]
+		if a.Plan == "" {
+			continue
+		}
+		a.Same = a.Plan == row.Plan
+		i := findMeasure(options, true, a.Plan)
+		if i < 0 {
+			continue
+		}
+		m := options[i]
+		a.Measured = &m
+		if planned {
+			a.Fits = a.Planned <= row.BudgetBytes
+		} else {
+			a.Fits = m.PeakBytes > 0 && m.PeakBytes <= row.BudgetBytes
+		}
+		if row.Measured != nil && m.StepSeconds > 0 {
+			a.VsFull = row.Measured.StepSeconds / m.StepSeconds
+		}
+	}
 }
 
 // AutopilotResult is one case of the benchmark.
@@ -249,7 +326,7 @@ func runAutopilotCase(o AutopilotOptions, c AutopilotCase) (*AutopilotResult, er
 		row, p, err := budgetRow(f, plain, o.Margin, func(budget, _ int64) (*plan.Autoplan, error) {
 			logf(o.Log, "%s: the autopilot at %.0f%% of plain (%s)", c.Name, 100*f, memory.FormatBytes(budget))
 			return plan.Autopilot(plan.AutopilotOptions{Backend: o.Backend, Model: model, Config: cfg, Batch: batch, Shape: c.Shape,
-				Budget: budget, Margin: o.Margin, CalibSteps: o.CalibSteps, Cache: o.Cache})
+				Budget: budget, Margin: o.Margin, Calibration: plan.CalibrationFull, CalibSteps: o.CalibSteps, Cache: o.Cache})
 		})
 		if err != nil {
 			return nil, err
@@ -257,12 +334,21 @@ func runAutopilotCase(o AutopilotOptions, c AutopilotCase) (*AutopilotResult, er
 		if p != nil {
 			res.Costs = p.Costs
 		}
+		if row.Alternatives, err = alternatives(o.Log, c.Name, f, row.BudgetBytes, plan.AutopilotOptions{Backend: o.Backend, Model: model,
+			Config: cfg, Shape: c.Shape, Margin: o.Margin, Cache: o.Cache}); err != nil {
+			return nil, err
+		}
 		res.Rows = append(res.Rows, row)
 	}
 	// The plans that are not a global option are configurations of their own.
 	for _, row := range res.Rows {
 		if row.Plan != "" && findMeasure(res.Options, true, row.Plan) < 0 {
 			res.Options = append(res.Options, AutopilotMeasure{Name: "plan " + row.Plan, MSNorm: true, BlockPlan: row.Plan, PlannedBytes: row.PlannedBytes})
+		}
+		for _, a := range row.Alternatives {
+			if a.Plan != "" && findMeasure(res.Options, true, a.Plan) < 0 {
+				res.Options = append(res.Options, AutopilotMeasure{Name: "plan " + a.Plan, MSNorm: true, BlockPlan: a.Plan, PlannedBytes: a.Planned})
+			}
 		}
 	}
 	// Rounds over every configuration, so that a drift of the machine's speed falls on all of them alike; a
@@ -296,6 +382,7 @@ func runAutopilotCase(o AutopilotOptions, c AutopilotCase) (*AutopilotResult, er
 	}
 	for i := range res.Rows {
 		compareRow(&res.Rows[i], res.Options, false)
+		compareAlternatives(&res.Rows[i], res.Options, false)
 	}
 	return res, nil
 }
@@ -314,7 +401,7 @@ func budgetRow(f float64, plain int64, margin float64, choose func(budget, limit
 	case err != nil:
 		return row, nil, err
 	}
-	row.Plan, row.PlannedBytes, row.PredictedBytes, row.PredictedSeconds = p.Plan, p.PlannedBytes, p.PredictedBytes, p.PredictedSeconds
+	row.Plan, row.PlannedBytes, row.PredictedBytes, row.PredictedSeconds, row.Source = p.Plan, p.PlannedBytes, p.PredictedBytes, p.PredictedSeconds, p.Source
 	return row, p, nil
 }
 
@@ -401,12 +488,39 @@ func planAutopilotCase(o AutopilotOptions, c AutopilotCase, sib *AutopilotResult
 			res.Options = append(res.Options, AutopilotMeasure{Name: "plan " + p.Plan, MSNorm: true, BlockPlan: p.Plan,
 				PlannedBytes: p.PlannedBytes, StepSeconds: p.PredictedSeconds, Predicted: true})
 		}
+		if row.Alternatives, err = alternatives(o.Log, c.Name, f, row.BudgetBytes, plan.AutopilotOptions{Backend: o.Backend, Model: shaped[true],
+			Config: cfg, Shape: c.Shape, Margin: o.Margin, Cache: o.Cache}); err != nil {
+			return nil, err
+		}
+		for _, a := range row.Alternatives {
+			if a.Plan != "" && findMeasure(res.Options, true, a.Plan) < 0 {
+				// Its step in the sibling's units: the additive model over the same costs.
+				res.Options = append(res.Options, AutopilotMeasure{Name: "plan " + a.Plan, MSNorm: true, BlockPlan: a.Plan,
+					PlannedBytes: a.Planned, StepSeconds: predictedStep(costs, blocks, a.Plan), Predicted: true})
+			}
+		}
 		res.Rows = append(res.Rows, row)
 	}
 	for i := range res.Rows {
 		compareRow(&res.Rows[i], res.Options, true)
+		compareAlternatives(&res.Rows[i], res.Options, true)
 	}
 	return res, nil
+}
+
+// predictedStep is the additive model's step of a block plan ("mode*n,...") over uniform costs.
+func predictedStep(costs []plan.ModeCost, blocks int, blockPlan string) float64 {
+	s := costs[0].StepSeconds
+	for _, entry := range strings.Split(blockPlan, ",") {
+		i := strings.LastIndex(entry, "*")
+		n, _ := strconv.Atoi(entry[i+1:])
+		for _, c := range costs {
+			if c.Mode == entry[:i] {
+				s += float64(n) * (c.StepSeconds - costs[0].StepSeconds) / float64(blocks)
+			}
+		}
+	}
+	return s
 }
 
 // autopilotProblems lists the rows whose plan does not fit its budget or runs slower than uniform gradient
@@ -436,6 +550,20 @@ func autopilotProblems(results []AutopilotResult) []string {
 			}
 			if row.BestGlobal != "" && row.VsBestGlobal < 1 {
 				out = append(out, fmt.Sprintf("%s: %s runs at %.3fx the throughput of %s, which fits too%s", at, row.Plan, row.VsBestGlobal, row.BestGlobal, noise(row.BestGlobal)))
+			}
+			for _, a := range row.Alternatives {
+				switch {
+				case a.Plan == "" || a.Measured == nil:
+				case !a.Fits:
+					out = append(out, fmt.Sprintf("%s: the %s's plan %s peaks at %s, over the budget %s", at, a.Source, a.Plan,
+						memory.FormatBytes(max(a.Measured.PeakBytes, a.Planned)), memory.FormatBytes(row.BudgetBytes)))
+				case !a.Same && a.VsFull < 1:
+					within := ""
+					if f, m := row.Measured, a.Measured; !m.Predicted && m.StepMin <= f.StepMax && f.StepMin <= m.StepMax {
+						within = " (within the measured step ranges)"
+					}
+					out = append(out, fmt.Sprintf("%s: the %s's plan %s runs at %.3fx the full calibration's %s%s", at, a.Source, a.Plan, a.VsFull, row.Plan, within))
+				}
 			}
 		}
 	}
@@ -554,6 +682,7 @@ func WriteAutopilotRun(w io.Writer, run AutopilotRun) error {
 				yesNo(row.Fits), step, gc, best, vs)
 		}
 		tw.Flush()
+		writeAlternatives(w, r)
 	}
 	p("")
 	if len(run.Results) > 0 && len(run.Results[0].Options) > 0 && run.Results[0].Options[0].PeakMethod != "" {
@@ -567,6 +696,42 @@ func WriteAutopilotRun(w io.Writer, run AutopilotRun) error {
 		p("PROBLEM: %s", pr)
 	}
 	return nil
+}
+
+// writeAlternatives prints, per budget, the plans of the fast calibration and the cost model beside the full
+// calibration's: the same plan, or the other plan's step against the full one's, whether it fits, and how long
+// the autopilot took.
+func writeAlternatives(w io.Writer, r AutopilotResult) {
+	if len(r.Rows) == 0 || len(r.Rows[0].Alternatives) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nthe same budgets planned from other step times (x full: the full calibration plan's step over this plan's, %s):\n",
+		map[bool]string{true: "measured", false: "predicted from the sibling's ratios"}[r.Case.Run])
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "budget\tfull calibration\t")
+	for _, a := range r.Rows[0].Alternatives {
+		fmt.Fprintf(tw, "%s\tx full\tfits\ttook\t", a.Source)
+	}
+	fmt.Fprintf(tw, "\n")
+	for _, row := range r.Rows {
+		full := row.Plan
+		if full == "" {
+			full = "none fits"
+		}
+		fmt.Fprintf(tw, "%.0f%%\t%s\t", 100*row.Fraction, full)
+		for _, a := range row.Alternatives {
+			switch {
+			case a.Plan == "":
+				fmt.Fprintf(tw, "none fits\t-\t-\t%.1f s\t", a.Seconds)
+			case a.Same:
+				fmt.Fprintf(tw, "same\t1.000\t%s\t%.1f s\t", yesNo(a.Fits), a.Seconds)
+			default:
+				fmt.Fprintf(tw, "%s\t%.3f\t%s\t%.1f s\t", a.Plan, a.VsFull, yesNo(a.Fits), a.Seconds)
+			}
+		}
+		fmt.Fprintf(tw, "\n")
+	}
+	tw.Flush()
 }
 
 func yesNo(b bool) string {

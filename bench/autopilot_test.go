@@ -105,6 +105,26 @@ func TestRunAutopilot(t *testing.T) {
 			if row.BestGlobal == "" {
 				t.Errorf("%s row %d: no global option fits %d bytes", r.Case.Name, i, row.LimitBytes)
 			}
+			// The fast calibration's and the cost model's plans at the same budget: measured (run case) or
+			// predicted, their exact totals within the limit, compared with the full calibration's plan.
+			if r.Case.Run && row.Source != plan.SourceFull {
+				t.Errorf("%s row %d: the reference plan's step times came from %q, want the full calibration", r.Case.Name, i, row.Source)
+			}
+			if len(row.Alternatives) != 2 || row.Alternatives[0].Source != plan.SourceFast || row.Alternatives[1].Source != plan.SourceCostModel {
+				t.Fatalf("%s row %d: alternatives %+v", r.Case.Name, i, row.Alternatives)
+			}
+			for _, a := range row.Alternatives {
+				if a.Plan == "" || a.Measured == nil || a.Planned > row.LimitBytes || a.Same != (a.Plan == row.Plan) || !(a.Seconds > 0) {
+					t.Errorf("%s row %d, %s: %+v", r.Case.Name, i, a.Source, a)
+					continue
+				}
+				if want := row.Measured.StepSeconds / a.Measured.StepSeconds; a.VsFull != want {
+					t.Errorf("%s row %d, %s: x full %g, want %g", r.Case.Name, i, a.Source, a.VsFull, want)
+				}
+				if r.Case.Run && a.Fits != (a.Measured.PeakBytes <= row.BudgetBytes) {
+					t.Errorf("%s row %d, %s: fits %v with peak %d, budget %d", r.Case.Name, i, a.Source, a.Fits, a.Measured.PeakBytes, row.BudgetBytes)
+				}
+			}
 		}
 	}
 	// The planned case's times are the run case's ratios to its ms-norm step.
@@ -114,14 +134,15 @@ func TestRunAutopilot(t *testing.T) {
 			t.Errorf("planned %s: %g, want the ratio %g", pc.Options[i].Name, got, want)
 		}
 	}
-	if len(ran) != len(rc.Options) {
+	if len(ran) != len(rc.Options) { // every alternative plan that is no other configuration is run too
 		t.Errorf("%d processes for %d configurations", len(ran), len(rc.Options))
 	}
 	var out bytes.Buffer
 	if err := WriteAutopilotRun(&out, run); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"== run (run)", "== planned (planned only", "x grad-ckpt", "smallest total reachable", "grad-ckpt+ms-norm"} {
+	for _, want := range []string{"== run (run)", "== planned (planned only", "x grad-ckpt", "smallest total reachable", "grad-ckpt+ms-norm",
+		"the same budgets planned from other step times", "fast calibration", "cost model"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the table has no %q:\n%s", want, out.String())
 		}

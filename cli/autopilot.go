@@ -6,6 +6,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/plan"
 )
@@ -14,20 +15,36 @@ import (
 // modes, each after a warm-up step).
 const calibrationSteps = 6
 
-// printAutoplan writes the autopilot's choice: per mode, the blocks that take it, what each such block saves and
-// costs against plain (from the exact planner and the measured uniform steps), then the plan and its figures.
+// calibrationName is how a plan's step times are got, in words.
+func calibrationName(c plan.Calibration) string {
+	switch c {
+	case plan.CalibrationNone:
+		return "the cost model, no timing"
+	case plan.CalibrationFull:
+		return "the full calibration, the whole model"
+	}
+	return "the fast calibration, one and two blocks of the real width"
+}
+
+// printAutoplan writes the autopilot's choice: where its step times came from, per mode the blocks that take it,
+// what each such block saves and costs against plain (from the exact planner and the step times), each block's
+// mode, saved bytes and extra time, the plan and its figures, and the next-best plan that did not fit.
 func printAutoplan(w io.Writer, p *plan.Autoplan, blocks int, budget int64, margin float64) error {
 	fmt.Fprintf(w, "memory autopilot: budget %s less %.0f%% margin = %s; %d blocks\n", memory.FormatBytes(budget), 100*margin,
 		memory.FormatBytes(p.Limit), blocks)
+	fmt.Fprintf(w, "step times: %s\n", sourceLine(p))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "mode\tblocks\tsaves per block\ttime per block\tall blocks: total\tall blocks: step\tmeasured range\t\n")
+	fmt.Fprintf(tw, "mode\tblocks\tsaves per block\ttime per block\tall blocks: total\tall blocks: step\trange\t\n")
 	plain := p.Costs[0]
 	for i, c := range p.Costs {
 		save := float64(plain.TotalBytes-c.TotalBytes) / float64(blocks)
 		cost := (c.StepSeconds - plain.StepSeconds) / float64(blocks)
-		rng := fmt.Sprintf("%.1f-%.1f ms", 1e3*c.StepMin, 1e3*c.StepMax)
-		if i > 0 && c.StepSeconds == plain.StepSeconds {
-			rng += " (overlaps plain's: a tie)"
+		rng := "-"
+		if c.StepMax > 0 {
+			rng = fmt.Sprintf("%.1f-%.1f ms", 1e3*c.StepMin, 1e3*c.StepMax)
+			if c.Mode == "approx-act" && c.StepSeconds == plain.StepSeconds {
+				rng += " (overlaps plain's: a tie)"
+			}
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%+.2f ms\t%s\t%.1f ms\t%s\t\n", c.Mode, p.Counts[i], memory.FormatBytes(int64(save)), 1e3*cost,
 			memory.FormatBytes(c.TotalBytes), 1e3*c.StepSeconds, rng)
@@ -35,12 +52,71 @@ func printAutoplan(w io.Writer, p *plan.Autoplan, blocks int, budget int64, marg
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	fmt.Fprintf(w, "per block (the backward reaches block 0 last):\n")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "  blocks\tmode\tsaves each\textra time each\t\n")
+	for i := 0; i < len(p.Blocks); {
+		j := i
+		for j < len(p.Blocks) && p.Blocks[j].Mode == p.Blocks[i].Mode {
+			j++
+		}
+		b := p.Blocks[i]
+		span := fmt.Sprint(i)
+		if j-i > 1 {
+			span = fmt.Sprintf("%d-%d", i, j-1)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%+.2f ms\t\n", span, b.Mode, memory.FormatBytes(b.SavedBytes), 1e3*b.ExtraSeconds)
+		i = j
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
 	if p.BatchSize > 0 {
 		fmt.Fprintf(w, "micro-batch %d x %d accumulation steps\n", p.BatchSize, p.AccumSteps)
 	}
-	_, err := fmt.Fprintf(w, "plan: %s\n  total %s (exact plan: step peak + optimizer state; additive prediction %s), predicted step %s\n",
-		p.Plan, memory.FormatBytes(p.PlannedBytes), memory.FormatBytes(p.PredictedBytes), time.Duration(p.PredictedSeconds*float64(time.Second)).Round(time.Microsecond))
-	return err
+	share := ""
+	if p.Source != plan.SourceFull {
+		share = " (the blocks' share)"
+	}
+	fmt.Fprintf(w, "plan: %s\n  total %s (exact plan: step peak + optimizer state; additive prediction %s), predicted step%s %s\n",
+		p.Plan, memory.FormatBytes(p.PlannedBytes), memory.FormatBytes(p.PredictedBytes), share, seconds(p.PredictedSeconds))
+	if n := p.NextBest; n != nil {
+		fmt.Fprintf(w, "next-best plan, did not fit: %s, total %s > %s, predicted step%s %s\n", n.Plan, memory.FormatBytes(n.TotalBytes),
+			memory.FormatBytes(p.Limit), share, seconds(n.PredictedSeconds))
+	} else {
+		fmt.Fprintf(w, "next-best plan: none faster was left out (this is the fastest plan)\n")
+	}
+	return nil
+}
+
+// sourceLine says where a plan's step times came from.
+func sourceLine(p *plan.Autoplan) string {
+	switch {
+	case p.Source == plan.SourceCostModel && p.Profile != nil:
+		return fmt.Sprintf("cost model for %s (%.3g FLOP/s, %.3g B/s elementwise; docs/autopilot.md): %s", p.Profile.Device, p.Profile.FLOPs, p.Profile.Bytes, p.Why)
+	case p.Cached:
+		return fmt.Sprintf("%s, read from the calibration cache", p.Source)
+	case p.Calibration != nil:
+		c := p.Calibration
+		scaled := "the real shape"
+		if c.Scale > 1.0001 {
+			scaled = fmt.Sprintf("scaled x%.2f by the block's FLOPs to the real shape", c.Scale)
+		}
+		return fmt.Sprintf("%s: %v block(s) of the real width, %s, %d timed steps per mode (%s), %s planned; %.1f s",
+			p.Source, c.Blocks, shapeWords(c.Shape), c.TimedSteps, scaled, memory.FormatBytes(c.Bytes), c.Seconds)
+	}
+	return p.Source
+}
+
+func shapeWords(in finetune.Shape) string {
+	if in.Seq > 0 {
+		return fmt.Sprintf("batch %d x %d", in.Batch, in.Seq)
+	}
+	return fmt.Sprintf("batch %d", in.Batch)
+}
+
+func seconds(s float64) time.Duration {
+	return time.Duration(s * float64(time.Second)).Round(time.Microsecond)
 }
 
 // blocksOf returns the number of blocks an autopilot plan covers.

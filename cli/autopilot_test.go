@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,14 +16,17 @@ import (
 )
 
 // TestMemoryPlan: memory --budget --plan prints the modes' figures and a plan whose exact total fits the budget
-// less its margin; the JSON form carries the same plan; a second run reads the calibration from the cache.
+// less its margin; the JSON form carries the same plan; a second run reads the calibration from the cache. The
+// first run shows its progress (a line per mode and step of the fast calibration), says where its step times
+// came from and prints each block's mode, saving and extra time, and the next-best plan; --calibrate=false and
+// --for-backend xla:cuda plan from the cost model without timing.
 func TestMemoryPlan(t *testing.T) {
 	t.Setenv("XDG_CACHE_HOME", t.TempDir())
 	args := []string{"memory", "--model", "vit:tiny", "--num-labels", "10", "--lora-targets", "q,v", "--train-modules", "classifier",
 		"--batch-size", "4", "--budget", "1.2MiB", "--plan"}
-	out, stderr, code := run(t, args...)
+	out, firstErr, code := run(t, args...)
 	if code != 0 {
-		t.Fatalf("exit %d\n%s", code, stderr)
+		t.Fatalf("exit %d\n%s", code, firstErr)
 	}
 	for _, want := range []string{"memory autopilot: budget 1.200 MiB less 5% margin", "approx-act+mesa", "grad-ckpt", "plan: "} {
 		if !strings.Contains(out, want) {
@@ -42,6 +46,51 @@ func TestMemoryPlan(t *testing.T) {
 	p := got.Autoplan
 	if p.PlannedBytes > p.Limit || p.Limit != limitOf(1.2*(1<<20), 0.05) || !strings.Contains(out, "plan: "+p.Plan+"\n") {
 		t.Errorf("plan %q: planned %d, limit %d", p.Plan, p.PlannedBytes, p.Limit)
+	}
+	// The first run timed the modes (fast calibration, progress on stderr), the JSON run read them from the cache.
+	for _, want := range []string{"memory autopilot: planning 4 modes on 2 blocks", "fast calibration: plain           on 1 block(s), batch 4: warm-up",
+		"fast calibration: grad-ckpt       on 1 block(s), batch 4: step 2/2", "fast calibration: plain           on 2 block(s)", "candidates checked by the exact planner"} {
+		if !strings.Contains(firstErr, want) {
+			t.Errorf("progress lacks %q:\n%s", want, firstErr)
+		}
+	}
+	for _, want := range []string{"step times: fast calibration: [1 2] block(s) of the real width, batch 4, 2 timed steps per mode (the real shape)",
+		"per block (the backward reaches block 0 last):", "  blocks", "next-best plan"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if p.Source != plan.SourceFast || !p.Cached || len(p.Blocks) != 2 || p.Blocks[0].Mode == "" {
+		t.Errorf("JSON plan: source %q cached %v blocks %+v", p.Source, p.Cached, p.Blocks)
+	}
+	for i, b := range p.Blocks {
+		c := p.Costs[slices.IndexFunc(p.Costs, func(c plan.ModeCost) bool { return c.Mode == b.Mode })]
+		if b.Block != i || b.SavedBytes != (p.Costs[0].TotalBytes-c.TotalBytes)/2 {
+			t.Errorf("block %d: %+v, its mode saves %d bytes a block", i, b, (p.Costs[0].TotalBytes-c.TotalBytes)/2)
+		}
+	}
+	if n := p.NextBest; n != nil && !(n.TotalBytes > p.Limit && n.PredictedSeconds < p.PredictedSeconds) {
+		t.Errorf("the next-best plan %+v fits %d or is not faster than %g s", n, p.Limit, p.PredictedSeconds)
+	}
+	// The cost model: --calibrate=false (this machine's profile) and --for-backend (a GPU's), no step timed.
+	for _, extra := range [][]string{{"--calibrate=false"}, {"--for-backend", "xla:cuda"}} {
+		js, stderr, code := run(t, append(append(args, extra...), "--json")...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d\n%s", extra, code, stderr)
+		}
+		var cm struct {
+			Autoplan plan.Autoplan `json:"autoplan"`
+		}
+		if err := json.Unmarshal([]byte(js), &cm); err != nil {
+			t.Fatal(err)
+		}
+		q := cm.Autoplan
+		if q.Source != plan.SourceCostModel || q.Profile == nil || q.Why == "" || q.PlannedBytes > q.Limit || strings.Contains(stderr, "fast calibration:") {
+			t.Errorf("%v: source %q profile %+v why %q, planned %d limit %d\n%s", extra, q.Source, q.Profile, q.Why, q.PlannedBytes, q.Limit, stderr)
+		}
+		if extra[0] == "--for-backend" && (q.Profile.Backend != "xla:cuda" || !strings.Contains(q.Why, "H100")) {
+			t.Errorf("--for-backend xla:cuda planned with %+v (%s)", q.Profile, q.Why)
+		}
 	}
 	if _, stderr, code := run(t, "memory", "--model", "vit:tiny", "--plan"); code != 2 || !strings.Contains(stderr, "--budget") {
 		t.Errorf("--plan without --budget: exit %d %s", code, stderr)

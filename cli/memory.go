@@ -22,6 +22,8 @@ func newMemoryCommand(opts *Options) *cobra.Command {
 	var asJSON, compileTime, autoplan, packing bool
 	var budgetMargin float64
 	var budgetBatch bool
+	var forBackend string
+	calibrate := true
 	flagCfg := finetune.Defaults()
 	cmd := &cobra.Command{
 		Use:   "memory --model DIR|PRESET [flags]",
@@ -39,10 +41,18 @@ The flags are the training settings that shape the step (the rest of a training 
 --config takes a train config file (YAML, keys as train's flags in snake_case), whose memory-saving options the
 variants replace. --max-batch-size N / --max-seq-len N with --budget search, for each variant, the largest batch
 or sequence length up to N whose total fits the budget (the paper's Table 9). --compile-time instead times building and compiling each
-variant's step programs (the gradient computation alone, and the device-resident step's).`,
+variant's step programs (the gradient computation alone, and the device-resident step's).
+--budget B --plan runs the memory autopilot: the per-block plan (approx-act, Mesa, gradient checkpointing) that
+fits B and runs fastest. Its step times come from the fast calibration (each mode timed on the real width cut to
+one block, plain on two, random weights for that small model only: seconds, progress on stderr, cached), or from
+the cost model (FLOPs recomputed, bytes moved; docs/autopilot.md) with --calibrate=false, with --for-backend
+(a GPU run planned here), or when even the one-block model would take too much memory here.`,
 		Example: `  finetune memory --model vit-b16 --num-labels 10 --lora-targets all-linear --batch-size 8
   finetune memory --model llama-1b --lora-targets all-linear --batch-size 1 --seq-len 256 --json
   finetune memory --model llama-7b --compute-dtype bfloat16 --batch-size 1 --max-seq-len 8192 --budget 24GiB
+  finetune memory --model llama-1b --lora-targets all-linear --batch-size 2 --seq-len 512 --budget 7GiB --plan
+  finetune memory --model llama-7b --method qlora --lora-targets all-linear --compute-dtype bfloat16 --batch-size 4 \
+    --seq-len 512 --budget 16GiB --plan --for-backend xla:cuda
   finetune memory --model llama-7b --method qlora --lora-targets all-linear --compute-dtype bfloat16 --batch-size 4 \
     --seq-len 512 --variants plain,approx-act+ms-norm --compile-time`,
 		Args: cobra.NoArgs,
@@ -80,9 +90,17 @@ variant's step programs (the gradient computation alone, and the device-resident
 			if cmd.Flags().Changed("budget-margin") && !autoplan {
 				return usagef("--budget-margin goes with --budget --plan")
 			}
+			if (cmd.Flags().Changed("calibrate") || forBackend != "") && !autoplan {
+				return usagef("--calibrate and --for-backend go with --budget --plan")
+			}
 			if autoplan {
 				if err := plan.CheckAutopilot(cfg, budgetMargin); err != nil {
 					return usageError{err}
+				}
+				if forBackend != "" {
+					if _, err := plan.ProfileFor(forBackend); err != nil {
+						return usageError{err}
+					}
 				}
 			}
 			backend, err := opts.NewBackend()
@@ -108,25 +126,32 @@ variant's step programs (the gradient computation alone, and the device-resident
 				if fam, _ := finetune.FamilyOf(m); !fam.Sequence {
 					in.Seq = 0 // a ViT's sequence is its image size
 				}
-				rm, err := finetune.WithRandomWeights(m, cfg, 1)
-				if err != nil {
-					return err
+				// The model stays weightless: the fast calibration makes weights for its one- and two-block cuts only.
+				calib := plan.CalibrationFast
+				if !calibrate {
+					calib = plan.CalibrationNone
 				}
-				o := plan.AutopilotOptions{Backend: backend, Model: rm, Config: cfg, Shape: in, Budget: budgetBytes, Margin: budgetMargin,
-					CalibSteps: calibrationSteps, Cache: plan.DefaultCalibrationCache()}
+				stderr := cmd.ErrOrStderr()
+				o := plan.AutopilotOptions{Backend: backend, Model: m, Config: cfg, Shape: in, Budget: budgetBytes, Margin: budgetMargin,
+					Calibration: calib, ForBackend: forBackend, CalibSteps: calibrationSteps, Cache: plan.DefaultCalibrationCache(),
+					Progress: func(line string) { fmt.Fprintln(stderr, line) }}
 				var p *plan.Autoplan
 				if budgetBatch {
 					p, err = plan.AutopilotBatch(o)
 				} else {
-					o.Batch = finetune.RandomBatch(rm, in, 1)
 					p, err = plan.Autopilot(o)
 				}
 				if err != nil {
 					return err
 				}
 				if asJSON {
+					target := backend.Name()
+					if forBackend != "" {
+						target = forBackend
+					}
 					return writeJSON(cmd.OutOrStdout(), map[string]any{"budget_bytes": budgetBytes, "margin": budgetMargin, "shape": in,
-						"method": cfg.Method, "backend": backend.Name(), "autoplan": p, "bytes": "total_bytes = step peak + optimizer state (exact planner)"})
+						"method": cfg.Method, "backend": backend.Name(), "for_backend": target, "autoplan": p,
+						"bytes": "total_bytes = step peak + optimizer state (exact planner)"})
 				}
 				return printAutoplan(cmd.OutOrStdout(), p, blocksOf(p), budgetBytes, budgetMargin)
 			}
@@ -213,6 +238,8 @@ variant's step programs (the gradient computation alone, and the device-resident
 	f.StringVar(&budget, "budget", "", "memory budget for --max-batch-size/--max-seq-len or --plan, e.g. 24GiB, 80GB, 1.5e9")
 	f.BoolVar(&autoplan, "plan", false, "with --budget: the memory autopilot's per-block plan (approx-act, Mesa, gradient checkpointing) that fits and runs fastest, its modes timed on this backend (MS-norm on unless the --config file sets ms_norm: false)")
 	f.Float64Var(&budgetMargin, "budget-margin", 0.05, "fraction of --budget kept free (with --plan)")
+	f.BoolVar(&calibrate, "calibrate", true, "with --plan: time the modes on a one- and a two-block model of the real width (seconds, cached); false: predict them with the cost model (docs/autopilot.md)")
+	f.StringVar(&forBackend, "for-backend", "", "with --plan: plan for a run on another backend (go, xla:cuda = H100-class GPU, xla:cuda:h200), its step times from the cost model's device profile")
 	f.BoolVar(&budgetBatch, "budget-batch", false, "with --plan: also choose the micro-batch (a divisor of --batch-size, the effective batch, with accumulation making up the rest) that runs fastest")
 	f.BoolVar(&compileTime, "compile-time", false, "instead of the memory table, build and compile each variant's step programs (the gradient computation and the device-resident step) and print how long that took")
 	bindSettings(f, &flagCfg, true, memorySettings...)

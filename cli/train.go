@@ -37,6 +37,7 @@ func newTrainCommand(opts *Options) *cobra.Command {
 	var budget string
 	var budgetMargin float64
 	var budgetBatch bool
+	calibrate := true
 	flagCfg := finetune.Defaults()
 	cmd := &cobra.Command{
 		Use:   "train --model DIR --data FILE --out DIR [flags]",
@@ -179,9 +180,12 @@ gradients to the host; the loss is read back every --log-every steps.`,
 				if err := plan.CheckAutopilot(spec.Config, budgetMargin); err != nil {
 					return usageError{err}
 				}
-				ap = &autopilotRequest{budget: b, margin: budgetMargin, batch: budgetBatch}
-			} else if budgetBatch || cmd.Flags().Changed("budget-margin") {
-				return usagef("--budget-batch and --budget-margin go with --budget")
+				ap = &autopilotRequest{budget: b, margin: budgetMargin, batch: budgetBatch, calibration: plan.CalibrationFast}
+				if !calibrate {
+					ap.calibration = plan.CalibrationNone
+				}
+			} else if budgetBatch || cmd.Flags().Changed("budget-margin") || cmd.Flags().Changed("calibrate") {
+				return usagef("--budget-batch, --budget-margin and --calibrate go with --budget")
 			}
 			if dryRun {
 				resolved, _ := yaml.Marshal(spec)
@@ -199,6 +203,7 @@ gradients to the host; the loss is read back every --log-every steps.`,
 	f.BoolVar(&resume, "resume", false, "continue the run in --out from its latest checkpoint")
 	f.StringVar(&budget, "budget", "", "memory budget (e.g. 24GiB): the memory autopilot chooses a per-block plan of approx-act, Mesa and gradient checkpointing that fits it and runs fastest (saved as block_plan), with MS-norm on unless --ms-norm=false")
 	f.Float64Var(&budgetMargin, "budget-margin", 0.05, "fraction of --budget kept free")
+	f.BoolVar(&calibrate, "calibrate", true, "with --budget: time the modes on a one- and a two-block model of the real width (seconds, cached); false: predict them with the cost model")
 	f.BoolVar(&budgetBatch, "budget-batch", false, "with --budget: also choose the micro-batch (a divisor of --batch-size x --accum-steps, with accumulation keeping that effective batch) that runs fastest")
 	f.BoolVar(&dryRun, "dry-run", false, "print the resolved run (run.yaml: flags over --config over defaults) and exit without loading anything")
 	f.BoolVar(&overwrite, "overwrite", false, "start a new run in an --out that holds one, deleting its checkpoints, metrics and adapter")
@@ -243,6 +248,8 @@ type autopilotRequest struct {
 	budget int64
 	margin float64
 	batch  bool // --budget-batch: the micro-batch is the autopilot's to choose too
+	// calibration is how the modes are timed (--calibrate=false: the cost model).
+	calibration plan.Calibration
 }
 
 // runTraining runs the resolved run through the library's recipe (finetune.Recipe), with the memory autopilot
@@ -296,9 +303,9 @@ func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out s
 		}}
 	if ap != nil {
 		r.Plan = plan.Budget{Bytes: ap.budget, Margin: ap.margin, ChooseBatch: ap.batch, CalibSteps: calibrationSteps,
-			Cache: plan.DefaultCalibrationCache(),
+			Calibration: ap.calibration, Cache: plan.DefaultCalibrationCache(), Progress: func(line string) { fmt.Fprintln(stderr, line) },
 			OnStart: func() {
-				fmt.Fprintf(stderr, "memory autopilot: planning and timing %d modes (%d steps each, cached)\n", len(plan.AutopilotModes), calibrationSteps)
+				fmt.Fprintf(stderr, "memory autopilot: planning %d modes and timing them (%s, cached)\n", len(plan.AutopilotModes), calibrationName(ap.calibration))
 			},
 			OnChoice: func(p *plan.Autoplan) error { return printAutoplan(stderr, p, blocksOf(p), ap.budget, ap.margin) },
 		}.Plan

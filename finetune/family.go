@@ -64,6 +64,37 @@ type Family struct {
 	// GenerationConfig returns the generation_config.json a merged export of m writes when its base model folder
 	// has none (nil, or a nil map: none).
 	GenerationConfig func(m Model) map[string]any
+	// Cut returns m (made from its config alone, without weights) with only its first blocks transformer blocks
+	// and, outside the blocks, the smallest parts the family allows (LLaMA: a 256-token vocabulary), its width,
+	// heads and MLP unchanged: the model the autopilot's fast calibration times a block on (package plan). nil:
+	// the family's blocks are not timed alone (the autopilot then uses its cost model).
+	Cut func(m Model, blocks int) Model
+	// BlockFLOPs returns the floating-point operations of one transformer block's forward pass at shape in (its
+	// linear layers, 2 per multiply-add, and attention's two batched products): what gradient checkpointing
+	// computes again, the autopilot's cost model. nil: the family has no cost model.
+	BlockFLOPs func(m Model, in Shape) float64
+}
+
+// CutModel returns model cut to blocks transformer blocks by its family's Cut (see Family.Cut).
+func CutModel(model Model, blocks int) (Model, error) {
+	fam, ok := FamilyOf(model)
+	if !ok || fam.Cut == nil {
+		return nil, fmt.Errorf("model %T: its family does not cut its blocks out (Family.Cut)", model)
+	}
+	if blocks < 1 {
+		return nil, fmt.Errorf("cutting a model to %d blocks: give at least one", blocks)
+	}
+	return fam.Cut(model, blocks), nil
+}
+
+// BlockFLOPs returns the forward FLOPs of one of model's transformer blocks at shape in, by its family's
+// BlockFLOPs (see Family.BlockFLOPs).
+func BlockFLOPs(model Model, in Shape) (float64, error) {
+	fam, ok := FamilyOf(model)
+	if !ok || fam.BlockFLOPs == nil {
+		return 0, fmt.Errorf("model %T: its family has no block cost (Family.BlockFLOPs)", model)
+	}
+	return fam.BlockFLOPs(model, in), nil
 }
 
 // DataSource is data for a family's OpenData to open: the path and its format (DataFormat), how to read it, the

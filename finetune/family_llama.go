@@ -116,8 +116,34 @@ func llamaFamily() Family {
 			}
 			return gen
 		},
+		Cut: func(m Model, blocks int) Model {
+			l := m.(Llama)
+			c := l.Config
+			c.NumHiddenLayers = min(blocks, c.NumHiddenLayers)
+			c.VocabSize = min(c.VocabSize, calibrationVocab)
+			for _, id := range []*int{&c.PadTokenID, &c.BOSTokenID, &c.EOSTokenID} {
+				if *id >= c.VocabSize {
+					*id = -1
+				}
+			}
+			c.EOSTokenIDs = slices.DeleteFunc(slices.Clone(c.EOSTokenIDs), func(id int) bool { return id >= c.VocabSize })
+			opts := l.Options
+			opts.Blocks = nil // the per-block plan is set afterwards, for the cut's blocks
+			return Llama{Model: &llama.Model{Config: c, Options: opts}}
+		},
+		BlockFLOPs: func(m Model, in Shape) float64 {
+			c := m.(Llama).Config
+			h, q, kv := float64(c.HiddenSize), float64(c.NumAttentionHeads*c.HeadDim), float64(c.NumKeyValueHeads*c.HeadDim)
+			tokens, seq := float64(in.Batch*in.Seq), float64(in.Seq)
+			linear := h*q + 2*h*kv + q*h + 3*h*float64(c.IntermediateSize) // q, k, v, o; gate, up, down
+			return 2*tokens*linear + 4*tokens*seq*q                        // QK^T and AV over the whole sequence
+		},
 	}
 }
+
+// calibrationVocab is the vocabulary of a LLaMA cut for the autopilot's calibration (Family.Cut): the embedding
+// and the head are outside the blocks, so their size changes no block's time, only the calibration's.
+const calibrationVocab = 256
 
 // llamaOptions are a LLaMA's options in the modes of opts.
 func llamaOptions(opts ModelOptions) llama.Options {

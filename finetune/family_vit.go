@@ -89,6 +89,21 @@ func vitFamily() Family {
 			}
 			return nil
 		},
+		Cut: func(m Model, blocks int) Model {
+			v := m.(ViT)
+			c := v.Config
+			c.NumHiddenLayers = min(blocks, c.NumHiddenLayers)
+			opts := v.Options
+			opts.Blocks = nil // the per-block plan is set afterwards, for the cut's blocks
+			return ViT{Model: &vit.Model{Config: c, Options: opts}}
+		},
+		BlockFLOPs: func(m Model, in Shape) float64 {
+			c := m.(ViT).Config
+			h, seq := float64(c.HiddenSize), float64(c.NumPatches()+1)
+			tokens := float64(in.Batch) * seq
+			linear := 4*h*h + 2*h*float64(c.IntermediateSize) // q, k, v, output; MLP in and out
+			return 2*tokens*linear + 4*tokens*seq*h
+		},
 	}
 }
 

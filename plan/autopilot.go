@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/gomlx/compute"
 
@@ -30,24 +31,30 @@ var AutopilotModes = []string{"plain", "approx-act", "approx-act+mesa", "grad-ck
 // ModeCost is what one mode costs when every block takes it: the exact planner's total (the step's peak plus the
 // optimizer state, PlanStep) and the step time measured on the backend (CalibrateModes).
 type ModeCost struct {
-	Mode        string  `json:"mode"`
-	TotalBytes  int64   `json:"total_bytes"`
+	Mode       string `json:"mode"`
+	TotalBytes int64  `json:"total_bytes"`
+	// SavedBytes are the step's saved activations (the exact planner's): the cost model's measure of the
+	// elementwise work a mode adds.
+	SavedBytes  int64   `json:"saved_activation_bytes"`
 	StepSeconds float64 `json:"step_seconds"`
 	// StepMin and StepMax are the range of the timed calibration steps (StepSeconds is their median).
 	StepMin float64 `json:"step_seconds_min,omitempty"`
 	StepMax float64 `json:"step_seconds_max,omitempty"`
 }
 
-// settleTies returns costs with the step time of every mode whose calibration range overlaps plain's set to
-// plain's: a difference within the calibration's own spread is no evidence that a mode is slower or faster, and
+// settleTies returns costs with the step time of approx-act set to plain's when their calibration ranges
+// overlap: a difference within the calibration's own spread is no evidence that a mode is slower or faster, and
 // the search then prefers, among plans of equal predicted time, the one that keeps least. (ReGELU2/ReSiLU2 cost
-// about nothing on a GPU; on a busy CPU their measured difference to plain is often noise of either sign.)
+// about nothing on a GPU; on a busy CPU their measured difference to plain is often noise of either sign.) Mesa
+// and gradient checkpointing do work of their own (quantisation, a forward recomputed): an overlap of their
+// ranges with plain's is the noise of a loaded machine, and taking them as free made the fast calibration on
+// a loaded 2-core VM checkpoint every block of llama-1b at 95% of plain's memory.
 func settleTies(costs []ModeCost) []ModeCost {
 	out := slices.Clone(costs)
 	p := out[0]
 	for i := 1; i < len(out); i++ {
 		c := out[i]
-		if p.StepMax > 0 && c.StepMax > 0 && c.StepMin <= p.StepMax && p.StepMin <= c.StepMax {
+		if c.Mode == "approx-act" && p.StepMax > 0 && c.StepMax > 0 && c.StepMin <= p.StepMax && p.StepMin <= c.StepMax {
 			out[i].StepSeconds = p.StepSeconds
 		}
 	}
@@ -73,6 +80,40 @@ type Autoplan struct {
 	// them, keeping their product, the effective batch).
 	BatchSize  int `json:"batch_size"`
 	AccumSteps int `json:"accum_steps"`
+	// Source says where the step times came from: SourceFast, SourceFull or SourceCostModel; Cached that they
+	// were read from the calibration cache (measured by an earlier plan of the same step); Why, for the cost
+	// model, why no timing was made.
+	Source string `json:"source"`
+	Cached bool   `json:"cached,omitempty"`
+	Why    string `json:"why,omitempty"`
+	// Calibration is what the fast calibration timed (nil for the others and from the cache); Profile the
+	// device the cost model planned for (nil for a calibration).
+	Calibration *CalibrationRun `json:"calibration,omitempty"`
+	Profile     *DeviceProfile  `json:"device_profile,omitempty"`
+	// Blocks are the plan's blocks in order: each one's mode, the bytes it saves against plain and the time it
+	// adds (the additive model's per-block figures).
+	Blocks []BlockChoice `json:"blocks"`
+	// NextBest is the next-best plan that did not fit: of the plans predicted to run faster than the chosen
+	// one, the slowest (the closest to it), with its exact total (nil when no faster plan was left out).
+	NextBest *PlanTotal `json:"next_best_not_fitting,omitempty"`
+	// Checked is how many mixed plans the exact planner checked.
+	Checked int `json:"checked_plans"`
+}
+
+// BlockChoice is one block of a plan: its index, mode, the bytes it saves against plain and the seconds it adds
+// to the step (negative: faster).
+type BlockChoice struct {
+	Block        int     `json:"block"`
+	Mode         string  `json:"mode"`
+	SavedBytes   int64   `json:"saved_bytes"`
+	ExtraSeconds float64 `json:"extra_seconds"`
+}
+
+// PlanTotal is a plan with its exact total and predicted step time.
+type PlanTotal struct {
+	Plan             string  `json:"block_plan"`
+	TotalBytes       int64   `json:"total_bytes"`
+	PredictedSeconds float64 `json:"predicted_step_seconds"`
 }
 
 // ErrNoPlanFits is wrapped by the autopilot's error when no per-block plan fits the budget (the message names the
@@ -144,11 +185,13 @@ func ChooseBlockPlan(costs []ModeCost, blocks int, limit int64, verify func(plan
 		return all[a].bytes < all[b].bytes
 	})
 	triedOver, triedFit := 0, 0
+	var rejected *candidate // the last candidate that did not fit, faster than every later one
 	for _, c := range all {
 		uniform := slices.Contains(c.counts, blocks)
 		over := c.bytes > float64(limit)
 		switch {
 		case c.bytes > float64(limit)*(1+verifySlack):
+			rejected = &c
 			continue
 		case uniform:
 		case over && triedOver >= verifyTries, !over && triedFit >= verifyTries:
@@ -168,9 +211,22 @@ func ChooseBlockPlan(costs []ModeCost, blocks int, limit int64, verify func(plan
 			}
 		}
 		if exact <= limit {
-			return &Autoplan{Plan: plan, Counts: c.counts, Costs: costs, Limit: limit, PredictedBytes: int64(math.Round(c.bytes)),
-				PlannedBytes: exact, PredictedSeconds: c.seconds}, nil
+			p := &Autoplan{Plan: plan, Counts: c.counts, Costs: costs, Limit: limit, PredictedBytes: int64(math.Round(c.bytes)),
+				PlannedBytes: exact, PredictedSeconds: c.seconds, Blocks: blockChoices(costs, c.counts, saving, slower)}
+			if rejected != nil && rejected.seconds < c.seconds {
+				next := planOf(costs, rejected.counts)
+				total := int64(math.Round(rejected.bytes))
+				if !slices.Contains(rejected.counts, blocks) {
+					var err error
+					if total, err = verify(next); err != nil {
+						return nil, err
+					}
+				}
+				p.NextBest = &PlanTotal{Plan: next, TotalBytes: total, PredictedSeconds: rejected.seconds}
+			}
+			return p, nil
 		}
+		rejected = &c
 	}
 	smallest := all[0]
 	for _, c := range all {
@@ -207,6 +263,23 @@ func planOf(costs []ModeCost, counts []int) string {
 	return strings.Join(parts, ",")
 }
 
+// blockChoices lists the blocks of the plan of counts in planOf's order, each with its mode's saving and extra
+// time per block.
+func blockChoices(costs []ModeCost, counts []int, saving, slower []float64) []BlockChoice {
+	order := make([]int, len(costs))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return costs[order[a]].TotalBytes < costs[order[b]].TotalBytes })
+	var out []BlockChoice
+	for _, i := range order {
+		for range counts[i] {
+			out = append(out, BlockChoice{Block: len(out), Mode: costs[i].Mode, SavedBytes: int64(math.Round(saving[i])), ExtraSeconds: slower[i]})
+		}
+	}
+	return out
+}
+
 // uniformPlan is the plan giving every one of blocks the mode.
 func uniformPlan(mode string, blocks int) string { return fmt.Sprintf("%s*%d", mode, blocks) }
 
@@ -219,17 +292,23 @@ func ModeCosts(backend compute.Backend, model finetune.Model, cfg finetune.Confi
 	}
 	var out []ModeCost
 	for _, mode := range modes {
-		total, err := Total(backend, model, cfg, in, uniformPlan(mode, blocks))
+		total, err := planStep(backend, model, cfg, in, uniformPlan(mode, blocks))
 		if err != nil {
 			return nil, fmt.Errorf("planning %s: %w", mode, err)
 		}
-		out = append(out, ModeCost{Mode: mode, TotalBytes: total})
+		out = append(out, ModeCost{Mode: mode, TotalBytes: total.TotalBytes, SavedBytes: total.SavedActivationBytes})
 	}
 	return out, nil
 }
 
 // Total is the exact planner's total (step peak + optimizer state) of cfg with the per-block plan on model.
 func Total(backend compute.Backend, model finetune.Model, cfg finetune.Config, in finetune.Shape, plan string) (int64, error) {
+	mv, err := planStep(backend, model, cfg, in, plan)
+	return mv.TotalBytes, err
+}
+
+// planStep is the exact planner's figures of cfg with the per-block plan on model.
+func planStep(backend compute.Backend, model finetune.Model, cfg finetune.Config, in finetune.Shape, plan string) (StepMemory, error) {
 	if bp, ok := model.(finetune.PerBlock); ok {
 		saved, _ := bp.BlockModes()
 		defer bp.SetBlockModes(saved) // the model keeps its own options
@@ -237,13 +316,9 @@ func Total(backend compute.Backend, model finetune.Model, cfg finetune.Config, i
 	c := cfg
 	c.BlockPlan = plan
 	if err := finetune.ApplyBlockPlan(model, c); err != nil {
-		return 0, err
+		return StepMemory{}, err
 	}
-	mv, err := Step(backend, model, finetune.ParamShapes(model, c), c, in)
-	if err != nil {
-		return 0, err
-	}
-	return mv.TotalBytes, nil
+	return Step(backend, model, finetune.ParamShapes(model, c), c, in)
 }
 
 // CalibrateModes measures the step time of each mode of costs on every block: a trainer of o.Config with that
@@ -279,9 +354,12 @@ func CalibrateModes(o AutopilotOptions, costs []ModeCost) error {
 				if err != nil {
 					return fmt.Errorf("calibrating %s: %w", costs[i].Mode, err)
 				}
+				what := "warm-up, compiles"
 				if s > 0 {
 					times[i] = append(times[i], st.Seconds)
+					what = "timed"
 				}
+				o.progress("full calibration: %-15s on %d blocks, pass %d/2: step %d/%d (%s) %.3f s", costs[i].Mode, blocks, pass+1, s+1, perPass+1, what, st.Seconds)
 			}
 		}
 	}
@@ -343,16 +421,41 @@ type AutopilotOptions struct {
 	// Budget is the memory budget in bytes and Margin the fraction of it kept free, in [0, 1).
 	Budget int64
 	Margin float64
-	// CalibSteps are the timed calibration steps of each mode (CalibrateModes).
+	// Calibration is how the modes are timed: CalibrationFast (also the zero value), CalibrationFull or
+	// CalibrationNone (the cost model).
+	Calibration Calibration
+	// ForBackend plans the run for another backend than Backend ("xla:cuda": a GPU run planned on a laptop):
+	// its step times come from the cost model with that backend's DeviceProfile (ProfileFor). Empty: this one.
+	ForBackend string
+	// CalibSteps are the timed steps of each mode of the full calibration (CalibrateModes); FastSteps those of
+	// the fast one (0: DefaultFastCalibSteps).
 	CalibSteps int
+	FastSteps  int
+	// CalibFLOPs and CalibBytes bound the fast calibration's block: its forward FLOPs (0: DefaultCalibFLOPs;
+	// above, a smaller shape is timed and scaled) and its memory (0: DefaultCalibBytes; above, the cost model).
+	CalibFLOPs float64
+	CalibBytes int64
 	// Cache keeps the calibrations by key (nil: none; DefaultCalibrationCache is the user's).
 	Cache *CalibrationCache
+	// Progress, when not nil, receives a line per timed step of a calibration (mode, blocks or pass, step) and
+	// what the autopilot does, as it goes.
+	Progress func(line string)
+}
+
+// progress reports a line to o.Progress.
+func (o AutopilotOptions) progress(format string, args ...any) {
+	if o.Progress != nil {
+		o.Progress(fmt.Sprintf(format, args...))
+	}
 }
 
 // Autopilot chooses the per-block plan of o.Config on o.Model for the budget less the margin: the modes' totals
-// from the exact planner (ModeCosts), their step times measured on the backend with o.Batch (CalibrateModes,
-// o.CalibSteps timed steps each, cached by calibration key in o.Cache when it is not nil), and the search of
-// ChooseBlockPlan, each candidate checked with the exact planner.
+// from the exact planner (ModeCosts), their step times from o.Calibration (the fast calibration by default,
+// CalibrateFast; the full one, CalibrateModes, on o.Batch; or the cost model, CostModel) cached by calibration
+// key in o.Cache when it is not nil, and the search of ChooseBlockPlan, each candidate checked with the exact
+// planner. The cost model is used, and the plan says why, with CalibrationNone, when o.ForBackend names
+// another backend, and when even the fast calibration's one-block model does not fit the memory it may take.
+// o.Model needs weights only for the full calibration (a model made from its config alone is given random ones).
 func Autopilot(o AutopilotOptions) (*Autoplan, error) {
 	backend, model, cfg, in := o.Backend, o.Model, o.Config, o.Shape
 	if err := CheckAutopilot(cfg, o.Margin); err != nil {
@@ -362,35 +465,148 @@ func Autopilot(o AutopilotOptions) (*Autoplan, error) {
 	if err != nil {
 		return nil, err
 	}
+	method, why := o.Calibration, ""
+	if method == "" {
+		method = CalibrationFast
+	}
+	profile, profileErr := ProfileFor(profileName(backend.Name()))
+	if o.ForBackend != "" {
+		if profile, profileErr = ProfileFor(o.ForBackend); profileErr != nil {
+			return nil, profileErr
+		}
+		if profileName(backend.Name()) != profileName(profile.Backend) {
+			method, why = CalibrationNone, fmt.Sprintf("planned for %s (--for-backend %s), not timed on this %s backend", profile.Device, o.ForBackend, backend.Name())
+		}
+	}
+	if method == CalibrationNone && why == "" {
+		why = "--calibrate=false"
+	}
+	if fam, ok := finetune.FamilyOf(model); method == CalibrationFast && (!ok || fam.Cut == nil || fam.BlockFLOPs == nil) {
+		method = CalibrationFull // a family that cannot cut its blocks out is timed whole
+		o.progress("memory autopilot: this model's family does not cut its blocks out: the full calibration times the whole model")
+	}
+	o.progress("memory autopilot: planning %d modes on %d blocks (exact planner)", len(AutopilotModes), blocks)
 	costs, err := ModeCosts(backend, model, cfg, in, AutopilotModes)
 	if err != nil {
 		return nil, err
 	}
-	key, err := calibrationKey(backend, model, cfg, in, o.CalibSteps)
-	if err != nil {
-		return nil, err
-	}
-	if !o.Cache.lookup(key, costs) {
-		if backend.Name() != "xla" {
-			if limit, ok, err := memory.MachineBytes(); err == nil && ok && costs[0].TotalBytes > limit {
-				return nil, fmt.Errorf("timing the modes runs the step at this shape, which needs %s (planned, plain) but this machine has %s: choose the plan where the step runs (a GPU), or at a smaller shape",
-					memory.FormatBytes(costs[0].TotalBytes), memory.FormatBytes(limit))
-			}
+	p := &Autoplan{}
+	costModel := func() error {
+		if profileErr != nil { // this backend has no profile
+			return profileErr
 		}
-		if err := CalibrateModes(o, costs); err != nil {
+		w, err := blockWork(model, cfg, in, costs, blocks)
+		if err != nil {
+			return err
+		}
+		p.Source, p.Why, p.Profile = SourceCostModel, why, &profile
+		o.progress("memory autopilot: step times from the cost model (%s): %s", profile.Device, why)
+		return CostModel(costs, blocks, w, profile)
+	}
+	switch method {
+	case CalibrationNone:
+		if err := costModel(); err != nil {
 			return nil, err
+		}
+	case CalibrationFast, CalibrationFull:
+		key, kerr := calibrationKey(backend, model, cfg, in, method, o.calibSettings(method))
+		if kerr != nil {
+			return nil, kerr
+		}
+		p.Source = SourceFast
+		if method == CalibrationFull {
+			p.Source = SourceFull
+		}
+		if o.Cache.lookup(key, costs) {
+			p.Cached = true
+			o.progress("memory autopilot: step times of the %s from the cache %s", p.Source, o.Cache.Path)
+			break
+		}
+		if method == CalibrationFast {
+			run, cerr := CalibrateFast(o, costs)
+			if big := (errCalibrationTooBig{}); errors.As(cerr, &big) {
+				why = cerr.Error()
+				if err := costModel(); err != nil {
+					return nil, err
+				}
+				break
+			}
+			if cerr != nil {
+				return nil, cerr
+			}
+			p.Calibration = &run
+		} else {
+			if err := fullCalibration(o, costs); err != nil {
+				return nil, err
+			}
 		}
 		if err := o.Cache.store(key, costs); err != nil {
 			return nil, err
 		}
+	default:
+		return nil, fmt.Errorf("autopilot: unknown calibration %q (fast, full or none)", method)
 	}
 	limit := int64(float64(o.Budget) * (1 - o.Margin))
-	p, err := ChooseBlockPlan(settleTies(costs), blocks, limit, func(plan string) (int64, error) { return Total(backend, model, cfg, in, plan) })
+	o.progress("memory autopilot: searching the plans of %d blocks for %s (each candidate checked by the exact planner)", blocks, memory.FormatBytes(limit))
+	checked, searchStart := 0, time.Now()
+	choice, err := ChooseBlockPlan(settleTies(costs), blocks, limit, func(plan string) (int64, error) {
+		checked++
+		if checked%10 == 0 {
+			o.progress("memory autopilot: %d candidates checked (%.1f s)", checked, time.Since(searchStart).Seconds())
+		}
+		return Total(backend, model, cfg, in, plan)
+	})
 	if err != nil {
 		return nil, err
 	}
-	p.BatchSize, p.AccumSteps = in.Batch, cfg.AccumSteps
-	return p, nil
+	o.progress("memory autopilot: %d candidates checked by the exact planner in %.1f s", checked, time.Since(searchStart).Seconds())
+	choice.Checked = checked
+	choice.Source, choice.Cached, choice.Why, choice.Calibration, choice.Profile = p.Source, p.Cached, p.Why, p.Calibration, p.Profile
+	choice.BatchSize, choice.AccumSteps = in.Batch, cfg.AccumSteps
+	return choice, nil
+}
+
+// fullCalibration times the modes on the whole model (CalibrateModes), with random weights when o.Model has
+// none, after checking that its step fits this machine.
+func fullCalibration(o AutopilotOptions, costs []ModeCost) error {
+	if o.Backend.Name() != "xla" {
+		if limit, ok, err := memory.MachineBytes(); err == nil && ok && costs[0].TotalBytes > limit {
+			return fmt.Errorf("timing the modes runs the step at this shape, which needs %s (planned, plain) but this machine has %s: choose the plan where the step runs (a GPU), or at a smaller shape",
+				memory.FormatBytes(costs[0].TotalBytes), memory.FormatBytes(limit))
+		}
+	}
+	if len(o.Model.Params()) == 0 {
+		m, err := finetune.WithRandomWeights(o.Model, o.Config, 1)
+		if err != nil {
+			return err
+		}
+		o.Model = m
+	}
+	if o.Batch == nil {
+		o.Batch = finetune.RandomBatch(o.Model, o.Shape, 1)
+	}
+	return CalibrateModes(o, costs)
+}
+
+// profileName is the kind of backend a Backend.Name() ("Go Backend", "xla") or a --for-backend name ("go",
+// "xla:cuda") stands for: "go" or "xla".
+func profileName(name string) string {
+	n := strings.ToLower(name)
+	if strings.HasPrefix(n, "go") {
+		return "go"
+	}
+	if strings.HasPrefix(n, "xla") {
+		return "xla"
+	}
+	return n
+}
+
+// calibSettings are the settings of a calibration that its cache key holds.
+func (o AutopilotOptions) calibSettings(method Calibration) string {
+	if method == CalibrationFull {
+		return fmt.Sprint(o.CalibSteps)
+	}
+	return fmt.Sprint(o.FastSteps, o.CalibFLOPs, o.CalibBytes)
 }
 
 // AutopilotBatch is Autopilot that may also change the micro-batch (--budget-batch): for every micro-batch size b
@@ -427,7 +643,7 @@ func AutopilotBatch(o AutopilotOptions) (*Autoplan, error) {
 			continue
 		}
 		at := o
-		at.Config, at.Batch, at.Shape = c, finetune.RandomBatch(model, in, 1), in
+		at.Config, at.Batch, at.Shape = c, nil, in // the full calibration makes a random batch of the shape
 		p, err := Autopilot(at)
 		if err != nil {
 			lastErr = err
@@ -514,22 +730,23 @@ func (c *CalibrationCache) store(key string, costs []ModeCost) error {
 }
 
 // calibrationKey identifies a calibration: the backend, the model's config.json, the settings that shape the
-// step, the batch shape and the number of timed steps.
-func calibrationKey(backend compute.Backend, model finetune.Model, cfg finetune.Config, in finetune.Shape, steps int) (string, error) {
+// step, the batch shape, the calibration and its settings.
+func calibrationKey(backend compute.Backend, model finetune.Model, cfg finetune.Config, in finetune.Shape, method Calibration, settings string) (string, error) {
 	conf, err := model.ConfigJSON()
 	if err != nil {
 		return "", err
 	}
 	h := sha256.New()
-	fmt.Fprintf(h, "%s|%s|%s|%d|%s|%v|%s|%s|%v|%s|%v|%d|%d|%d", backend.Name(), conf, cfg.Method, cfg.LoRARank,
+	fmt.Fprintf(h, "%s|%s|%s|%d|%s|%v|%s|%s|%v|%s|%v|%d|%d|%s|%s", backend.Name(), conf, cfg.Method, cfg.LoRARank,
 		strings.Join(cfg.LoRATarget, ","), cfg.TrainModules, cfg.Optimizer, cfg.ComputeDType, cfg.MSNorm, cfg.Attention,
-		AutopilotModes, in.Batch, in.Seq, steps)
+		AutopilotModes, in.Batch, in.Seq, method, settings)
 	return hex.EncodeToString(h.Sum(nil))[:20], nil
 }
 
 // Budget is the memory autopilot of a training run (`finetune train --budget`), as the finetune.Planner of its
-// recipe (finetune.Recipe.Plan): its Plan times the modes on the run's first batch (leaving the data where it
-// was) or, with ChooseBatch, on random batches of each micro-batch it tries, and returns the run's config with
+// recipe (finetune.Recipe.Plan): its Plan times the modes (the fast calibration by default; the full one on the
+// run's first batch, leaving the data where it was, or with ChooseBatch on random batches of each micro-batch
+// it tries), and returns the run's config with
 // the chosen block_plan (and micro-batch).
 type Budget struct {
 	// Bytes is the memory budget and Margin the fraction of it kept free, in [0, 1).
@@ -537,9 +754,13 @@ type Budget struct {
 	Margin float64
 	// ChooseBatch lets the autopilot choose the micro-batch too (AutopilotBatch).
 	ChooseBatch bool
-	// CalibSteps are the timed calibration steps of each mode; Cache keeps the calibrations (nil: none).
-	CalibSteps int
-	Cache      *CalibrationCache
+	// Calibration is how the modes are timed (CalibrationFast by default); CalibSteps are the full
+	// calibration's timed steps of each mode; Cache keeps the calibrations (nil: none).
+	Calibration Calibration
+	CalibSteps  int
+	Cache       *CalibrationCache
+	// Progress receives the autopilot's progress lines (AutopilotOptions.Progress).
+	Progress func(line string)
 	// OnStart is called before the modes are planned and timed; OnChoice sees the choice before the run takes
 	// it (an error stops the run).
 	OnStart  func()
@@ -556,7 +777,7 @@ func (b Budget) Plan(s finetune.Setup) (finetune.Config, error) {
 		b.OnStart()
 	}
 	o := AutopilotOptions{Backend: s.Backend, Model: s.Model, Config: s.Config, Batch: batch, Shape: in, Budget: b.Bytes,
-		Margin: b.Margin, CalibSteps: b.CalibSteps, Cache: b.Cache}
+		Margin: b.Margin, Calibration: b.Calibration, CalibSteps: b.CalibSteps, Cache: b.Cache, Progress: b.Progress}
 	var p *Autoplan
 	if b.ChooseBatch {
 		p, err = AutopilotBatch(o)
