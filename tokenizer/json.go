@@ -84,6 +84,7 @@ func parseTokenizerJSON(data []byte) (*Tokenizer, error) {
 		}
 	}
 	t.added = newAddedVocab(f.Added)
+	t.src = source{pre: f.PreTokenizer, added: f.Added}
 	if !isNull(f.Normalizer) {
 		if t.normalizer, err = parseNormalizer(f.Normalizer); err != nil {
 			return nil, fmt.Errorf("normalizer: %w", err)

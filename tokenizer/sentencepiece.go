@@ -92,7 +92,12 @@ func loadSentencePiece(path string) (*Tokenizer, error) {
 	if len(pieces) == 0 {
 		return nil, fmt.Errorf("not a SentencePiece model: no pieces")
 	}
-	t := &Tokenizer{tokenToID: map[string]int{}, special: map[int]bool{}, idToToken: make([]string, len(pieces))}
+	return newSentencePiece(pieces, modelType, byteFallback, addDummy, removeExtra, bosID, eosID, unkID, padID)
+}
+
+// newSentencePiece builds the tokenizer of a SentencePiece model's pieces and settings (loadSentencePiece).
+func newSentencePiece(pieces []spPiece, modelType int, byteFallback, addDummy, removeExtra bool, bosID, eosID, unkID, padID int) (*Tokenizer, error) {
+	t := &Tokenizer{src: source{sp: pieces, spModelType: modelType, addDummy: addDummy}, tokenToID: map[string]int{}, special: map[int]bool{}, idToToken: make([]string, len(pieces))}
 	var added []addedToken
 	for i, p := range pieces {
 		t.idToToken[i] = p.piece

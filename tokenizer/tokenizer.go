@@ -30,6 +30,8 @@ type Tokenizer struct {
 
 	bos, eos, pad, unk int // -1 when absent
 	spBOS, spEOS       int // a SentencePiece model's BOS and EOS ids (0 for tokenizer.json)
+	// src keeps what GGUFVocab needs of the file the tokenizer was read from.
+	src source
 	// Config holds tokenizer_config.json's fields that memfit uses (zero when the file is absent).
 	Config Config
 	// Path is where the tokenizer was read from.
