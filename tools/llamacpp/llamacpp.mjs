@@ -102,20 +102,19 @@ async function score(context, req, vocab) {
     return results;
 }
 
-// benchRun decodes every prompt greedily, one sequence each, all at once.
-async function benchRun(context, prompts, newTokens) {
+// benchRun decodes every prompt greedily, one sequence each (emptied first), all at once.
+async function benchRun(seqs, prompts, newTokens) {
+    await Promise.all(seqs.map((seq) => seq.clearHistory()));
     const start = process.hrtime.bigint();
     const firstAt = new Array(prompts.length), tokens = prompts.map(() => []);
     await Promise.all(prompts.map(async (p, row) => {
-        const seq = context.getSequence();
-        for await (const t of seq.evaluate(p, {temperature: 0})) {
+        for await (const t of seqs[row].evaluate(p, {temperature: 0})) {
             if (tokens[row].length === 0)
                 firstAt[row] = process.hrtime.bigint();
             tokens[row].push(t);
             if (tokens[row].length >= newTokens)
                 break;
         }
-        seq.dispose();
     }));
     const end = process.hrtime.bigint();
     const prefillEnd = firstAt.reduce((a, b) => (b > a ? b : a));
@@ -139,10 +138,11 @@ async function bench(model, req, threads, vocab) {
         batchSize: Math.max(512, prompts.length * longest),
         threads, flashAttention: false
     });
-    const out = {threads: context.currentThreads ?? threads, sequences: prompts.length, runs: []};
-    await benchRun(context, prompts, newTokens); // warm-up
+    const seqs = prompts.map(() => context.getSequence());
+    const out = {threads, sequences: prompts.length, runs: []};
+    await benchRun(seqs, prompts, newTokens); // warm-up
     for (let r = 0; r < runs; r++)
-        out.runs.push(await benchRun(context, prompts, newTokens));
+        out.runs.push(await benchRun(seqs, prompts, newTokens));
     await context.dispose();
     return out;
 }
