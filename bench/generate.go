@@ -111,8 +111,8 @@ type GenerateRun struct {
 	// LlamaCpp describes the llama.cpp side (package, build, CPU features, threads, GGUF file and type) when it ran.
 	LlamaCpp map[string]string `json:"llamacpp,omitempty"`
 	Cases    []GenerateCase    `json:"cases"`
-	Problems  []string          `json:"problems,omitempty"`
-	Seconds   float64           `json:"seconds"`
+	Problems []string          `json:"problems,omitempty"`
+	Seconds  float64           `json:"seconds"`
 }
 
 // GenerateCompareOptions configure RunGenerateCompare.
