@@ -3,7 +3,8 @@
 // llama.cpp) driven by tools/llamacpp/llamacpp.mjs in its own node process, one JSON request on stdin and one
 // JSON result on stdout.
 //
-// The tooling is installed with `cd tools/llamacpp && npm ci` (CI does it; node_modules is not committed).
+// The tooling is installed with `cd tools/llamacpp && npm install --ignore-scripts --no-save` (.ci/run does it;
+// node_modules is not committed).
 package llamacpp
 
 import (
