@@ -18,6 +18,7 @@ import (
 	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/evals"
 	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/gguf/llamagguf"
 	"github.com/memfit/memfit/models/llama"
 	"github.com/memfit/memfit/tokenizer"
 )
@@ -57,12 +58,22 @@ func loadForEval(model, adapterDir, tok string) (finetune.Model, *adapter.Set, *
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if tok == "" {
-		tok = model
-	}
-	t, err := tokenizer.Load(tok)
-	if err != nil {
-		return nil, nil, nil, err
+	var t *tokenizer.Tokenizer
+	if tok == "" && finetune.IsGGUF(model) {
+		// A GGUF file carries its tokenizer in its metadata.
+		if t, err = llamagguf.ReadTokenizer(model); err != nil {
+			return nil, nil, nil, err
+		}
+		if t == nil {
+			return nil, nil, nil, fmt.Errorf("%s holds no tokenizer (tokenizer.ggml.model none): give --tokenizer", model)
+		}
+	} else {
+		if tok == "" {
+			tok = model
+		}
+		if t, err = tokenizer.Load(tok); err != nil {
+			return nil, nil, nil, err
+		}
 	}
 	if err := finetune.CheckTokenizer(t, m); err != nil {
 		return nil, nil, nil, fmt.Errorf("%s: %w", tok, err)

@@ -13,9 +13,10 @@ import (
 func newExportCommand(opts *Options) *cobra.Command {
 	var run, format, out, checkpoint string
 	var overwrite bool
+	var g ggufExport
 	cmd := &cobra.Command{
-		Use:   "export --run DIR --format peft|merged --out DIR",
-		Short: "Export a training run as a PEFT adapter or a merged Hugging Face checkpoint",
+		Use:   "export --run DIR --format peft|merged|gguf --out PATH",
+		Short: "Export a training run as a PEFT adapter, a merged Hugging Face checkpoint or a GGUF file (llama.cpp, Ollama)",
 		Long: `Reads a training output folder (run.yaml and its latest checkpoint, or --checkpoint) and writes either the PEFT
 LoRA adapter (adapter_model.safetensors + adapter_config.json; adapters trained with MS-norm are converted to the
 original checkpoint's basis) or a merged checkpoint that transformers and memfit load unchanged: config.json and
@@ -23,15 +24,39 @@ model.safetensors (adapters merged, norm affines restored), the tokenizer files 
 model's generation_config.json (made from the config's token ids for a causal LM without one), so that
 finetune generate and eval take the folder as a model. A run started from --init-adapter exports from its own copy
 of that adapter (its folder may be gone). --out is refused when it would replace a file export reads (the base
-model, the run, its tokenizer), and an earlier export there needs --overwrite.`,
-		Example: `  finetune export --run runs/vit --format merged --out /tmp/vit-finetuned`,
-		Args:    cobra.NoArgs,
+model, the run, its tokenizer), and an earlier export there needs --overwrite.
+
+--format gguf writes the merged LLaMA causal LM as one GGUF v3 file that llama.cpp, Ollama and LM Studio run
+(--out FILE.gguf; --gguf-type f32, f16 or q8_0): llama.cpp's tensor names and hyperparameters, the tokenizer
+(byte-level BPE as gpt2 with its pre-tokenizer's name, SentencePiece as llama) and the chat template, plus an
+Ollama Modelfile beside it (FILE.Modelfile). See docs/gguf.md.
+
+--format gguf and merged also export a model folder without a run: --model DIR [--adapter DIR] [--tokenizer
+PATH] (the PEFT adapter merged into the model).`,
+		Example: `  finetune export --run runs/vit --format merged --out /tmp/vit-finetuned
+  finetune export --run runs/alpaca --format gguf --out alpaca.gguf --gguf-type q8_0
+  finetune export --model pretrained/llama-tiny --adapter pretrained/llama-tiny-alpaca --format gguf --out tiny.gguf`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if run == "" || out == "" {
-				return usagef("--run and --out are required")
+			if format == "gguf" {
+				g.run, g.checkpoint, g.out, g.overwrite = run, checkpoint, out, overwrite
+				return g.export(cmd, opts)
 			}
 			if format != "peft" && format != "merged" {
-				return usagef("--format must be peft or merged, got %q", format)
+				return usagef("--format must be peft, merged or gguf, got %q", format)
+			}
+			if cmd.Flags().Changed("gguf-type") {
+				return usagef("--gguf-type goes with --format gguf")
+			}
+			if format == "merged" && g.model != "" {
+				g.run, g.checkpoint, g.out, g.overwrite = run, checkpoint, out, overwrite
+				return g.exportMerged(cmd)
+			}
+			if g.model != "" || g.adapter != "" || g.tokenizer != "" {
+				return usagef("--model, --adapter and --tokenizer go with --format gguf or merged; --format %s exports a run (--run)", format)
+			}
+			if run == "" || out == "" {
+				return usagef("--run and --out are required")
 			}
 			spec, err := finetune.ReadRunSpec(run)
 			if err != nil {
@@ -72,9 +97,13 @@ model, the run, its tokenizer), and an earlier export there needs --overwrite.`,
 	}
 	cmd.Flags().StringVar(&run, "run", "", "training output folder")
 	cmd.Flags().StringVar(&checkpoint, "checkpoint", "", "a specific checkpoint folder (default: the run's latest)")
-	cmd.Flags().StringVar(&format, "format", "peft", "peft or merged")
-	cmd.Flags().StringVar(&out, "out", "", "output folder")
+	cmd.Flags().StringVar(&format, "format", "peft", "peft, merged or gguf")
+	cmd.Flags().StringVar(&out, "out", "", "output folder (peft, merged) or file (gguf: FILE.gguf)")
 	cmd.Flags().BoolVar(&overwrite, "overwrite", false, "replace an earlier export in --out")
+	cmd.Flags().StringVar(&g.typ, "gguf-type", "f32", "GGUF tensor type: f32, f16 or q8_0 (norms stay f32)")
+	cmd.Flags().StringVar(&g.model, "model", "", "gguf or merged without a run: a model folder")
+	cmd.Flags().StringVar(&g.adapter, "adapter", "", "gguf or merged without a run: a PEFT adapter folder merged into --model")
+	cmd.Flags().StringVar(&g.tokenizer, "tokenizer", "", "gguf or merged without a run: the tokenizer (default: the --model folder's)")
 	return cmd
 }
 

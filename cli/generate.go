@@ -50,7 +50,10 @@ decoded --batch-size at a time, left-padded to a common length. A conversation u
 its system message (in place of the preamble) and earlier turns (as the input): see docs/generate.md.
 
 A single prompt is streamed to stdout as it is produced; several are printed as each batch ends, or with --json
-as one JSON object per prompt. Token counts, prefill time and decode tokens/s go to stderr.`,
+as one JSON object per prompt. Token counts, prefill time and decode tokens/s go to stderr.
+
+--model also takes a LLaMA GGUF file (finetune export --format gguf, or llama.cpp's converter for the same
+features): its tensors are dequantised to float32 and its tokenizer rebuilt from the file's metadata.`,
 		Example: `  finetune generate --model pretrained/llama-tiny --prompt "It was a bright cold day" --max-new-tokens 40
   finetune generate --model pretrained/llama-tiny --adapter pretrained/llama-tiny-alpaca --chat \
       --prompt "Give three tips for staying healthy."
@@ -195,7 +198,7 @@ as one JSON object per prompt. Token counts, prefill time and decode tokens/s go
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&model, "model", "", "LLaMA causal-LM folder (config.json, safetensors, tokenizer)")
+	fl.StringVar(&model, "model", "", "LLaMA causal-LM folder (config.json, safetensors, tokenizer) or GGUF file")
 	fl.StringVar(&adapterDir, "adapter", "", "PEFT adapter folder to apply")
 	fl.StringVar(&tok, "tokenizer", "", "tokenizer (default: the model folder)")
 	fl.StringVar(&prompt, "prompt", "", "the prompt text")

@@ -123,12 +123,13 @@ func clearFiles(out string, patterns []string, what string, overwrite bool) erro
 func newLogitsCommand(opts *Options) *cobra.Command {
 	var model, inputs, adapter string
 	cmd := &cobra.Command{
-		Use:   "logits --model DIR --inputs FILE.json [--adapter DIR]",
+		Use:   "logits --model DIR|FILE.gguf --inputs FILE.json [--adapter DIR]",
 		Short: "Run a model on JSON inputs and print {\"logits\": [...]}",
 		Long: `Loads a Hugging Face model folder (ViT or LLaMA) and prints its logits as JSON nested lists. The inputs file
 holds input_ids (and optionally attention_mask) for LLaMA or pixel_values (NCHW) for ViT, as nested lists, either
 at the top level or under "inputs" (the layout of the golden files). --adapter applies a PEFT LoRA adapter (and
-its modules_to_save) to the model.`,
+its modules_to_save) to the model. --model also takes a LLaMA GGUF file (f32, f16 or q8_0 tensors, dequantised to
+float32).`,
 		Example: `  finetune logits --model ../shared/data/golden/llama_a --inputs ../shared/data/golden/llama_a/golden.json`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -144,7 +145,7 @@ its modules_to_save) to the model.`,
 				return err
 			}
 			var logits *tensors.Tensor
-			if adapter == "" {
+			if adapter == "" && !finetune.IsGGUF(model) {
 				logits, err = auto.Logits(backend, model, in)
 			} else {
 				logits, err = adapterLogits(backend, model, adapter, in)

@@ -204,11 +204,37 @@ func (t *Trainer) unfoldAll(p models.Params, partial bool) (models.Params, error
 // memfit's plain model load it unchanged. A bias that folding or merging added to a layer the architecture has
 // without one must be zero (up to rounding) and is dropped; otherwise the merged export is refused.
 func (t *Trainer) ExportMerged(dir string) error {
+	merged, err := t.Merged()
+	if err != nil {
+		return err
+	}
+	config, err := t.Model.ConfigJSON()
+	if err != nil {
+		return err
+	}
+	return models.SaveCheckpoint(dir, config, merged, 0)
+}
+
+// ExportMergedModel writes model with the adapters of set (nil: none) merged in as ExportMergedFolder writes a
+// run's: for a model folder and a PEFT adapter exported without a training run.
+func ExportMergedModel(dir string, model Model, set *adapter.Set, baseModel, tokenizer string) error {
+	return (&Trainer{Model: model, Adapters: set, Train: models.Params{}}).ExportMergedFolder(dir, baseModel, tokenizer)
+}
+
+// MergedParams returns model's parameters with the adapters of set merged in (Trainer.Merged for a model and
+// a PEFT adapter read without a training run; set may be nil).
+func MergedParams(model Model, set *adapter.Set) (models.Params, error) {
+	return (&Trainer{Model: model, Adapters: set, Train: models.Params{}}).Merged()
+}
+
+// Merged returns the trained model's parameters as ExportMerged writes them: float32, by Hugging Face name, in
+// the original basis (adapters merged, MS-norm folding undone, a QLoRA base dequantised).
+func (t *Trainer) Merged() (models.Params, error) {
 	// QLoRA: the merge goes into the dequantised NF4 base (what the adapters were trained over), not into the
 	// original float weights.
 	p, err := dequantizeAll(t.Model.Params(), t.Model.LinearLayers())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for name, v := range t.Train {
 		if !t.isAdapterTensor(name) {
@@ -220,23 +246,23 @@ func (t *Trainer) ExportMerged(dir string) error {
 			a, layer := t.Adapters.Adapters[path], t.Adapters.Layers[path]
 			params, err := t.layerTensors(path)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			names := models.Linear{Weight: path + ".weight", Bias: path + ".bias"}
 			base, err := denseOf(p, names, layer.Out, layer.In)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			merged, err := a.Merge(layer, base, params)
 			if err != nil {
-				return fmt.Errorf("merging the %s adapter of %s: %w", a.Type(), path, err)
+				return nil, fmt.Errorf("merging the %s adapter of %s: %w", a.Type(), path, err)
 			}
 			setDense(p, names, merged)
 		}
 	}
 	unfolded, err := t.unfoldAll(p, false)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for name, v := range t.Model.Folded() {
 		unfolded[name] = v
@@ -248,23 +274,19 @@ func (t *Trainer) ExportMerged(dir string) error {
 		}
 		v, err := unfolded.Float32s(name)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		for _, x := range v {
 			if math.Abs(float64(x)) > 1e-5 {
-				return fmt.Errorf("cannot merge: %s is not part of the architecture and is not zero (a norm bias folded into a layer without bias)", name)
+				return nil, fmt.Errorf("cannot merge: %s is not part of the architecture and is not zero (a norm bias folded into a layer without bias)", name)
 			}
 		}
 		delete(unfolded, name)
 	}
 	if err := models.CheckShapes(unfolded, shapes); err != nil {
-		return fmt.Errorf("merged model: %w", err)
+		return nil, fmt.Errorf("merged model: %w", err)
 	}
-	config, err := t.Model.ConfigJSON()
-	if err != nil {
-		return err
-	}
-	return models.SaveCheckpoint(dir, config, unfolded, 0)
+	return unfolded, nil
 }
 
 // mergedFolderFiles are the files of a Hugging Face model folder, besides its config and weights, that a merged

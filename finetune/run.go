@@ -25,21 +25,28 @@ func LoadModel(dir string, cfg Config) (Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
-		return nil, fmt.Errorf("%s is a file: a model is a folder (config.json and its safetensors), here %s", dir, filepath.Dir(dir))
-	}
-	fam, err := FamilyOfFolder(dir)
-	if err != nil {
-		return nil, err
-	}
 	// Load -> quantise (QLoRA) -> fold -> graph: QLoRA loads the float weights unfolded, quantises them, and
 	// builds the model again from the quantised weights; building folds the norms (models.ApplyFolds), into NF4
 	// weights as into float ones.
 	qlora := cfg.Method == MethodQLoRA
 	opts.MSNorm = cfg.MSNorm && !qlora
-	model, err := fam.Load(dir, opts)
-	if err != nil {
-		return nil, err
+	var fam Family
+	var model Model
+	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
+		if !IsGGUF(dir) {
+			return nil, fmt.Errorf("%s is a file: a model is a folder (config.json and its safetensors), here %s, or a .gguf file", dir, filepath.Dir(dir))
+		}
+		fam = llamaFamily()
+		if model, err = LoadGGUF(dir, opts); err != nil {
+			return nil, err
+		}
+	} else {
+		if fam, err = FamilyOfFolder(dir); err != nil {
+			return nil, err
+		}
+		if model, err = fam.Load(dir, opts); err != nil {
+			return nil, err
+		}
 	}
 	if err := ApplyBlockPlan(model, cfg); err != nil {
 		return nil, err
