@@ -2,9 +2,11 @@ package cli_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -13,9 +15,11 @@ import (
 
 	"github.com/memfit/memfit/adapter"
 	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/internal/golden"
 	"github.com/memfit/memfit/internal/gtest"
 	"github.com/memfit/memfit/llamacpp"
 	"github.com/memfit/memfit/runner"
+	"github.com/memfit/memfit/safetensors"
 )
 
 // llamaCpp returns the repository's tools/llamacpp, skipping the test only where node or npm is missing (a
@@ -199,5 +203,164 @@ func checkAgainstLlamaCpp(t *testing.T, tool *llamacpp.Tool, c llamaCppCase) {
 	if total < 256 || share < q8Agreement {
 		t.Errorf("%s: q8_0 GGUF's top-1 next token agrees with memfit at %d of %d positions (%.1f%%), want >= %.0f%% over at least 256",
 			c.name, agree, total, 100*share, 100*q8Agreement)
+	}
+}
+
+// exportGGUF runs `finetune export --format gguf` with args and the tensor type typ into dir and returns the file.
+func exportGGUF(t *testing.T, dir, name, typ string, args ...string) string {
+	t.Helper()
+	out := filepath.Join(dir, name+"-"+typ+".gguf")
+	args = append([]string{"export", "--format", "gguf", "--gguf-type", typ, "--out", out}, args...)
+	if _, errOut, code := run(t, args...); code != 0 {
+		t.Fatalf("%v: exit %d: %s", args, code, errOut)
+	}
+	return out
+}
+
+// exportMerged runs `finetune export --format merged` with args into dir/name and returns the folder.
+func exportMerged(t *testing.T, dir, name string, args ...string) string {
+	t.Helper()
+	out := filepath.Join(dir, name)
+	args = append([]string{"export", "--format", "merged", "--out", out}, args...)
+	if _, errOut, code := run(t, args...); code != 0 {
+		t.Fatalf("%v: exit %d: %s", args, code, errOut)
+	}
+	return out
+}
+
+// byteLevelTokenizerJSON is a byte-level BPE tokenizer.json of 256 tokens, id = byte value, each spelt with
+// GPT-2's byte-to-unicode map, no merges: the tokenizer of a 256-token model such as the golden LLaMA, which has
+// none (llama.cpp runs a GGUF only with a vocabulary).
+func byteLevelTokenizerJSON() []byte {
+	var printable []int
+	for _, r := range [][2]int{{'!', '~'}, {0xA1, 0xAC}, {0xAE, 0xFF}} {
+		for b := r[0]; b <= r[1]; b++ {
+			printable = append(printable, b)
+		}
+	}
+	spell := map[int]rune{}
+	for _, b := range printable {
+		spell[b] = rune(b)
+	}
+	n := 0
+	for b := range 256 {
+		if _, ok := spell[b]; !ok {
+			spell[b] = rune(256 + n)
+			n++
+		}
+	}
+	vocab := map[string]int{}
+	for b, r := range spell {
+		vocab[string(r)] = b
+	}
+	tj := map[string]any{
+		"version": "1.0", "truncation": nil, "padding": nil, "added_tokens": []any{}, "normalizer": nil,
+		"pre_tokenizer":  map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+		"post_processor": nil,
+		"decoder":        map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+		"model": map[string]any{"type": "BPE", "dropout": nil, "unk_token": nil, "continuing_subword_prefix": nil, "end_of_word_suffix": nil,
+			"fuse_unk": false, "byte_fallback": false, "ignore_merges": false, "vocab": vocab, "merges": []any{}},
+	}
+	b, _ := json.Marshal(tj)
+	return b
+}
+
+// goldenLlamaVariant copies the golden llama_a (transformers' GQA LLaMA) to dir with the byte-level tokenizer,
+// its config edited by edit, and, when tie, lm_head.weight dropped and tie_word_embeddings set.
+func goldenLlamaVariant(t *testing.T, dir string, tie bool, edit func(cfg map[string]any)) string {
+	t.Helper()
+	src := filepath.Join(golden.SharedDir(t), "golden", "llama_a")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := map[string]any{}
+	if err := json.Unmarshal(mustRead(t, filepath.Join(src, "config.json")), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if edit != nil {
+		edit(cfg)
+	}
+	weights := mustRead(t, filepath.Join(src, "model.safetensors"))
+	if tie {
+		cfg["tie_word_embeddings"] = true
+		f, err := safetensors.Open(filepath.Join(src, "model.safetensors"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts := map[string]*tensors.Tensor{}
+		for _, n := range f.Names() {
+			if n == "lm_head.weight" {
+				continue
+			}
+			if ts[n], err = f.Tensor(n); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f.Close()
+		if err := safetensors.WriteTensors(filepath.Join(dir, "model.safetensors"), ts, "", nil); err != nil {
+			t.Fatal(err)
+		}
+	} else if err := os.WriteFile(filepath.Join(dir, "model.safetensors"), weights, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := json.MarshalIndent(cfg, "", "  ")
+	for name, b := range map[string][]byte{"config.json": c, "tokenizer.json": byteLevelTokenizerJSON()} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// passage returns n bytes of War and Peace from offset off (the shared plain text).
+func passage(t *testing.T, off, n int) string {
+	t.Helper()
+	b := mustRead(t, filepath.Join(golden.SharedDir(t), "text", "war-and-peace.txt"))
+	if len(b) < off+n {
+		t.Fatalf("war-and-peace.txt has %d bytes", len(b))
+	}
+	return string(b[off : off+n])
+}
+
+// TestLlamaCppRunsGoldenGGUF: transformers' golden LLaMA (GQA, untied head), and variants of it with Llama-3 rope
+// scaling and with a tied head, exported as GGUF, run in llama.cpp as in memfit: the same 32 greedy tokens on
+// the f32 file, next-token probabilities within 1e-3 of memfit's softmax, and q8_0's top-1 next token agreeing
+// with memfit's at >= 95% of 256 positions of real text (bytes of War and Peace, the models' 256 ids).
+func TestLlamaCppRunsGoldenGGUF(t *testing.T) {
+	tool := llamaCpp(t)
+	g := golden.Load(t, "llama_a")
+	var prompt []int
+	for _, id := range g.Array(t, "inputs", "input_ids").Int32s()[:12] { // row 0: 12 real tokens
+		prompt = append(prompt, int(id))
+	}
+	var seqs [][]int
+	for i := range 2 { // llama_a's context is 128 positions
+		var s []int
+		for _, b := range []byte(passage(t, 200000+i*5000, 128)) {
+			s = append(s, int(b))
+		}
+		seqs = append(seqs, s)
+	}
+	tmp := t.TempDir()
+	for i, v := range []struct {
+		name string
+		tie  bool
+		edit func(cfg map[string]any)
+	}{
+		{"llama_a (GQA, untied head)", false, nil},
+		{"llama_a with llama3 rope scaling", false, func(cfg map[string]any) {
+			cfg["rope_theta"] = 500000.0
+			cfg["rope_scaling"] = map[string]any{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+				"original_max_position_embeddings": 32}
+		}},
+		{"llama_a with a tied head", true, nil},
+	} {
+		t.Run(v.name, func(t *testing.T) {
+			dir := goldenLlamaVariant(t, filepath.Join(tmp, fmt.Sprintf("golden%d", i)), v.tie, v.edit)
+			checkAgainstLlamaCpp(t, tool, llamaCppCase{name: v.name,
+				f32: exportGGUF(t, tmp, filepath.Base(dir), "f32", "--model", dir),
+				q8:  exportGGUF(t, tmp, filepath.Base(dir), "q8_0", "--model", dir),
+				lm:  loadMemfitLM(t, dir, ""), prompt: prompt, sequences: seqs})
+		})
 	}
 }
