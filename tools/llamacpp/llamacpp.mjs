@@ -64,7 +64,7 @@ async function generate(context, req, vocab) {
     checkIds("generate.prompt", req.prompt, vocab);
     const want = req.tokens ?? 32;
     const tokens = [], probabilities = [];
-    const it = seq.evaluateWithMetadata(req.prompt, {probabilities: !!req.probabilities}, {temperature: 0});
+    const it = seq.evaluateWithMetadata(req.prompt, {probabilities: !!req.probabilities}, {temperature: 0, yieldEogToken: true});
     for await (const out of it) {
         tokens.push(out.token);
         if (req.probabilities)
@@ -108,7 +108,7 @@ async function benchRun(seqs, prompts, newTokens) {
     const start = process.hrtime.bigint();
     const firstAt = new Array(prompts.length), tokens = prompts.map(() => []);
     await Promise.all(prompts.map(async (p, row) => {
-        for await (const t of seqs[row].evaluate(p, {temperature: 0})) {
+        for await (const t of seqs[row].evaluate(p, {temperature: 0, yieldEogToken: true})) {
             if (tokens[row].length === 0)
                 firstAt[row] = process.hrtime.bigint();
             tokens[row].push(t);
