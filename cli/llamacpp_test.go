@@ -8,6 +8,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -429,4 +431,164 @@ func TestLlamaCppRunsFineTunedGGUF(t *testing.T) {
 			f32: exportGGUF(t, tmp, "msnorm", "f32", from...), q8: exportGGUF(t, tmp, "msnorm", "q8_0", from...),
 			lm: loadMemfitLM(t, exportMerged(t, tmp, "msnorm-merged", from...), ""), text: text, prompt: prompt, sequences: sequences})
 	})
+}
+
+// tinyLlamaFor writes to dir a one-layer LLaMA causal LM with random weights and vocab tokens (the vocabulary of
+// the tokenizer it is exported with): enough for a GGUF that carries that tokenizer.
+func tinyLlamaFor(t *testing.T, dir string, vocab, bos, eos int) string {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const hidden, inter, heads, headDim = 32, 64, 2, 16
+	cfg := map[string]any{"architectures": []string{"LlamaForCausalLM"}, "model_type": "llama", "vocab_size": vocab,
+		"hidden_size": hidden, "intermediate_size": inter, "num_hidden_layers": 1, "num_attention_heads": heads,
+		"num_key_value_heads": 1, "head_dim": headDim, "max_position_embeddings": 256, "rms_norm_eps": 1e-5,
+		"rope_theta": 10000.0, "tie_word_embeddings": true, "bos_token_id": bos, "eos_token_id": eos, "hidden_act": "silu"}
+	ones := func(n int) []float32 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = 1
+		}
+		return x
+	}
+	p := "model.layers.0."
+	ts := map[string]*tensors.Tensor{
+		"model.embed_tokens.weight":           gtest.Tensor(gtest.Rand(1, vocab*hidden, 0.02), vocab, hidden),
+		"model.norm.weight":                   gtest.Tensor(ones(hidden), hidden),
+		p + "input_layernorm.weight":          gtest.Tensor(ones(hidden), hidden),
+		p + "post_attention_layernorm.weight": gtest.Tensor(ones(hidden), hidden),
+		p + "self_attn.q_proj.weight":         gtest.Tensor(gtest.Rand(2, heads*headDim*hidden, 0.1), heads*headDim, hidden),
+		p + "self_attn.k_proj.weight":         gtest.Tensor(gtest.Rand(3, headDim*hidden, 0.1), headDim, hidden),
+		p + "self_attn.v_proj.weight":         gtest.Tensor(gtest.Rand(4, headDim*hidden, 0.1), headDim, hidden),
+		p + "self_attn.o_proj.weight":         gtest.Tensor(gtest.Rand(5, hidden*heads*headDim, 0.1), hidden, heads*headDim),
+		p + "mlp.gate_proj.weight":            gtest.Tensor(gtest.Rand(6, inter*hidden, 0.1), inter, hidden),
+		p + "mlp.up_proj.weight":              gtest.Tensor(gtest.Rand(7, inter*hidden, 0.1), inter, hidden),
+		p + "mlp.down_proj.weight":            gtest.Tensor(gtest.Rand(8, hidden*inter, 0.1), hidden, inter),
+	}
+	if err := safetensors.WriteTensors(filepath.Join(dir, "model.safetensors"), ts, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := json.MarshalIndent(cfg, "", "  ")
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), c, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// tokenizerRefs reads the reference encodings of a JSONL file ({"text", "ids"} per line).
+func tokenizerRefs(t *testing.T, path string) (texts []string, ids [][]int) {
+	t.Helper()
+	for _, line := range strings.Split(strings.TrimSpace(string(mustRead(t, path))), "\n") {
+		var r struct {
+			Text string
+			IDs  []int
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		texts, ids = append(texts, r.Text), append(ids, r.IDs)
+	}
+	return texts, ids
+}
+
+// llama2Refs reads the prompts and ids of llama2.c's tokenizer test (the shared excerpt).
+func llama2Refs(t *testing.T, path string) (texts []string, ids [][]int) {
+	t.Helper()
+	src := string(mustRead(t, path))
+	prompts := regexp.MustCompile(`char\s*\*\s*prompt\d*\s*=\s*"((?:[^"\\]|\\.)*)";`).FindAllStringSubmatch(src, -1)
+	expected := regexp.MustCompile(`int expected_tokens\d*\[\]\s*=\s*\{([^}]*)\};`).FindAllStringSubmatch(src, -1)
+	if len(prompts) != 5 || len(expected) != 5 {
+		t.Fatalf("%s: found %d prompts and %d expectations", path, len(prompts), len(expected))
+	}
+	for i := range prompts {
+		text, err := strconv.Unquote(`"` + prompts[i][1] + `"`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []int
+		for _, f := range strings.Split(expected[i][1], ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, n)
+		}
+		texts, ids = append(texts, text), append(ids, want)
+	}
+	return texts, ids
+}
+
+// TestLlamaCppTokenizesAsMemfit: each kind of tokenizer GGUF export writes (byte-level BPE as "gpt2": Llama-3's
+// and llama-tiny's; SentencePiece as "llama": Llama-2's tokenizer.model and Mistral's tokenizer.json with byte
+// fallback) is read by llama.cpp, which then encodes the shared tokenizer test strings (and the edge cases of
+// tokenizer/testdata) exactly as memfit does, and as the reference encodings say.
+func TestLlamaCppTokenizesAsMemfit(t *testing.T) {
+	tool := llamaCpp(t)
+	shared := filepath.Join(golden.SharedDir(t), "tokenizers")
+	edge := filepath.Join("..", "tokenizer", "testdata")
+	tmp := t.TempDir()
+	for _, c := range []struct {
+		name, tokenizer, kind string
+		refs                  []string
+		more                  []string // strings to encode without a reference for this tokenizer
+		// plain says the tokenizer reads special-token text ("<s>") as text, as SentencePiece does with a bare
+		// tokenizer.model (a tokenizer.json's added tokens are matched in the text): llama.cpp is then asked not
+		// to parse special tokens either.
+		plain bool
+	}{
+		{"llama3", filepath.Join(shared, "llama3"), "bpe", []string{filepath.Join(shared, "llama3", "golden.jsonl"), filepath.Join(edge, "llama3.edge.jsonl")}, nil, false},
+		{"llama-tiny", filepath.Join("..", "pretrained", "llama-tiny"), "bpe", []string{filepath.Join(edge, "memfit-bpe4k.edge.jsonl")}, nil, false},
+		{"llama2", filepath.Join(shared, "llama2", "tokenizer.model"), "spm", []string{filepath.Join(shared, "llama2", "llama2c_test_excerpt.txt")},
+			[]string{filepath.Join(shared, "mistral", "golden.jsonl"), filepath.Join(edge, "mistral.edge.jsonl")}, true},
+		{"mistral", filepath.Join(shared, "mistral"), "spm", []string{filepath.Join(shared, "mistral", "golden.jsonl"), filepath.Join(edge, "mistral.edge.jsonl")}, nil, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tok, err := tokenizer.Load(c.tokenizer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var texts []string
+			var refs [][]int
+			for _, r := range c.refs {
+				var tx []string
+				var ids [][]int
+				if strings.HasSuffix(r, ".txt") {
+					tx, ids = llama2Refs(t, r)
+				} else {
+					tx, ids = tokenizerRefs(t, r)
+				}
+				texts, refs = append(texts, tx...), append(refs, ids...)
+			}
+			for _, m := range c.more {
+				tx, _ := tokenizerRefs(t, m)
+				texts, refs = append(texts, tx...), append(refs, make([][]int, len(tx))...)
+			}
+			bos, _ := tok.BOS()
+			eos, _ := tok.EOS()
+			model := tinyLlamaFor(t, filepath.Join(tmp, c.name), tok.VocabSize(), bos, eos)
+			file := exportGGUF(t, tmp, c.name, "q8_0", "--model", model, "--tokenizer", c.tokenizer)
+			req := llamacpp.Request{Model: file, VocabOnly: true}
+			for _, tx := range texts {
+				req.Tokenize = append(req.Tokenize, llamacpp.TokenizeRequest{Text: tx, Special: !c.plain, AddSpecial: true})
+			}
+			res := runLlamaCpp(t, tool, req)
+			if res.Model.VocabType != c.kind {
+				t.Errorf("llama.cpp reads the vocabulary as %q, want %q", res.Model.VocabType, c.kind)
+			}
+			same := 0
+			for i, tx := range texts {
+				got, want := res.Tokenize[i], tok.Encode(tx, true)
+				if fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Errorf("%q: llama.cpp %v, memfit %v (reference %v)", tx, got, want, refs[i])
+					continue
+				}
+				same++
+				if refs[i] != nil && fmt.Sprint(got) != fmt.Sprint(refs[i]) {
+					t.Errorf("%q: llama.cpp and memfit %v, the reference %v", tx, got, refs[i])
+				}
+			}
+			t.Logf("%s (%s): llama.cpp encodes %d of %d strings as memfit does", c.name, res.Model.VocabType, same, len(texts))
+		})
+	}
 }

@@ -113,13 +113,15 @@ type Request struct {
 
 // ModelInfo is what llama.cpp read from the GGUF.
 type ModelInfo struct {
-	Vocab            int  `json:"vocab"`
-	BOS              *int `json:"bos"`
-	EOS              *int `json:"eos"`
-	EOT              *int `json:"eot"`
-	AddBOS           bool `json:"add_bos"`
-	AddEOS           bool `json:"add_eos"`
-	TrainContextSize int  `json:"train_context_size"`
+	Vocab int `json:"vocab"`
+	// VocabType is llama.cpp's kind of vocabulary: "bpe" (GGUF's gpt2), "spm" (GGUF's llama), ...
+	VocabType        string `json:"vocab_type"`
+	BOS              *int   `json:"bos"`
+	EOS              *int   `json:"eos"`
+	EOT              *int   `json:"eot"`
+	AddBOS           bool   `json:"add_bos"`
+	AddEOS           bool   `json:"add_eos"`
+	TrainContextSize int    `json:"train_context_size"`
 }
 
 // Generated is a GenerateRequest's result.
