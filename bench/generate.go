@@ -266,7 +266,7 @@ func llamaCppGenerate(o GenerateCompareOptions, prompts [][]int) (*generateSide,
 		side.TokensPerSec = float64(len(prompts)*(o.NewTokens-1)) / m
 	}
 	info := map[string]string{"package": "node-llama-cpp " + llamacpp.Version + " (" + res.LlamaCpp.Build + " llama.cpp binaries)",
-		"cpu": res.LlamaCpp.SystemInfo, "threads": fmt.Sprint(threads), "gguf": o.GGUF, "gguf_type": o.GGUFType}
+		"cpu": res.LlamaCpp.SystemInfo, "threads": fmt.Sprint(threads), "gguf": filepath.Base(o.GGUF), "gguf_type": o.GGUFType}
 	return side, info, nil
 }
 

@@ -12,9 +12,12 @@ import (
 
 	"github.com/memfit/memfit/bench"
 	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/gguf"
+	"github.com/memfit/memfit/gguf/llamagguf"
 	"github.com/memfit/memfit/llamacpp"
 	"github.com/memfit/memfit/models/llama"
 	"github.com/memfit/memfit/runner"
+	"github.com/memfit/memfit/tokenizer"
 )
 
 func newBenchGenerateCommand(opts *Options) *cobra.Command {
@@ -99,7 +102,7 @@ core by default, as PyTorch's). Without node/npm, or with --llama-cpp "", that c
 				WorkDir: workDir, OutDir: out, Backend: backend, Log: cmd.ErrOrStderr(), LlamaCppThreads: llamaCppThreads}
 			var notes []string
 			if llamaCppDir != "" {
-				o.LlamaCpp, o.GGUF, o.GGUFType, err = benchLlamaCpp(llamaCppDir, ggufFile, model, workDir, cmd.ErrOrStderr())
+				o.LlamaCpp, o.GGUF, o.GGUFType, err = benchLlamaCpp(llamaCppDir, ggufFile, m, tok, workDir, cmd.ErrOrStderr())
 				if errors.Is(err, llamacpp.ErrNoNode) {
 					notes = append(notes, fmt.Sprintf("llama.cpp column left out: %v", err))
 				} else if err != nil {
@@ -136,23 +139,18 @@ core by default, as PyTorch's). Without node/npm, or with --llama-cpp "", that c
 
 // benchLlamaCpp finds the llama.cpp tooling and the GGUF it runs: gguf when given, else the model exported as
 // f32 GGUF into workDir. The error wraps llamacpp.ErrNoNode where node or npm is missing.
-func benchLlamaCpp(dir, gguf, model, workDir string, log io.Writer) (*llamacpp.Tool, string, string, error) {
+func benchLlamaCpp(dir, file string, model finetune.Model, tok *tokenizer.Tokenizer, workDir string, log io.Writer) (*llamacpp.Tool, string, string, error) {
 	tool, err := llamacpp.Find(dir)
 	if err != nil {
 		return nil, "", "", err
 	}
-	if gguf != "" {
-		return tool, gguf, "as given", nil
+	if file != "" {
+		return tool, file, "as given", nil
 	}
 	path := filepath.Join(workDir, "model-f32.gguf")
-	fmt.Fprintf(log, "exporting %s as GGUF (f32) for llama.cpp\n", model)
-	if err := exportBenchGGUF(model, path); err != nil {
+	fmt.Fprintf(log, "exporting the model as GGUF (f32) for llama.cpp: %s\n", path)
+	if err := finetune.ExportGGUF(path, model, model.Params(), tok, llamagguf.Options{Type: gguf.F32, Name: "bench"}); err != nil {
 		return nil, "", "", err
 	}
 	return tool, path, "f32", nil
-}
-
-// exportBenchGGUF writes model as an f32 GGUF at path.
-func exportBenchGGUF(model, path string) error {
-	return usagef("give --gguf FILE: this build cannot export %s as GGUF yet", model)
 }

@@ -592,3 +592,45 @@ func TestLlamaCppTokenizesAsMemfit(t *testing.T) {
 		})
 	}
 }
+
+// TestBenchGenerateLlamaCppColumn: `bench generate` exports the model as GGUF and times llama.cpp's decoding of
+// the same prompts beside memfit's and PyTorch's: llama.cpp's greedy tokens equal memfit's for every row, its
+// tokens/s and prefill are measured, and the table has the column.
+func TestBenchGenerateLlamaCppColumn(t *testing.T) {
+	llamaCpp(t)
+	out := filepath.Join(t.TempDir(), "bench")
+	stdout, errOut, code := run(t, "bench", "generate", "--model", filepath.Join("..", "pretrained", "llama-tiny"), "--batch-sizes", "1,3",
+		"--prompt-len", "8", "--new-tokens", "10", "--runs", "1", "--out", out, "--script", filepath.Join("..", "bench", "pytorch", "generate_compare.py"),
+		"--llama-cpp", filepath.Join("..", "tools", "llamacpp"), "--llama-cpp-threads", "1")
+	var res struct {
+		LlamaCpp map[string]string `json:"llamacpp"`
+		Problems []string
+		Cases    []struct {
+			Batch      int
+			LlamaCpp   float64                  `json:"llamacpp_decode_tokens_per_second"`
+			Prefill    float64                  `json:"llamacpp_prefill_seconds"`
+			Same       bool                     `json:"llamacpp_same_tokens"`
+			Difference string                   `json:"llamacpp_first_difference"`
+			Side       struct{ Tokens [][]int } `json:"LlamaCppSide"`
+		}
+	}
+	if err := json.Unmarshal(mustRead(t, filepath.Join(out, "generate.json")), &res); err != nil {
+		t.Fatalf("exit %d: %s; generate.json: %v", code, errOut, err)
+	}
+	for _, p := range res.Problems {
+		if strings.Contains(p, "llama.cpp") {
+			t.Errorf("problem: %s", p)
+		}
+	}
+	if len(res.Cases) != 2 || res.LlamaCpp["threads"] != "1" || res.LlamaCpp["gguf_type"] != "f32" {
+		t.Fatalf("%d cases, llama.cpp %v", len(res.Cases), res.LlamaCpp)
+	}
+	for _, c := range res.Cases {
+		if !c.Same || c.LlamaCpp <= 0 || c.Prefill <= 0 || len(c.Side.Tokens) != c.Batch || len(c.Side.Tokens[0]) != 10 {
+			t.Errorf("batch %d: llama.cpp same tokens %v (%s), %g tokens/s, prefill %g s, tokens %v", c.Batch, c.Same, c.Difference, c.LlamaCpp, c.Prefill, c.Side.Tokens)
+		}
+	}
+	if !strings.Contains(stdout, "llama.cpp decode") || !strings.Contains(stdout, "memfit / llama.cpp") {
+		t.Errorf("the table has no llama.cpp column:\n%s", stdout)
+	}
+}
