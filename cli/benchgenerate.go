@@ -54,6 +54,15 @@ core by default, as PyTorch's). Without node/npm, or with --llama-cpp "", that c
 				return usagef("--new-tokens %d: give at least 2 (the first comes from the prefill)", newTokens)
 			case runs < 1:
 				return usagef("--runs %d: give at least 1", runs)
+			case llamaCppThreads < 0:
+				return usagef("--llama-cpp-threads %d: give 0 (every core) or more", llamaCppThreads)
+			}
+			if ggufFile != "" {
+				f, err := gguf.Open(ggufFile)
+				if err != nil {
+					return usagef("--gguf %s: %v", ggufFile, err)
+				}
+				f.Close()
 			}
 			for _, b := range batches {
 				if b < 1 || b > 256 {
@@ -76,6 +85,17 @@ core by default, as PyTorch's). Without node/npm, or with --llama-cpp "", that c
 			l, ok := m.(finetune.Llama)
 			if !ok || l.Config.Architecture != llama.ArchCausalLM {
 				return fmt.Errorf("%s: the generation benchmark needs a LLaMA causal LM", model)
+			}
+			// llama.cpp's tooling is looked up before anything is written: without node/npm its column is left out
+			// with a note, any other problem with it is an error.
+			var tool *llamacpp.Tool
+			var notes []string
+			if llamaCppDir != "" {
+				if tool, err = llamacpp.Find(llamaCppDir); errors.Is(err, llamacpp.ErrNoNode) {
+					notes = append(notes, fmt.Sprintf("llama.cpp column left out: %v", err))
+				} else if err != nil {
+					return err
+				}
 			}
 			if err := os.MkdirAll(out, 0o755); err != nil {
 				return err
@@ -100,12 +120,9 @@ core by default, as PyTorch's). Without node/npm, or with --llama-cpp "", that c
 			o := bench.GenerateCompareOptions{Model: abs, Gen: runner.NewGenerator(backend, l, nil, nil), Tok: tok,
 				Batches: batches, PromptLen: promptLen, NewTokens: newTokens, Runs: runs, Python: []string{python, script},
 				WorkDir: workDir, OutDir: out, Backend: backend, Log: cmd.ErrOrStderr(), LlamaCppThreads: llamaCppThreads}
-			var notes []string
-			if llamaCppDir != "" {
-				o.LlamaCpp, o.GGUF, o.GGUFType, err = benchLlamaCpp(llamaCppDir, ggufFile, m, tok, workDir, cmd.ErrOrStderr())
-				if errors.Is(err, llamacpp.ErrNoNode) {
-					notes = append(notes, fmt.Sprintf("llama.cpp column left out: %v", err))
-				} else if err != nil {
+			if tool != nil {
+				o.LlamaCpp = tool
+				if o.GGUF, o.GGUFType, err = benchGGUF(ggufFile, m, tok, workDir, cmd.ErrOrStderr()); err != nil {
 					return err
 				}
 			}
@@ -137,20 +154,16 @@ core by default, as PyTorch's). Without node/npm, or with --llama-cpp "", that c
 	return cmd
 }
 
-// benchLlamaCpp finds the llama.cpp tooling and the GGUF it runs: gguf when given, else the model exported as
-// f32 GGUF into workDir. The error wraps llamacpp.ErrNoNode where node or npm is missing.
-func benchLlamaCpp(dir, file string, model finetune.Model, tok *tokenizer.Tokenizer, workDir string, log io.Writer) (*llamacpp.Tool, string, string, error) {
-	tool, err := llamacpp.Find(dir)
-	if err != nil {
-		return nil, "", "", err
-	}
+// benchGGUF returns the GGUF llama.cpp runs and its type: file when given, else the model exported as f32 GGUF
+// into workDir.
+func benchGGUF(file string, model finetune.Model, tok *tokenizer.Tokenizer, workDir string, log io.Writer) (string, string, error) {
 	if file != "" {
-		return tool, file, "as given", nil
+		return file, "as given", nil
 	}
 	path := filepath.Join(workDir, "model-f32.gguf")
 	fmt.Fprintf(log, "exporting the model as GGUF (f32) for llama.cpp: %s\n", path)
 	if err := finetune.ExportGGUF(path, model, model.Params(), tok, llamagguf.Options{Type: gguf.F32, Name: "bench"}); err != nil {
-		return nil, "", "", err
+		return "", "", err
 	}
-	return tool, path, "f32", nil
+	return path, "f32", nil
 }

@@ -634,3 +634,33 @@ func TestBenchGenerateLlamaCppColumn(t *testing.T) {
 		t.Errorf("the table has no llama.cpp column:\n%s", stdout)
 	}
 }
+
+// TestBenchGenerateLlamaCppBadInput: bad llama.cpp flags of `bench generate` are refused before anything runs,
+// with one line naming the flag, and nothing is written.
+func TestBenchGenerateLlamaCppBadInput(t *testing.T) {
+	tmp := t.TempDir()
+	notGGUF := filepath.Join(tmp, "model.gguf")
+	if err := os.WriteFile(notGGUF, []byte("PK\x03\x04 a zip, not a GGUF"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	model := filepath.Join("..", "pretrained", "llama-tiny")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--gguf", notGGUF}, "not a GGUF file"},
+		{[]string{"--gguf", filepath.Join(tmp, "missing.gguf")}, "--gguf"},
+		{[]string{"--llama-cpp-threads", "-3"}, "--llama-cpp-threads -3"},
+		{[]string{"--llama-cpp", tmp}, "no llamacpp.mjs here"},
+	} {
+		out := filepath.Join(tmp, "out")
+		args := append([]string{"bench", "generate", "--model", model, "--out", out, "--runs", "1", "--new-tokens", "2", "--batch-sizes", "1"}, c.args...)
+		_, errOut, code := run(t, args...)
+		if code == 0 || strings.Count(strings.TrimSpace(errOut), "\n") != 0 || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want one line with %q", c.args, code, errOut, c.want)
+		}
+		if _, err := os.Stat(out); err == nil {
+			t.Errorf("%v: %s was written", c.args, out)
+		}
+	}
+}

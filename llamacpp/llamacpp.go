@@ -173,6 +173,10 @@ type Result struct {
 // Run sends req to the script in a new node process and returns its result; an error carries the script's
 // message (llama.cpp's, when it refuses the file).
 func (t *Tool) Run(ctx context.Context, req Request) (*Result, error) {
+	var err error
+	if req.Model, err = filepath.Abs(req.Model); err != nil { // the script runs in t.Dir
+		return nil, err
+	}
 	in, err := json.Marshal(req)
 	if err != nil {
 		return nil, err
