@@ -143,8 +143,11 @@ func (g ggufExport) export(cmd *cobra.Command, opts *Options) error {
 	}
 	var notes []string
 	format := ""
+	why := ""
 	if tok == nil {
-		notes = append(notes, fmt.Sprintf("%s has no tokenizer: the GGUF holds token ids only (tokenizer.ggml.model none); give --tokenizer to include one", tokPath))
+		why = "the model was exported without a tokenizer"
+		notes = append(notes, fmt.Sprintf("%s has no tokenizer: the GGUF's vocabulary is placeholder tokens %s (token ids only); give --tokenizer to include one",
+			tokPath, fmt.Sprintf(llamagguf.PlaceholderToken, 0)))
 	} else {
 		if err := finetune.CheckTokenizer(tok, model); err != nil {
 			return fmt.Errorf("%s: %w", tokPath, err)
@@ -172,7 +175,7 @@ func (g ggufExport) export(cmd *cobra.Command, opts *Options) error {
 		}
 	}
 	mf := ModelfileOf(g.out)
-	text, _ := ollama.Modelfile(filepath.Base(g.out), filepath.Base(mf), format, stops)
+	text, _ := ollama.Modelfile(filepath.Base(g.out), filepath.Base(mf), format, stops, why)
 	if err := writeFileAtomic(mf, []byte(text)); err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package finetune
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -32,7 +33,9 @@ func LoadModel(dir string, cfg Config) (Model, error) {
 	opts.MSNorm = cfg.MSNorm && !qlora
 	var fam Family
 	var model Model
-	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
+	if st, err := os.Stat(dir); IsGGUF(dir) && err != nil {
+		return nil, fmt.Errorf("GGUF model %s: %w", dir, errors.Unwrap(err))
+	} else if err == nil && !st.IsDir() {
 		if !IsGGUF(dir) {
 			return nil, fmt.Errorf("%s is a file: a model is a folder (config.json and its safetensors), here %s, or a .gguf file", dir, filepath.Dir(dir))
 		}

@@ -105,7 +105,7 @@ type Options struct {
 	Type gguf.TensorType
 	// Name is general.name.
 	Name string
-	// Vocab is the tokenizer (nil: tokenizer.ggml.model "none", token ids only).
+	// Vocab is the tokenizer (nil: PlaceholderVocab, token ids only).
 	Vocab *tokenizer.GGUFVocab
 }
 
@@ -162,11 +162,11 @@ func Plan(cfg llama.Config, params models.Params, o Options) ([]gguf.KV, []gguf.
 				Values: func() ([]float32, error) { return factors, nil }})
 		}
 	}
-	if o.Vocab != nil {
-		meta = append(meta, vocabMeta(o.Vocab)...)
-	} else {
-		meta = append(meta, gguf.KV{Key: "tokenizer.ggml.model", Value: tokenizer.GGUFNoVocab})
+	v := o.Vocab
+	if v == nil {
+		v = PlaceholderVocab(cfg)
 	}
+	meta = append(meta, vocabMeta(v)...)
 	has := func(name string) bool { _, ok := params[name]; return ok }
 	for _, m := range mappings(cfg, has) {
 		p, ok := params[m.hf]
@@ -209,6 +209,36 @@ func Write(path string, cfg llama.Config, params models.Params, o Options) error
 	}
 	return gguf.WriteFile(path, meta, ts)
 }
+
+// PlaceholderVocab is the vocabulary of a model without a tokenizer, so that llama.cpp loads the file and runs
+// token ids (its tokenizer "none" cannot be loaded by most llama.cpp tools): a SentencePiece-type vocabulary
+// whose ids below 256 are the byte tokens "<0xNN>" (llama.cpp needs them to encode any text) and the others
+// placeholder tokens "<memfit_token_N>"; BOS, EOS and pad are the config's ids (placeholders, control tokens);
+// nothing is added to what is encoded.
+func PlaceholderVocab(cfg llama.Config) *tokenizer.GGUFVocab {
+	v := &tokenizer.GGUFVocab{Model: tokenizer.GGUFSentencePiece, Pre: "default", BOS: cfg.BOSTokenID, EOS: cfg.EOSTokenID, UNK: -1, Pad: cfg.PadTokenID,
+		Tokens: make([]string, cfg.VocabSize), Types: make([]int32, cfg.VocabSize), Scores: make([]float32, cfg.VocabSize)}
+	for _, id := range []*int{&v.BOS, &v.EOS, &v.Pad} {
+		if *id >= cfg.VocabSize {
+			*id = -1
+		}
+	}
+	for i := range v.Tokens {
+		switch {
+		case i == v.BOS || i == v.EOS || i == v.Pad:
+			v.Tokens[i], v.Types[i] = fmt.Sprintf(PlaceholderToken, i), tokenizer.GGUFControl
+		case i < 256:
+			// llama.cpp's SentencePiece tokenizer falls back to byte tokens for any text (and fails without them).
+			v.Tokens[i], v.Types[i] = fmt.Sprintf("<0x%02X>", i), tokenizer.GGUFByte
+		default:
+			v.Tokens[i], v.Types[i] = fmt.Sprintf(PlaceholderToken, i), tokenizer.GGUFUserDefined
+		}
+	}
+	return v
+}
+
+// PlaceholderToken is the text of token N in PlaceholderVocab.
+const PlaceholderToken = "<memfit_token_%d>"
 
 // vocabMeta returns the tokenizer.* metadata of v.
 func vocabMeta(v *tokenizer.GGUFVocab) []gguf.KV {
@@ -499,6 +529,13 @@ func (r *metaReader) int(key string, required bool, def int) int {
 
 func (r *metaReader) float(key string, def float64) float64 {
 	x, ok, err := r.f.Float(key)
+	if v, _ := r.f.Value(key); ok {
+		if f32, isF32 := v.(float32); isF32 {
+			// A float32 value (rms eps, rope theta) as the shortest decimal that reads back to it: 1e-05, not
+			// 9.999999747378752e-06, as the config.json it came from says.
+			x, _ = strconv.ParseFloat(strconv.FormatFloat(float64(f32), 'g', -1, 32), 64)
+		}
+	}
 	switch {
 	case r.err != nil:
 	case err != nil:

@@ -66,8 +66,8 @@ const AlpacaJinja = `{%- set ns = namespace(system='', context='') -%}
 // Modelfile returns the Modelfile name of the GGUF file ggufName (a name in the Modelfile's folder) for the chat
 // format (Llama3, ChatML, Alpaca; "" or another when the tokenizer's template is none memfit can translate:
 // the Modelfile then says so in a comment and has no TEMPLATE, and ok is false). stops are more end-of-turn
-// strings (the tokenizer's EOS token).
-func Modelfile(ggufName, name, format string, stops []string) (text string, ok bool) {
+// strings (the tokenizer's EOS token); why, when there is no TEMPLATE, says why in the comment.
+func Modelfile(ggufName, name, format string, stops []string, why string) (text string, ok bool) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Ollama Modelfile written by memfit's finetune export: ollama create NAME -f %s\n", name)
 	fmt.Fprintf(&b, "FROM ./%s\n", ggufName)
@@ -75,8 +75,10 @@ func Modelfile(ggufName, name, format string, stops []string) (text string, ok b
 	if ok {
 		fmt.Fprintf(&b, "TEMPLATE \"\"\"%s\"\"\"\n", t.body)
 	} else {
-		b.WriteString("# The tokenizer's chat template is not one memfit translates (Llama-3, ChatML, Alpaca): no TEMPLATE is set,\n" +
-			"# so Ollama sends prompts as they are. Write a TEMPLATE by hand for chat use.\n")
+		if why == "" {
+			why = "the tokenizer's chat template is not one memfit translates (Llama-3, ChatML, Alpaca)"
+		}
+		fmt.Fprintf(&b, "# No TEMPLATE: %s, so Ollama sends prompts as they are.\n# Write a TEMPLATE by hand for chat use.\n", why)
 	}
 	seen := map[string]bool{}
 	for _, s := range append(append([]string(nil), t.stops...), stops...) {

@@ -1,0 +1,119 @@
+package cli_test
+
+import (
+	"encoding/binary"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/memfit/memfit/internal/golden"
+)
+
+// TestBadInputSweepGGUF runs issue 31's bad commands (GGUF export and GGUF models) through the CLI, in the style
+// of TestBadInputSweepOutputs: each must end with a non-zero exit and one line "finetune: ..." naming the cause,
+// with no panic text, and leave every file of the test's folder byte for byte as it was, with no new one. The
+// cases are listed in docs/reliability.md.
+func TestBadInputSweepGGUF(t *testing.T) {
+	tmp := t.TempDir()
+	p := func(parts ...string) string { return filepath.Join(append([]string{tmp}, parts...)...) }
+	model, alpaca := p("model"), p("adapter")
+	copyTree(t, filepath.Join("..", "pretrained", "llama-tiny"), model)
+	copyTree(t, filepath.Join("..", "pretrained", "llama-tiny-alpaca"), alpaca)
+	vit := p("vit")
+	copyTree(t, filepath.Join("..", "pretrained", "vit-fashion"), vit)
+	runDir := p("run")
+	mustRun(t, "train", "--model", model, "--data", storyText(t, tmp), "--seq-len", "32", "--batch-size", "2", "--steps", "1", "--out", runDir)
+	good := p("good.gguf")
+	mustRun(t, "export", "--model", model, "--format", "gguf", "--gguf-type", "q8_0", "--out", good)
+	data, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A run whose base model is gone (its run.yaml names a folder that does not exist).
+	copyTree(t, runDir, p("orphan"))
+	spec, _ := os.ReadFile(filepath.Join(runDir, "run.yaml"))
+	os.WriteFile(p("orphan", "run.yaml"), []byte(strings.Replace(string(spec), model, p("gone"), 1)), 0o644)
+	os.MkdirAll(p("norun"), 0o755)
+	// GGUF files: cut short, not GGUF at all, a header declaring 2^62 tensors, another architecture.
+	os.WriteFile(p("cut.gguf"), data[:len(data)/2], 0o644)
+	os.WriteFile(p("text.gguf"), []byte("this is not a model\n"), 0o644)
+	huge := append([]byte(nil), data...)
+	binary.LittleEndian.PutUint64(huge[8:], math.MaxUint64>>2)
+	os.WriteFile(p("huge.gguf"), huge, 0o644)
+	other := append([]byte(nil), data...)
+	if i := strings.Index(string(other), "llama"); i > 0 {
+		copy(other[i:], "qwen2")
+	}
+	os.WriteFile(p("other.gguf"), other, 0o644)
+	os.WriteFile(p("earlier.gguf"), []byte("GGUF"), 0o644)
+	inputs := p("inputs.json")
+	os.WriteFile(inputs, []byte(`{"input_ids": [[1, 312, 45, 1907]]}`), 0o644)
+	gguf := func(extra ...string) []string {
+		return append([]string{"export", "--format", "gguf"}, extra...)
+	}
+
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{gguf("--model", vit, "--out", p("vit.gguf")), "GGUF export is for the LLaMA family (llama.cpp and Ollama run LLaMA causal LMs); this model is a ViT"},
+		{gguf("--model", filepath.Join(golden.SharedDir(t), "golden", "llama_c"), "--out", p("cls.gguf")), "GGUF export is for LLaMA causal LMs (LlamaForCausalLM); this model is a LlamaForSequenceClassification"},
+		{gguf("--run", p("orphan"), "--out", p("o.gguf")), "the run's base model " + p("gone") + " is not there"},
+		{gguf("--run", p("norun"), "--out", p("n.gguf")), "is not a training output folder"},
+		{gguf("--run", runDir, "--out", p("q.gguf"), "--gguf-type", "q4_k"), `--gguf-type "q4_k": use f32, f16 or q8_0`},
+		{gguf("--run", runDir, "--out", p("x.bin")), "a GGUF export is one file: give a name ending in .gguf"},
+		{gguf("--run", runDir, "--out", p("earlier.gguf")), "already exists: pass --overwrite"},
+		{gguf("--run", runDir, "--model", model, "--out", p("y.gguf")), "give one of them"},
+		{gguf("--out", p("y.gguf")), "give one of them"},
+		{gguf("--run", runDir, "--adapter", alpaca, "--out", p("y.gguf")), "--adapter goes with --model"},
+		{gguf("--model", good, "--out", p("y.gguf")), "is a GGUF file already"},
+		{gguf("--model", model, "--out", p("missing", "y.gguf")), "does not exist"},
+		{[]string{"export", "--run", runDir, "--format", "merged", "--gguf-type", "f16", "--out", p("m")}, "--gguf-type goes with --format gguf"},
+		{[]string{"export", "--run", runDir, "--format", "onnx", "--out", p("m")}, "--format must be peft, merged or gguf"},
+		{[]string{"generate", "--model", p("cut.gguf"), "--prompt", "Hi"}, "is truncated"},
+		{[]string{"generate", "--model", p("text.gguf"), "--prompt", "Hi"}, "not a GGUF file"},
+		{[]string{"generate", "--model", p("huge.gguf"), "--prompt", "Hi"}, "more than the file's"},
+		{[]string{"generate", "--model", p("other.gguf"), "--prompt", "Hi"}, `general.architecture is "qwen2": memfit reads GGUF files of the llama architecture`},
+		{[]string{"logits", "--model", p("cut.gguf"), "--inputs", inputs}, "is truncated"},
+		{[]string{"logits", "--model", p("missing.gguf"), "--inputs", inputs}, "no such file"},
+		{[]string{"generate", "--model", p("run", "run.yaml"), "--prompt", "Hi"}, "a model is a folder (config.json and its safetensors)"},
+	}
+	for _, c := range cases {
+		before := snapshot(t, tmp)
+		_, stderr, code := run(t, c.args...)
+		lines := strings.Split(strings.TrimSpace(stderr), "\n")
+		last := lines[len(lines)-1]
+		if code == 0 || !strings.HasPrefix(last, "finetune: ") || !strings.Contains(last, c.want) {
+			t.Errorf("%v: exit %d, last line %q; want a non-zero exit and a line naming %q", c.args, code, last, c.want)
+		}
+		for _, bad := range []string{"panic", "goroutine ", "runtime error", ".go:"} {
+			if strings.Contains(stderr, bad) {
+				t.Errorf("%v: %q in the output:\n%s", c.args, bad, stderr)
+			}
+		}
+		after := snapshot(t, tmp)
+		var changed []string
+		for f, h := range before {
+			if after[f] != h {
+				changed = append(changed, f)
+			}
+		}
+		for f := range after {
+			if _, ok := before[f]; !ok {
+				changed = append(changed, f+" (new)")
+			}
+		}
+		sort.Strings(changed)
+		if len(changed) > 0 {
+			t.Errorf("%v: changed %v", c.args, changed)
+		}
+	}
+	t.Logf("%d bad commands, each refused with one line, nothing changed", len(cases))
+	// --overwrite replaces an earlier GGUF export and its Modelfile.
+	if _, stderr, code := run(t, gguf("--run", runDir, "--out", p("earlier.gguf"), "--overwrite")...); code != 0 {
+		t.Errorf("export --overwrite: exit %d: %s", code, stderr)
+	}
+}
