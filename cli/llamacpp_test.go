@@ -130,16 +130,6 @@ func (lm memfitLM) softmax(t *testing.T, seq []int) [][]float64 {
 	return out
 }
 
-func argmax(p []float64) int {
-	best := 0
-	for i, v := range p {
-		if v > p[best] {
-			best = i
-		}
-	}
-	return best
-}
-
 // llamaCppCase is one model checked against llama.cpp: the GGUF exports (f32 and q8_0) and memfit's model they
 // were exported from.
 type llamaCppCase struct {
