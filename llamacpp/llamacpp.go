@@ -103,6 +103,9 @@ type Request struct {
 	Threads int `json:"threads,omitempty"`
 	// ContextSize is the context length for Generate and Score (the model's, at most 2048, when 0).
 	ContextSize int `json:"context_size,omitempty"`
+	// KVCacheType is the type of llama.cpp's key/value cache for Generate and Score: "F32", or "F16" (llama.cpp's
+	// default, also when empty), whose rounding moves probabilities by up to about 1e-3.
+	KVCacheType string `json:"kv_cache_type,omitempty"`
 	// VocabOnly loads the tokenizer without the weights (enough for Tokenize).
 	VocabOnly bool              `json:"vocab_only,omitempty"`
 	Tokenize  []TokenizeRequest `json:"tokenize,omitempty"`

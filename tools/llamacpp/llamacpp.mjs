@@ -4,7 +4,7 @@
 //   node tools/llamacpp/llamacpp.mjs < request.json
 //
 // Request (every part but "model" optional):
-//   {"model": "FILE.gguf", "threads": 2, "context_size": 512, "vocab_only": false,
+//   {"model": "FILE.gguf", "threads": 2, "context_size": 512, "vocab_only": false, "kv_cache_type": "F32",
 //    "tokenize": [{"text": "...", "special": true, "add_special": false}, ...],
 //    "generate": {"prompt": [ids], "tokens": 32, "probabilities": true},
 //    "score":    {"sequences": [[ids], ...], "probabilities": false},
@@ -192,9 +192,13 @@ async function main() {
     if (req.generate || req.score) {
         if (req.vocab_only)
             fail("generate and score need the model's weights: leave vocab_only out");
+        const kv = req.kv_cache_type; // "F32" keeps llama.cpp's key/value cache in float32 (default F16)
+        if (kv != null && kv !== "F32" && kv !== "F16")
+            fail(`kv_cache_type ${kv}: give F32 or F16`);
         const context = await model.createContext({
             sequences: 2, contextSize: req.context_size ?? Math.min(model.trainContextSize, 2048),
-            threads, flashAttention: false
+            threads, flashAttention: false,
+            ...(kv != null ? {experimentalKvCacheKeyType: kv, experimentalKvCacheValueType: kv} : {})
         });
         if (req.generate)
             result.generate = await generate(context, req.generate, vocab);
