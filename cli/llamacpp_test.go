@@ -603,7 +603,7 @@ func TestBenchGenerateLlamaCppBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	model := filepath.Join("..", "pretrained", "llama-tiny")
-	for _, c := range []struct {
+	cases := []struct {
 		args []string
 		want string
 	}{
@@ -611,7 +611,23 @@ func TestBenchGenerateLlamaCppBadInput(t *testing.T) {
 		{[]string{"--gguf", filepath.Join(tmp, "missing.gguf")}, "--gguf"},
 		{[]string{"--llama-cpp-threads", "-3"}, "--llama-cpp-threads -3"},
 		{[]string{"--llama-cpp", tmp}, "no llamacpp.mjs here"},
-	} {
+	}
+	if _, err := llamacpp.Find(filepath.Join("..", "tools", "llamacpp")); !errors.Is(err, llamacpp.ErrNoNode) {
+		// The script without its npm packages (only where node and npm are there: without them the column is
+		// left out with a note).
+		bare := filepath.Join(tmp, "bare")
+		if err := os.MkdirAll(bare, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(bare, "llamacpp.mjs"), mustRead(t, filepath.Join("..", "tools", "llamacpp", "llamacpp.mjs")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cases = append(cases, struct {
+			args []string
+			want string
+		}{[]string{"--llama-cpp", bare}, "node-llama-cpp is not installed: run `cd " + bare + " && npm install"})
+	}
+	for _, c := range cases {
 		out := filepath.Join(tmp, "out")
 		args := append([]string{"bench", "generate", "--model", model, "--out", out, "--runs", "1", "--new-tokens", "2", "--batch-sizes", "1"}, c.args...)
 		_, errOut, code := run(t, args...)
