@@ -158,7 +158,7 @@ async function main() {
         fail(`give "model": the path of a GGUF file`);
     const threads = req.threads ?? 2;
     const llama = await getLlama({gpu: false, build: "never", maxThreads: 0, logLevel: LlamaLogLevel.error,
-        logger: (level, message) => process.stderr.write(message)});
+        logger: (level, message) => process.stderr.write(message.endsWith("\n") ? message : message + "\n")});
     let model;
     try {
         model = await llama.loadModel({modelPath: req.model, gpuLayers: 0, vocabOnly: !!req.vocab_only});
