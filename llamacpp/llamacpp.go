@@ -45,6 +45,14 @@ func Find(dir string) (*Tool, error) {
 	if _, err := exec.LookPath("npm"); err != nil {
 		return nil, fmt.Errorf("%w (npm is missing; node-llama-cpp is installed with it)", ErrNoNode)
 	}
+	out, err := exec.Command(node, "--version").Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s --version: %v", node, err)
+	}
+	var major int
+	if _, err := fmt.Sscanf(strings.TrimSpace(string(out)), "v%d", &major); err != nil || major < 20 {
+		return nil, fmt.Errorf("node %s: node-llama-cpp %s needs Node.js 20 or later", strings.TrimSpace(string(out)), Version)
+	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
