@@ -125,7 +125,18 @@ async function benchRun(seqs, prompts, newTokens) {
     };
 }
 
-async function bench(model, req, threads, vocab) {
+// kvCache returns the context options for the request's kv_cache_type: "F32" keeps llama.cpp's key/value cache
+// in float32, "F16" (its default) or nothing in float16.
+function kvCache(req) {
+    const kv = req.kv_cache_type;
+    if (kv == null)
+        return {};
+    if (kv !== "F32" && kv !== "F16")
+        fail(`kv_cache_type ${kv}: give F32 or F16`);
+    return {experimentalKvCacheKeyType: kv, experimentalKvCacheValueType: kv};
+}
+
+async function bench(model, req, threads, vocab, top) {
     const prompts = req.prompts ?? [];
     if (prompts.length === 0)
         fail("bench.prompts: give at least one prompt");
@@ -136,7 +147,7 @@ async function bench(model, req, threads, vocab) {
         sequences: prompts.length,
         contextSize: prompts.length * (longest + newTokens + 1),
         batchSize: Math.max(512, prompts.length * longest),
-        threads, flashAttention: false
+        threads, flashAttention: false, ...kvCache(top)
     });
     const seqs = prompts.map(() => context.getSequence());
     const out = {threads, sequences: prompts.length, runs: []};
@@ -192,13 +203,10 @@ async function main() {
     if (req.generate || req.score) {
         if (req.vocab_only)
             fail("generate and score need the model's weights: leave vocab_only out");
-        const kv = req.kv_cache_type; // "F32" keeps llama.cpp's key/value cache in float32 (default F16)
-        if (kv != null && kv !== "F32" && kv !== "F16")
-            fail(`kv_cache_type ${kv}: give F32 or F16`);
         const context = await model.createContext({
             sequences: 2, contextSize: req.context_size ?? Math.min(model.trainContextSize, 2048),
             threads, flashAttention: false,
-            ...(kv != null ? {experimentalKvCacheKeyType: kv, experimentalKvCacheValueType: kv} : {})
+            ...kvCache(req)
         });
         if (req.generate)
             result.generate = await generate(context, req.generate, vocab);
@@ -207,7 +215,7 @@ async function main() {
         await context.dispose();
     }
     if (req.bench)
-        result.bench = await bench(model, req.bench, threads, vocab);
+        result.bench = await bench(model, req.bench, threads, vocab, req);
     await model.dispose();
     await llama.dispose();
     process.stdout.write(JSON.stringify(result) + "\n");
