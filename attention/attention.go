@@ -99,6 +99,10 @@ type Mask struct {
 	// KeyPadding, if not nil, is [B, M] with a non-zero value for real keys and 0 for padding; padding keys are
 	// hidden from every query.
 	KeyPadding *graph.Node
+	// Segments, if not nil, is [B, N] integer segment ids of self-attention over packed sequences (queries and
+	// keys the same positions): a query sees only the keys of its own segment, so attention does not cross the
+	// documents packed into one row (a block-diagonal mask; with Causal, block-diagonal causal).
+	Segments *graph.Node
 	// Keep, when set, is given the tensors the backward pass keeps ("attn": the matmul operands q, k, v;
 	// "softmax": the probabilities) with their head axis, and may return them marked for cheaper storage
 	// (quant.Mesa stores them as int8).
@@ -113,6 +117,9 @@ func (m Mask) recomputed() Mask {
 	}
 	if m.Offset != nil {
 		m.Offset = engine.Recompute(m.Offset)[0]
+	}
+	if m.Segments != nil {
+		m.Segments = engine.Recompute(m.Segments)[0]
 	}
 	return m
 }
@@ -152,6 +159,19 @@ func (m Mask) additive(g *graph.Graph, dtype dtypes.DType, n, keys int) *graph.N
 			allowed = real
 		} else {
 			allowed = graph.LogicalAnd(allowed, real)
+		}
+	}
+	if m.Segments != nil {
+		seg := m.Segments
+		if seg.Rank() != 2 || seg.Shape().Dim(1) != n || n != keys {
+			panic(fmt.Sprintf("attention: segment ids must be [B, %d] with as many keys as queries, got %s for %d keys", n, seg.Shape(), keys))
+		}
+		b := seg.Shape().Dim(0)
+		same := graph.Equal(graph.Reshape(seg, b, 1, n, 1), graph.Reshape(seg, b, 1, 1, keys))
+		if allowed == nil {
+			allowed = same
+		} else {
+			allowed = graph.LogicalAnd(allowed, same)
 		}
 	}
 	if allowed == nil {

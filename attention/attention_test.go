@@ -42,14 +42,17 @@ func reference(q, k, v *graph.Node, heads, kvHeads int, mask *graph.Node) *graph
 
 // TestAttentionMatchesReference checks output and q/k/v gradients of both attention kinds, multi-head and
 // grouped-query, with causal and padding masks, with and without the backend's fused softmax, against GoMLX's own
-// ops and autodiff.
+// ops and autodiff. The segments cases are packed rows (Mask.Segments): a block-diagonal (causal) mask.
 func TestAttentionMatchesReference(t *testing.T) {
 	const b, n, dh = 2, 5, 4
 	for _, tc := range []struct {
 		name            string
 		heads, kv       int
 		causal, padding bool
-	}{{"mha", 3, 3, false, false}, {"gqa-causal", 4, 2, true, false}, {"mqa-causal-padding", 4, 1, true, true}, {"mha-padding", 2, 2, false, true}} {
+		segments        bool
+	}{{"mha", 3, 3, false, false, false}, {"gqa-causal", 4, 2, true, false, false}, {"mqa-causal-padding", 4, 1, true, true, false},
+		{"mha-padding", 2, 2, false, true, false}, {"gqa-causal-segments", 4, 2, true, false, true}, {"mqa-causal-padding-segments", 4, 1, true, true, true},
+		{"mha-segments", 2, 2, false, false, true}} {
 		for _, kf := range []struct {
 			kind   attention.Kind
 			fusion string
@@ -64,11 +67,15 @@ func TestAttentionMatchesReference(t *testing.T) {
 				r := gtest.Tensor(gtest.Rand(4, b*n*tc.heads*dh, 1), b, n, tc.heads*dh)
 				// Row 1 has 3 real keys then 2 padding keys.
 				padding := tensors.FromFlatDataAndDimensions([]int32{1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, b, n)
+				// Packed rows: documents at 0-2 and 3-4 in row 0, 0-1 and 2-4 in row 1 (each token's segment id is
+				// its document's first index).
+				segData := []int32{0, 0, 0, 3, 3, 0, 0, 2, 2, 2}
+				segments := tensors.FromFlatDataAndDimensions(segData, b, n)
 				maskData := make([]float32, b*n*n)
 				for bi := 0; bi < b; bi++ {
 					for i := 0; i < n; i++ {
 						for j := 0; j < n; j++ {
-							if (tc.causal && j > i) || (tc.padding && bi == 1 && j >= 3) {
+							if (tc.causal && j > i) || (tc.padding && bi == 1 && j >= 3) || (tc.segments && segData[bi*n+i] != segData[bi*n+j]) {
 								maskData[(bi*n+i)*n+j] = -1e9
 							}
 						}
@@ -82,17 +89,20 @@ func TestAttentionMatchesReference(t *testing.T) {
 					out := reference(p[0], p[1], p[2], tc.heads, tc.kv, p[5])
 					grads := engine.Gradient(graph.ReduceAllSum(graph.Mul(out, p[3])), p[0], p[1], p[2])
 					return append([]*graph.Node{out}, grads...)
-				}, q, k, v, r, padding, additive)
+				}, q, k, v, r, padding, additive, segments)
 				t.Setenv(graph.FusionEnv, kf.fusion)
 				got := gtest.Run(t, func(g *graph.Graph, p []*graph.Node) []*graph.Node {
 					mask := attention.Mask{Causal: tc.causal}
 					if tc.padding {
 						mask.KeyPadding = p[4]
 					}
+					if tc.segments {
+						mask.Segments = p[6]
+					}
 					out := attention.Attention(kind, p[0], p[1], p[2], tc.heads, tc.kv, mask)
 					grads := engine.Gradient(graph.ReduceAllSum(graph.Mul(out, p[3])), p[0], p[1], p[2])
 					return append([]*graph.Node{out}, grads...)
-				}, q, k, v, r, padding, additive)
+				}, q, k, v, r, padding, additive, segments)
 				for i, name := range []string{"output", "dq", "dk", "dv"} {
 					if d := gtest.MaxAbsDiff(got[i], want[i]); d > 2e-6 {
 						t.Errorf("%s: max |diff| %g", name, d)

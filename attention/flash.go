@@ -13,7 +13,7 @@ import (
 // backend's: GoMLX's fused scaled-dot-product attention op and its fused backward, which the pure-Go backend
 // does not have and XLA's CUDA plugin has (cuDNN flash attention, go-xla v0.4.13 compute/xla/flash.go (unchanged since v0.4.1):
 // float16/bfloat16 inputs, head size a multiple of 8, query heads a multiple of the kv heads, padding given as
-// per-batch sequence lengths, no materialised mask); and memfit's: Mesa int8 storage (Mask.Keep) needs q, k, v
+// per-batch sequence lengths, no materialised mask, so no packed sequences' segment ids); and memfit's: Mesa int8 storage (Mask.Keep) needs q, k, v
 // as tensors of their own, so it runs MemoryEfficient. A backend may still refuse the call when the graph is
 // built (another plugin, a version's limits): Flash then falls back as well.
 func FlashSupported(q *graph.Node, heads, kvHeads int, mask Mask) (bool, string) {
@@ -29,6 +29,8 @@ func FlashSupported(q *graph.Node, heads, kvHeads int, mask Mask) (bool, string)
 		return false, "fused attention needs query heads a multiple of the kv heads"
 	case mask.Keep != nil:
 		return false, "Mesa int8 storage of the attention inputs needs the unfused attention"
+	case mask.Segments != nil:
+		return false, "packed sequences need a block-diagonal mask, which the fused op (causal mask and sequence lengths only) cannot take"
 	}
 	return true, ""
 }

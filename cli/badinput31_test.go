@@ -63,7 +63,9 @@ func TestBadInputSweepGGUF(t *testing.T) {
 		{gguf("--model", filepath.Join(golden.SharedDir(t), "golden", "llama_c"), "--out", p("cls.gguf")), "GGUF export is for LLaMA causal LMs (LlamaForCausalLM); this model is a LlamaForSequenceClassification"},
 		{gguf("--run", p("orphan"), "--out", p("o.gguf")), "the run's base model " + p("gone") + " is not there"},
 		{gguf("--run", p("norun"), "--out", p("n.gguf")), "is not a training output folder"},
-		{gguf("--run", runDir, "--out", p("q.gguf"), "--gguf-type", "q4_k"), `--gguf-type "q4_k": use f32, f16 or q8_0`},
+		{gguf("--run", runDir, "--out", p("q.gguf"), "--gguf-type", "q4_k"), `--gguf-type "q4_k": use f32, f16, bf16 or q8_0`},
+		{gguf("--run", runDir, "--checkpoint", "99", "--out", p("q.gguf")), "--checkpoint 99: " + runDir + " has no checkpoint of step 99"},
+		{gguf("--run", runDir, "--checkpoint", "best", "--out", p("q.gguf")), "has no best checkpoint"},
 		{gguf("--run", runDir, "--out", p("x.bin")), "a GGUF export is one file: give a name ending in .gguf"},
 		{gguf("--run", runDir, "--out", p("earlier.gguf")), "already exists: pass --overwrite"},
 		{gguf("--run", runDir, "--model", model, "--out", p("y.gguf")), "give one of them"},
@@ -80,6 +82,7 @@ func TestBadInputSweepGGUF(t *testing.T) {
 		{[]string{"logits", "--model", p("cut.gguf"), "--inputs", inputs}, "is truncated"},
 		{[]string{"logits", "--model", p("missing.gguf"), "--inputs", inputs}, "no such file"},
 		{[]string{"generate", "--model", p("run", "run.yaml"), "--prompt", "Hi"}, "a model is a folder (config.json and its safetensors)"},
+		{[]string{"train", "--model", good, "--data", filepath.Join(tmp, "story.txt"), "--out", p("t")}, "is a GGUF file: training starts from a Hugging Face model folder"},
 	}
 	for _, c := range cases {
 		before := snapshot(t, tmp)
@@ -112,8 +115,8 @@ func TestBadInputSweepGGUF(t *testing.T) {
 		}
 	}
 	t.Logf("%d bad commands, each refused with one line, nothing changed", len(cases))
-	// --overwrite replaces an earlier GGUF export and its Modelfile.
-	if _, stderr, code := run(t, gguf("--run", runDir, "--out", p("earlier.gguf"), "--overwrite")...); code != 0 {
+	// --overwrite replaces an earlier GGUF export and its Modelfile; --checkpoint names a step.
+	if _, stderr, code := run(t, gguf("--run", runDir, "--checkpoint", "1", "--out", p("earlier.gguf"), "--overwrite")...); code != 0 {
 		t.Errorf("export --overwrite: exit %d: %s", code, stderr)
 	}
 }

@@ -58,27 +58,29 @@ func loadForEval(model, adapterDir, tok string) (finetune.Model, *adapter.Set, *
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	var t *tokenizer.Tokenizer
-	if tok == "" && finetune.IsGGUF(model) {
-		// A GGUF file carries its tokenizer in its metadata.
-		if t, err = llamagguf.ReadTokenizer(model); err != nil {
-			return nil, nil, nil, err
-		}
-		if t == nil {
-			return nil, nil, nil, fmt.Errorf("%s holds no tokenizer (tokenizer.ggml.model none): give --tokenizer", model)
-		}
-	} else {
-		if tok == "" {
-			tok = model
-		}
-		if t, err = tokenizer.Load(tok); err != nil {
-			return nil, nil, nil, err
-		}
+	if tok == "" {
+		tok = model
+	}
+	t, err := loadTokenizer(tok)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	if err := finetune.CheckTokenizer(t, m); err != nil {
 		return nil, nil, nil, fmt.Errorf("%s: %w", tok, err)
 	}
 	return m, set, t, nil
+}
+
+// loadTokenizer loads the tokenizer at path (tokenizer.Load), or the tokenizer in the metadata of a GGUF file.
+func loadTokenizer(path string) (*tokenizer.Tokenizer, error) {
+	if !finetune.IsGGUF(path) {
+		return tokenizer.Load(path)
+	}
+	t, err := llamagguf.ReadTokenizer(path)
+	if err == nil && t == nil {
+		err = fmt.Errorf("%s holds no tokenizer (tokenizer.ggml.model none): give --tokenizer", path)
+	}
+	return t, err
 }
 
 // resultPath is where results go: --out, or next to the adapter (or the model) as name.

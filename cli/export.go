@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -17,7 +19,7 @@ func newExportCommand(opts *Options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "export --run DIR --format peft|merged|gguf --out PATH",
 		Short: "Export a training run as a PEFT adapter, a merged Hugging Face checkpoint or a GGUF file (llama.cpp, Ollama)",
-		Long: `Reads a training output folder (run.yaml and its latest checkpoint, or --checkpoint) and writes either the PEFT
+		Long: `Reads a training output folder (run.yaml and its latest checkpoint, or --checkpoint best|last|STEP|FOLDER) and writes either the PEFT
 LoRA adapter (adapter_model.safetensors + adapter_config.json; adapters trained with MS-norm are converted to the
 original checkpoint's basis) or a merged checkpoint that transformers and memfit load unchanged: config.json and
 model.safetensors (adapters merged, norm affines restored), the tokenizer files of the run's tokenizer and the base
@@ -27,7 +29,7 @@ of that adapter (its folder may be gone). --out is refused when it would replace
 model, the run, its tokenizer), and an earlier export there needs --overwrite.
 
 --format gguf writes the merged LLaMA causal LM as one GGUF v3 file that llama.cpp, Ollama and LM Studio run
-(--out FILE.gguf; --gguf-type f32, f16 or q8_0): llama.cpp's tensor names and hyperparameters, the tokenizer
+(--out FILE.gguf; --gguf-type f32, f16, bf16 or q8_0): llama.cpp's tensor names and hyperparameters, the tokenizer
 (byte-level BPE as gpt2 with its pre-tokenizer's name, SentencePiece as llama) and the chat template, plus an
 Ollama Modelfile beside it (FILE.Modelfile). See docs/gguf.md.
 
@@ -62,7 +64,7 @@ PATH] (the PEFT adapter merged into the model).`,
 			if err != nil {
 				return err
 			}
-			ins := inputs{}.add("--run", run, runReads...).add("--checkpoint", checkpoint, checkpointReads...).
+			ins := inputs{}.add("--run", run, runReads...).add("--checkpoint", checkpointPath(run, checkpoint), checkpointReads...).
 				add("the run's base model", spec.Model, modelReads...).add("the run's tokenizer", spec.DataOptions.Tokenizer, tokenizerReads...)
 			if err := exportTarget(out, spec.Model, format, overwrite, ins); err != nil {
 				return err
@@ -75,9 +77,9 @@ PATH] (the PEFT adapter merged into the model).`,
 			if err != nil {
 				return err
 			}
-			from := run
-			if checkpoint != "" {
-				from = checkpoint
+			from, err := checkpointOf(run, checkpoint)
+			if err != nil {
+				return err
 			}
 			tr, err := finetune.Resume(from, model, backend, nil)
 			if err != nil {
@@ -96,20 +98,74 @@ PATH] (the PEFT adapter merged into the model).`,
 		},
 	}
 	cmd.Flags().StringVar(&run, "run", "", "training output folder")
-	cmd.Flags().StringVar(&checkpoint, "checkpoint", "", "a specific checkpoint folder (default: the run's latest)")
+	cmd.Flags().StringVar(&checkpoint, "checkpoint", "", "best (the lowest validation loss), last, a step number, or a checkpoint folder (default: the run's latest)")
 	cmd.Flags().StringVar(&format, "format", "peft", "peft, merged or gguf")
 	cmd.Flags().StringVar(&out, "out", "", "output folder (peft, merged) or file (gguf: FILE.gguf)")
 	cmd.Flags().BoolVar(&overwrite, "overwrite", false, "replace an earlier export in --out")
-	cmd.Flags().StringVar(&g.typ, "gguf-type", "f32", "GGUF tensor type: f32, f16 or q8_0 (norms stay f32)")
+	cmd.Flags().StringVar(&g.typ, "gguf-type", "f32", "GGUF tensor type: f32, f16, bf16 or q8_0 (norms stay f32)")
 	cmd.Flags().StringVar(&g.model, "model", "", "gguf or merged without a run: a model folder")
 	cmd.Flags().StringVar(&g.adapter, "adapter", "", "gguf or merged without a run: a PEFT adapter folder merged into --model")
 	cmd.Flags().StringVar(&g.tokenizer, "tokenizer", "", "gguf or merged without a run: the tokenizer (default: the --model folder's)")
 	return cmd
 }
 
+// checkpointPath is the folder --checkpoint names: best, last and a step number are checkpoints of the run
+// (run/best, its latest, run/checkpoint-N); anything else is a folder path ("" : none given).
+func checkpointPath(run, checkpoint string) string {
+	switch {
+	case checkpoint == finetune.BestDir:
+		return filepath.Join(run, finetune.BestDir)
+	case checkpoint == "last":
+		if dir, err := finetune.LatestCheckpoint(run); err == nil {
+			return dir
+		}
+		return ""
+	case isStep(checkpoint):
+		return filepath.Join(run, "checkpoint-"+checkpoint)
+	}
+	return checkpoint
+}
+
+func isStep(s string) bool {
+	n, err := strconv.Atoi(s)
+	return err == nil && n >= 0 && strconv.Itoa(n) == s
+}
+
+// checkpointOf returns the checkpoint folder export reads: the run's latest without --checkpoint, or the one
+// --checkpoint names (checkpointPath), with one line saying what is missing when it is not there.
+func checkpointOf(run, checkpoint string) (string, error) {
+	if checkpoint == "" || checkpoint == "last" {
+		return run, nil // finetune.Resume takes the latest checkpoint of an output folder
+	}
+	dir := checkpointPath(run, checkpoint)
+	if _, err := os.Stat(filepath.Join(dir, finetune.StateFile)); err != nil {
+		switch {
+		case checkpoint == finetune.BestDir:
+			return "", fmt.Errorf("--checkpoint best: %s has no best checkpoint (%s): only runs with a validation set (--eval-data or --eval-split) keep one", run, dir)
+		case isStep(checkpoint):
+			return "", fmt.Errorf("--checkpoint %s: %s has no checkpoint of step %s (%s): the run keeps %s", checkpoint, run, checkpoint, dir, keptCheckpoints(run))
+		}
+		return "", fmt.Errorf("--checkpoint %s is not a checkpoint folder (no %s): give best, last, a step number or a checkpoint folder", checkpoint, finetune.StateFile)
+	}
+	return dir, nil
+}
+
+// keptCheckpoints lists the checkpoint folders of a run ("none" when it has none).
+func keptCheckpoints(run string) string {
+	matches, _ := filepath.Glob(filepath.Join(run, "checkpoint-*"))
+	var names []string
+	for _, m := range matches {
+		names = append(names, filepath.Base(m))
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
+}
+
 // The files export reads in a run folder and in a checkpoint folder.
 var (
-	runReads        = []string{finetune.RunFile, finetune.LatestFile, "checkpoint-*/*", "checkpoint-*/" + finetune.InitAdapterDir + "/*"}
+	runReads        = []string{finetune.RunFile, finetune.LatestFile, "checkpoint-*/*", "checkpoint-*/" + finetune.InitAdapterDir + "/*", finetune.BestDir + "/*", finetune.BestDir + "/" + finetune.InitAdapterDir + "/*"}
 	checkpointReads = []string{"*", finetune.InitAdapterDir + "/*"}
 )
 

@@ -18,16 +18,16 @@ import (
 	"github.com/memfit/memfit/tokenizer"
 )
 
-// ggufExport is `export --format gguf`: from a run (run, checkpoint) or a model folder (model, adapter,
-// tokenizer).
+// ggufExport holds export's flags for `--format gguf` (from a run: run, checkpoint; or from a model folder:
+// model, adapter, tokenizer) and for `--format merged` from a model folder.
 type ggufExport struct {
 	run, checkpoint, model, adapter, tokenizer, out, typ string
 	overwrite                                            bool
 }
 
-// ModelfileOf returns the path of the Ollama Modelfile written beside the GGUF file out: FILE.gguf ->
+// modelfileOf returns the path of the Ollama Modelfile written beside the GGUF file out: FILE.gguf ->
 // FILE.Modelfile.
-func ModelfileOf(out string) string {
+func modelfileOf(out string) string {
 	return strings.TrimSuffix(out, filepath.Ext(out)) + ".Modelfile"
 }
 
@@ -48,7 +48,7 @@ func (g ggufExport) export(cmd *cobra.Command, opts *Options) error {
 	}
 	typ, err := gguf.ParseTensorType(g.typ)
 	if err != nil {
-		return usagef("--gguf-type %q: use f32, f16 or q8_0", g.typ)
+		return usagef("--gguf-type %q: use f32, f16, bf16 or q8_0", g.typ)
 	}
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	var (
@@ -62,7 +62,7 @@ func (g ggufExport) export(cmd *cobra.Command, opts *Options) error {
 		if err != nil {
 			return err
 		}
-		ins := inputs{}.add("--run", g.run, runReads...).add("--checkpoint", g.checkpoint, checkpointReads...).
+		ins := inputs{}.add("--run", g.run, runReads...).add("--checkpoint", checkpointPath(g.run, g.checkpoint), checkpointReads...).
 			add("the run's base model", spec.Model, modelReads...).add("the run's tokenizer", spec.DataOptions.Tokenizer, tokenizerReads...)
 		if err := g.checkOut(ins); err != nil {
 			return err
@@ -84,9 +84,9 @@ func (g ggufExport) export(cmd *cobra.Command, opts *Options) error {
 		if err != nil {
 			return err
 		}
-		from := g.run
-		if g.checkpoint != "" {
-			from = g.checkpoint
+		from, err := checkpointOf(g.run, g.checkpoint)
+		if err != nil {
+			return err
 		}
 		tr, err := finetune.Resume(from, model, backend, nil)
 		if err != nil {
@@ -105,7 +105,7 @@ func (g ggufExport) export(cmd *cobra.Command, opts *Options) error {
 		if llamagguf.IsGGUF(g.model) {
 			return usagef("--model %s is a GGUF file already: export reads a Hugging Face model folder", g.model)
 		}
-		ins := inputs{}.add("--model", g.model, modelReads...).add("--adapter", g.adapter, "adapter_config.json", "adapter_model.safetensors").
+		ins := inputs{}.add("--model", g.model, modelReads...).add("--adapter", g.adapter, adapterReads...).
 			add("--tokenizer", g.tokenizer, tokenizerReads...)
 		if err := g.checkOut(ins); err != nil {
 			return err
@@ -163,8 +163,8 @@ func (g ggufExport) export(cmd *cobra.Command, opts *Options) error {
 		}
 	}
 	name := strings.TrimSuffix(filepath.Base(g.out), filepath.Ext(g.out))
-	fmt.Fprintf(stderr, "export: writing %s (%s)\n", g.out, typ)
-	if err := finetune.ExportGGUF(g.out, model, params, tok, llamagguf.Options{Type: typ, Name: name}); err != nil {
+	progress := countProgress(stderr, "export: writing "+g.out+" ("+typ.String()+"), tensors")
+	if err := finetune.ExportGGUF(g.out, model, params, tok, llamagguf.Options{Type: typ, Name: name, Progress: progress}); err != nil {
 		return err
 	}
 	var stops []string
@@ -174,7 +174,7 @@ func (g ggufExport) export(cmd *cobra.Command, opts *Options) error {
 			stops = append(stops, s)
 		}
 	}
-	mf := ModelfileOf(g.out)
+	mf := modelfileOf(g.out)
 	text, _ := ollama.Modelfile(filepath.Base(g.out), filepath.Base(mf), format, stops, why)
 	if err := writeFileAtomic(mf, []byte(text)); err != nil {
 		return err
@@ -206,7 +206,7 @@ func (g ggufExport) exportMerged(cmd *cobra.Command) error {
 	case g.out == "":
 		return usagef("--out is required")
 	}
-	ins := inputs{}.add("--model", g.model, modelReads...).add("--adapter", g.adapter, "adapter_config.json", "adapter_model.safetensors").
+	ins := inputs{}.add("--model", g.model, modelReads...).add("--adapter", g.adapter, adapterReads...).
 		add("--tokenizer", g.tokenizer, tokenizerReads...)
 	if err := exportTarget(g.out, g.model, "merged", g.overwrite, ins); err != nil {
 		return err
@@ -235,7 +235,7 @@ func (g ggufExport) checkOut(ins inputs) error {
 	if err := outputFile("--out", g.out, ins, g.overwrite, true); err != nil {
 		return err
 	}
-	return outputFile("--out's Modelfile", ModelfileOf(g.out), ins, g.overwrite, true)
+	return outputFile("--out's Modelfile", modelfileOf(g.out), ins, g.overwrite, true)
 }
 
 // exportTokenizer loads the tokenizer at path; a model folder without tokenizer files gives nil (the GGUF then
@@ -254,5 +254,5 @@ func exportTokenizer(path string, given bool) (*tokenizer.Tokenizer, error) {
 			return nil, nil
 		}
 	}
-	return tokenizer.Load(path)
+	return loadTokenizer(path)
 }

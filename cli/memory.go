@@ -19,7 +19,7 @@ import (
 func newMemoryCommand(opts *Options) *cobra.Command {
 	var model, configFile, variantList, budget string
 	var seqLen, numLabels, maxBatch, maxSeq int
-	var asJSON, compileTime, autoplan bool
+	var asJSON, compileTime, autoplan, packing bool
 	var budgetMargin float64
 	var budgetBatch bool
 	flagCfg := finetune.Defaults()
@@ -90,7 +90,16 @@ variant's step programs (the gradient computation alone, and the device-resident
 				return err
 			}
 			defer backend.Finalize()
-			in := finetune.Shape{Batch: cfg.BatchSize, Seq: seqLen}
+			in := finetune.Shape{Batch: cfg.BatchSize, Seq: seqLen, Packed: packing}
+			if packing {
+				m, _, err := plan.ShapeModel(model, cfg, numLabels)
+				if err != nil {
+					return err
+				}
+				if m.Task() != "CAUSAL_LM" {
+					return usagef("--packing plans packed sequences of a LLaMA causal LM (train --packing); %s is not one", model)
+				}
+			}
 			if autoplan {
 				m, _, err := plan.ShapeModel(model, cfg, numLabels)
 				if err != nil {
@@ -195,6 +204,7 @@ variant's step programs (the gradient computation alone, and the device-resident
 	f.StringVar(&configFile, "config", "", "YAML training config (keys as train's flags, snake_case); its settings that do not shape the step are ignored")
 	f.IntVar(&seqLen, "seq-len", 256, "tokens per sequence (LLaMA)")
 	f.IntVar(&numLabels, "num-labels", 0, "classes of a preset's classification head (0: ViTModel / causal LM)")
+	f.BoolVar(&packing, "packing", false, "plan packed sequences as train --packing trains them: position_ids and a per-row attention mask (LLaMA causal LM)")
 	f.StringVar(&variantList, "variants", "plain,approx-act,ms-norm,approx-act+ms-norm,grad-ckpt,mesa",
 		"variants to compare, plain first (also: approx-act+ms-norm+mesa-softmax)")
 	f.BoolVar(&asJSON, "json", false, `print one JSON object {"variants": [...]} instead of the table`)
@@ -238,6 +248,9 @@ func writeMemoryTable(out io.Writer, rep *plan.Report) error {
 	shape := fmt.Sprintf("batch %d", rep.Shape.Batch)
 	if rep.Shape.Seq > 0 {
 		shape += fmt.Sprintf(", sequence %d", rep.Shape.Seq)
+	}
+	if rep.Shape.Packed {
+		shape += " (packed)"
 	}
 	fmt.Fprintf(out, "%s (%s), method %s, %s, %s attention, %s, backend %s\n\n", rep.Model, rep.ModelType,
 		rep.Method, rep.ComputeDType, rep.Attention, shape, rep.Backend)

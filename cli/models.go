@@ -128,7 +128,7 @@ func newLogitsCommand(opts *Options) *cobra.Command {
 		Long: `Loads a Hugging Face model folder (ViT or LLaMA) and prints its logits as JSON nested lists. The inputs file
 holds input_ids (and optionally attention_mask) for LLaMA or pixel_values (NCHW) for ViT, as nested lists, either
 at the top level or under "inputs" (the layout of the golden files). --adapter applies a PEFT LoRA adapter (and
-its modules_to_save) to the model. --model also takes a LLaMA GGUF file (f32, f16 or q8_0 tensors, dequantised to
+its modules_to_save) to the model. --model also takes a LLaMA GGUF file (f32, f16, bf16 or q8_0 tensors, dequantised to
 float32).`,
 		Example: `  finetune logits --model ../shared/data/golden/llama_a --inputs ../shared/data/golden/llama_a/golden.json`,
 		Args:    cobra.NoArgs,

@@ -8,7 +8,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/memfit/memfit/data"
-	"github.com/memfit/memfit/tokenizer"
 )
 
 func newTokenizeCommand() *cobra.Command {
@@ -18,7 +17,7 @@ func newTokenizeCommand() *cobra.Command {
 		Use:   "tokenize --tokenizer PATH [--no-special] [--decode] [TEXT...]",
 		Short: "Encode texts to token ids (or decode ids) with a Hugging Face tokenizer",
 		Long: `Reads a tokenizer.json (with tokenizer_config.json beside it), a SentencePiece tokenizer.model, or a folder
-holding one, and prints one JSON object per text: {"text": ..., "ids": [...]}. Special tokens are added as the
+holding one, or the tokenizer of a GGUF file, and prints one JSON object per text: {"text": ..., "ids": [...]}. Special tokens are added as the
 tokenizer's post-processor says unless --no-special. With --decode each argument is a list of ids (separated by
 spaces or commas) and the output is {"ids": [...], "text": ...}. Without arguments, each line of standard input is
 one text.`,
@@ -29,7 +28,7 @@ one text.`,
 			if path == "" {
 				return usagef("--tokenizer is required")
 			}
-			tok, err := tokenizer.Load(path)
+			tok, err := loadTokenizer(path)
 			if err != nil {
 				return err
 			}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/generate"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/plan"
 )
@@ -29,7 +31,7 @@ type usageError struct{ error }
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
 func newTrainCommand(opts *Options) *cobra.Command {
-	var model, data, out, configFile string
+	var model, data, out, configFile, evalData, evalDataSplit string
 	var dataOpts finetune.DataOptions
 	var resume, overwrite, dryRun bool
 	var budget string
@@ -45,6 +47,8 @@ func newTrainCommand(opts *Options) *cobra.Command {
   image-tar    a .tar/.tar.gz of such a tree (--split picks a subfolder such as train)
   idx          "images.idx[.gz],labels.idx[.gz]" (MNIST, Fashion-MNIST)
   alpaca       Alpaca JSONL (.jsonl): prompt tokens masked from the loss (LLaMA causal LM)
+  messages     conversation JSONL (.jsonl whose rows are {"messages": [{"role", "content"}, ...]}, or ShareGPT's
+               "conversations"): the chat template (--chat-template), loss on the assistant turns only
   text         plain text (.txt) packed into --seq-len blocks (LLaMA causal LM)
   glue         a GLUE data root with --task cola|sst2|mrpc|stsb|rte, or one task's folder (LLaMA sequence
                classification)
@@ -55,6 +59,13 @@ metrics.jsonl (one line per logging step), checkpoints (checkpoint-N, "latest") 
 adapter in adapter/. --resume continues the run in --out
 from its latest checkpoint exactly (weights, optimizer, schedule, step, RNG and data position).
 
+Validation: --eval-data PATH (any format above) or --eval-split FRACTION (a seeded hold-out of the training data,
+never trained on) is evaluated whole every --eval-every N steps and at the end: loss and perplexity for a language
+model, loss and accuracy for a classifier, as "eval" lines in metrics.jsonl and on the progress output. The
+checkpoint of the lowest validation loss is kept in best/ (never pruned); --early-stopping-patience K stops after
+K evaluations in a row without a lower validation loss. Every in-memory dataset is checked against the model
+(token ids, labels, masks, lengths) before anything is printed; a bad example is named by its index.
+
 On --backend xla:cuda (a GPU) the defaults are what GPU fine-tuning runs: --compute-dtype bfloat16 (float32 master
 weights and optimizer state) and --attention flash (cuDNN's fused flash attention with its fused backward); a
 value given as a flag or in --config wins. Each optimizer step runs on the device without copying weights or
@@ -64,6 +75,7 @@ gradients to the host; the loss is read back every --log-every steps.`,
     --out runs/vit --method lora --lora-targets q,v --train-modules classifier --approx-act --ms-norm --steps 200
   finetune train --model runs/llama-sst2-init --data ../shared/data/glue/SST-2 --data-format glue \
     --out runs/sst2 --method full --steps 300 --seq-len 64
+  finetune train --model pretrained/llama-tiny --data chats.jsonl --seq-len 512 --packing --out runs/chat --steps 200
   finetune train --out runs/vit --resume --steps 400`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -89,12 +101,18 @@ gradients to the host; the loss is read back every --log-every steps.`,
 						changed++
 					}
 				})
-				if changed > 0 || model != "" || data != "" || configFile != "" || dataOpts != (finetune.DataOptions{}) {
+				if changed > 0 || model != "" || data != "" || configFile != "" || evalData != "" || dataOpts != (finetune.DataOptions{}) {
 					return usagef("--resume continues the saved run: only --steps may change")
 				}
 			} else {
 				if model == "" || data == "" {
 					return usagef("--model and --data are required (or --resume)")
+				}
+				if finetune.IsGGUF(model) {
+					return usagef("--model %s is a GGUF file: training starts from a Hugging Face model folder (GGUF files are for generate, logits and eval)", model)
+				}
+				if t := dataOpts.ChatTemplate; t != "" && !slices.Contains(generate.Templates, t) {
+					return usagef("--chat-template %q: use one of %s", t, strings.Join(generate.Templates, ", "))
 				}
 				if finetune.DataFormat(data, dataOpts) == finetune.FormatGLUE {
 					var err error
@@ -109,15 +127,27 @@ gradients to the host; the loss is read back every --log-every steps.`,
 				if cfg.InitAdapter != "" {
 					cfg.InitAdapter = abs(cfg.InitAdapter)
 				}
-				spec = finetune.RunSpec{Model: model, Data: data, DataOptions: dataOpts, Config: cfg}.AbsPaths()
+				if evalData != "" && finetune.DataFormat(evalData, dataOpts) == finetune.FormatGLUE {
+					var task string
+					if evalData, task, err = glueData(evalData, dataOpts.Task); err != nil {
+						return err
+					}
+					if task != dataOpts.Task {
+						return usagef("--eval-data %s is GLUE task %s but --data is %s: validate on the task you train", evalData, task, dataOpts.Task)
+					}
+				}
+				spec = finetune.RunSpec{Model: model, Data: data, DataOptions: dataOpts, EvalData: evalData, EvalDataSplit: evalDataSplit, Config: cfg}.AbsPaths()
 			}
 			if err := spec.Config.Validate(); err != nil {
+				return usageError{err}
+			}
+			if err := spec.CheckValidation(); err != nil {
 				return usageError{err}
 			}
 			if !resume {
 				ins := inputs{}.add("--model", spec.Model, modelReads...).add("--tokenizer", spec.DataOptions.Tokenizer, tokenizerReads...).
 					add("--config", configFile).add("--init-adapter", spec.Config.InitAdapter, adapterReads...)
-				for _, d := range strings.Split(spec.Data, ",") { // an IDX pair is two paths
+				for _, d := range append(strings.Split(spec.Data, ","), evalPaths(spec.EvalData)...) { // an IDX pair is two paths
 					ins = ins.add("--data", d)
 					if st, err := os.Stat(d); err == nil && st.IsDir() && under(realPath(out), realPath(d)) {
 						return usagef("--out %s lies in --data %s: the run's files would become part of the data (an image folder would take checkpoint-1 for a class); choose a folder outside it", out, d)
@@ -166,12 +196,16 @@ gradients to the host; the loss is read back every --log-every steps.`,
 	f.BoolVar(&budgetBatch, "budget-batch", false, "with --budget: also choose the micro-batch (a divisor of --batch-size x --accum-steps, with accumulation keeping that effective batch) that runs fastest")
 	f.BoolVar(&dryRun, "dry-run", false, "print the resolved run (run.yaml: flags over --config over defaults) and exit without loading anything")
 	f.BoolVar(&overwrite, "overwrite", false, "start a new run in an --out that holds one, deleting its checkpoints, metrics and adapter")
-	f.StringVar(&dataOpts.Format, "data-format", "", "safetensors, images, image-tar, idx, alpaca, text or glue (default: from the path)")
+	f.StringVar(&dataOpts.Format, "data-format", "", "safetensors, images, image-tar, idx, alpaca, messages, text or glue (default: from the path)")
 	f.StringVar(&dataOpts.Split, "split", "", "subfolder of an image folder or tar (e.g. train), or GLUE split (train, dev)")
 	f.StringVar(&dataOpts.Task, "task", "", "GLUE task: cola, sst2, mrpc, stsb, rte (with --data-format glue)")
 	f.StringVar(&dataOpts.Tokenizer, "tokenizer", "", "tokenizer of text data (default: the model folder)")
 	f.IntVar(&dataOpts.SeqLen, "seq-len", 0, "tokens per text example (default 256)")
 	f.BoolVar(&dataOpts.Augment, "augment", false, "random crop and horizontal flip of training images")
+	f.StringVar(&evalData, "eval-data", "", "validation set, read as --data is (any format train takes): evaluated every --eval-every steps and at the end")
+	f.StringVar(&evalDataSplit, "eval-data-split", "", "the split of --eval-data (image folder/tar subfolder, GLUE split; default: --split)")
+	f.StringVar(&dataOpts.ChatTemplate, "chat-template", "", "template of messages data: auto (the tokenizer's, else alpaca), llama3, chatml or alpaca")
+	f.BoolVar(&dataOpts.Packing, "packing", false, "pack several alpaca/messages examples into each --seq-len sequence (positions restart and attention stays within each example)")
 	bindSettings(f, &flagCfg, true)
 	checksOwnRange(f, "seq-len") // the loader names the model's positions
 	alias(f, "warmup-steps", "warmup")
@@ -180,7 +214,15 @@ gradients to the host; the loss is read back every --log-every steps.`,
 }
 
 // trainWrites are the files and folders train writes in its output folder.
-var trainWrites = []string{finetune.RunFile, finetune.MetricsFile, finetune.LatestFile, "checkpoint-*/", "adapter/", finetune.LockFile}
+var trainWrites = []string{finetune.RunFile, finetune.MetricsFile, finetune.LatestFile, "checkpoint-*/", finetune.BestDir + "/", "adapter/", finetune.LockFile}
+
+// evalPaths are the paths of a validation set (none for ""; an IDX pair is two).
+func evalPaths(evalData string) []string {
+	if evalData == "" {
+		return nil
+	}
+	return strings.Split(evalData, ",")
+}
 
 func abs(p string) string {
 	if a, err := filepath.Abs(p); err == nil {
@@ -232,6 +274,7 @@ func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out s
 			},
 			Hooks: finetune.Hooks{
 				OnStep: func(s finetune.StepStats) { progress(s) },
+				OnEval: func(e finetune.EvalStats) { fmt.Fprintf(stderr, "%s\n", describeEval(e, stderr)) },
 				OnSkip: func(step, n int) {
 					if skipped = n; n <= 3 {
 						fmt.Fprintf(stderr, "\nwarning: a batch drawn for step %d has no target token (every label is -100): skipped%s\n",
@@ -266,6 +309,14 @@ func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out s
 		return usageError{request.Err}
 	case err != nil:
 		return err
+	}
+	if st := res.Trainer.EvalState; st.Stopped {
+		fmt.Fprintf(cmd.OutOrStdout(), "early stopping at step %d: the validation loss has not gone below %.4f (step %d) for %d evaluations\n",
+			res.Trainer.Step, st.BestLoss, st.BestStep, st.BadEvals)
+	}
+	if st := res.Trainer.EvalState; st.BestStep > 0 {
+		fmt.Fprintf(cmd.OutOrStdout(), "best checkpoint (validation loss %.4f at step %d) in %s: finetune export --run %s --checkpoint best\n",
+			st.BestLoss, st.BestStep, filepath.Join(out, finetune.BestDir), out)
 	}
 	if res.AdapterDir != "" {
 		fmt.Fprintf(cmd.OutOrStdout(), "adapter written to %s\n", res.AdapterDir)
@@ -315,6 +366,31 @@ func describe(s finetune.StepStats) string {
 		parts = append(parts, fmt.Sprintf("compile %.2fs", s.CompileSeconds))
 	}
 	return strings.Join(parts, " ")
+}
+
+// describeEval is the progress line of an evaluation: its loss and perplexity (language models) or accuracy
+// (classifiers), and the best so far. On a terminal it starts on a fresh line (the progress bar's is in use).
+func describeEval(e finetune.EvalStats, w io.Writer) string {
+	line := fmt.Sprintf("eval step %d: loss %.4f", e.Step, e.Loss)
+	if e.Perplexity > 0 {
+		line += fmt.Sprintf(" ppl %.3f", e.Perplexity)
+	}
+	if e.Accuracy != nil {
+		line += fmt.Sprintf(" acc %.4f", *e.Accuracy)
+	}
+	line += fmt.Sprintf(" (%d examples, %.1fs)", e.Examples, e.Seconds)
+	if e.Best {
+		line += ", best so far"
+	} else {
+		line += fmt.Sprintf(", best %.4f at step %d, %d evaluation(s) without improvement", e.BestLoss, e.BestStep, e.BadEvals)
+	}
+	if e.EarlyStop {
+		line += ": early stopping"
+	}
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		line = "\n" + line
+	}
+	return line
 }
 
 // notifyCancel calls cancel on the first SIGINT or SIGTERM and returns a function that tells which signal it was

@@ -17,7 +17,8 @@ type Instruction struct {
 
 // ReadInstructions reads Alpaca-format JSONL (one object per line with instruction, input and output; rows with
 // a "status" field other than "ok" are skipped, as alpaca-libre marks rejected rows). A malformed line, two JSON
-// values on one line or a line longer than MaxLineBytes is an error naming the file and line.
+// values on one line, a conversation row (one kind per file: see JSONLKind) or a line longer than MaxLineBytes is
+// an error naming the file and line.
 func ReadInstructions(path string) ([]Instruction, error) {
 	var out []Instruction
 	err := EachFileLine(path, func(line int, text string) error {
@@ -29,6 +30,9 @@ func ReadInstructions(path string) ([]Instruction, error) {
 			Input       string  `json:"input"`
 			Output      *string `json:"output"`
 			Status      *string `json:"status"`
+			// A conversation's keys: a row of the other kind (one kind per file).
+			Messages      json.RawMessage `json:"messages"`
+			Conversations json.RawMessage `json:"conversations"`
 		}
 		dec := json.NewDecoder(strings.NewReader(text))
 		if err := dec.Decode(&row); err != nil {
@@ -36,6 +40,9 @@ func ReadInstructions(path string) ([]Instruction, error) {
 		}
 		if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 			return fmt.Errorf("%s:%d: trailing data after the JSON object (one JSON object per line)", path, line)
+		}
+		if row.Messages != nil || row.Conversations != nil {
+			return mixedKind(path, line, KindMessages, KindAlpaca)
 		}
 		if row.Status != nil && *row.Status != "ok" {
 			return nil

@@ -73,6 +73,15 @@ type Config struct {
 	// times its lowest so far and 3 times its first (0: never).
 	DivergenceFactor float64 `json:"divergence_factor" yaml:"divergence_factor"`
 
+	// Validation while training (see evaluate.go): EvalEvery evaluates the validation set every this many steps
+	// and at the last one (0: at the last step only, when there is a validation set); EvalSplit holds out this
+	// fraction of the training data, never trained on, as the validation set (0: none; RunSpec.EvalData gives a
+	// separate one); EarlyStoppingPatience stops the run after this many evaluations in a row without a lower
+	// validation loss (0: never).
+	EvalEvery             int     `json:"eval_every,omitempty" yaml:"eval_every,omitempty"`
+	EvalSplit             float64 `json:"eval_split,omitempty" yaml:"eval_split,omitempty"`
+	EarlyStoppingPatience int     `json:"early_stopping_patience,omitempty" yaml:"early_stopping_patience,omitempty"`
+
 	// Model options, applied when the model is loaded (they must match on resume).
 	ApproxAct bool   `json:"approx_act" yaml:"approx_act"`
 	MSNorm    bool   `json:"ms_norm" yaml:"ms_norm"`
@@ -163,6 +172,12 @@ func (c Config) Validate() error {
 				break
 			}
 		}
+	}
+	if c.EvalSplit >= 0.5 {
+		bad("eval_split is the fraction of the training data held out for validation: it must be below 0.5, got %g", c.EvalSplit)
+	}
+	if c.EarlyStoppingPatience > 0 && c.EvalEvery == 0 {
+		bad("early_stopping_patience needs evaluations during the run: give eval_every too")
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("invalid training config: %s", strings.Join(errs, "; "))

@@ -14,13 +14,15 @@ const (
 	FormatImageTar    = "image-tar"   // tar (or .tar.gz) of such a tree; DataOptions.Split picks a subfolder
 	FormatIDX         = "idx"         // "images.idx[.gz],labels.idx[.gz]" (MNIST, Fashion-MNIST)
 	FormatAlpaca      = "alpaca"      // JSONL instructions, prompt tokens masked in the loss
+	FormatMessages    = "messages"    // JSONL conversations with the chat template, assistant turns learned
 	FormatText        = "text"        // plain text for causal LM, packed into SeqLen blocks
 	FormatGLUE        = "glue"        // GLUE task folder root (../shared/data/glue layout); DataOptions.Task
 )
 
 // DataOptions say how to read a run's data (RunSpec.Data).
 type DataOptions struct {
-	// Format is one of the Format constants; empty picks it from the path: .safetensors, .jsonl (alpaca), .txt
+	// Format is one of the Format constants; empty picks it from the path: .safetensors, .jsonl (alpaca; the
+	// loader reads a file whose first row is a conversation as messages: data.JSONLKind), .txt
 	// (text), .tar/.tar.gz/.tgz (image-tar), a comma-separated pair (idx), a folder (images).
 	Format string `json:"format,omitempty"`
 	// Split is the subfolder of an image folder or tar (e.g. "train") or the GLUE split (train, dev; default train).
@@ -33,6 +35,12 @@ type DataOptions struct {
 	SeqLen int `json:"seq_len,omitempty"`
 	// Augment turns on random crops (padding of 1/8 of the image side) and horizontal flips for images.
 	Augment bool `json:"augment,omitempty"`
+	// ChatTemplate renders conversations (FormatMessages): auto (""), llama3, chatml or alpaca, as generate's
+	// --template; auto is the tokenizer's chat template when memfit renders it, else Alpaca.
+	ChatTemplate string `json:"chat_template,omitempty"`
+	// Packing fills each sequence with several instruction or conversation examples (Alpaca, messages),
+	// document-aware: positions restart at each example and attention does not cross examples (position_ids).
+	Packing bool `json:"packing,omitempty"`
 }
 
 // DataFormat returns the format that opts (or the path) selects.
@@ -83,6 +91,12 @@ func OpenData(path string, opts DataOptions, model Model, modelDir string, batch
 	if err := checkDataPath(path, format, opts); err != nil {
 		return nil, err
 	}
+	if opts.Packing && format != FormatAlpaca && format != FormatMessages {
+		return nil, fmt.Errorf("--packing packs instruction and conversation examples (alpaca, messages data), not %s data: leave it out", format)
+	}
+	if opts.ChatTemplate != "" && format != FormatAlpaca && format != FormatMessages {
+		return nil, fmt.Errorf("--chat-template renders conversations (messages data), not %s data: leave it out", format)
+	}
 	if format == FormatSafetensors {
 		ex, err := LoadExamples(path, model)
 		if err != nil {
@@ -96,8 +110,8 @@ func OpenData(path string, opts DataOptions, model Model, modelDir string, batch
 		}
 		return fam.OpenData(DataSource{Path: path, Format: format, Options: opts, Model: model, ModelDir: modelDir, BatchSize: batchSize, Seed: seed})
 	}
-	return nil, fmt.Errorf("unknown data format %q (%s, %s, %s, %s, %s, %s, %s)", format, FormatSafetensors, FormatImages,
-		FormatImageTar, FormatIDX, FormatAlpaca, FormatText, FormatGLUE)
+	return nil, fmt.Errorf("unknown data format %q (%s, %s, %s, %s, %s, %s, %s, %s)", format, FormatSafetensors, FormatImages,
+		FormatImageTar, FormatIDX, FormatAlpaca, FormatMessages, FormatText, FormatGLUE)
 }
 
 // absData makes the data path absolute (both parts of an IDX pair).

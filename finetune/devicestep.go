@@ -419,7 +419,7 @@ func (t *Trainer) deviceStep(batches []Batch, stats *StepStats) error {
 		if err != nil {
 			return err
 		}
-		stats.Examples += b.Size()
+		stats.Examples += examples(b)
 		stats.Tokens += tokens(b)
 		stats.SavedActivationBytes = max(stats.SavedActivationBytes, sp.saved.Total)
 		if sp.peak != nil {

@@ -66,6 +66,8 @@ func llamaFamily() Family {
 			}
 			if m.(Llama).Config.Architecture == llama.ArchClassification {
 				out["labels"] = shapes.Make(dtypes.Int32, in.Batch)
+			} else if in.Packed {
+				out["position_ids"] = shapes.Make(dtypes.Int32, in.Batch, in.Seq)
 			}
 			return out, nil
 		},
@@ -77,11 +79,27 @@ func llamaFamily() Family {
 			for i := range ids {
 				ids[i], mask[i] = int32(r.IntN(m.(Llama).Config.VocabSize)), 1
 			}
-			return Batch{"input_ids": tensors.FromFlatDataAndDimensions(ids, in.Batch, in.Seq),
+			b := Batch{"input_ids": tensors.FromFlatDataAndDimensions(ids, in.Batch, in.Seq),
 				"attention_mask": tensors.FromFlatDataAndDimensions(mask, in.Batch, in.Seq),
 				"labels":         tensors.FromFlatDataAndDimensions(append([]int32(nil), ids...), in.Batch, in.Seq)}
+			if in.Packed && m.(Llama).Config.Architecture != llama.ArchClassification {
+				// Documents of random lengths from 1 to the sequence, positions restarting at each.
+				pos := make([]int32, n)
+				for row := 0; row < in.Batch; row++ {
+					p, doc := 0, 1+r.IntN(in.Seq)
+					for t := 0; t < in.Seq; t++ {
+						if p == doc {
+							p, doc = 0, 1+r.IntN(in.Seq)
+						}
+						pos[row*in.Seq+t] = int32(p)
+						p++
+					}
+				}
+				b["position_ids"] = tensors.FromFlatDataAndDimensions(pos, in.Batch, in.Seq)
+			}
+			return b
 		},
-		Formats:        []string{FormatAlpaca, FormatText, FormatGLUE},
+		Formats:        []string{FormatAlpaca, FormatMessages, FormatText, FormatGLUE},
 		OpenData:       openText,
 		WrongModel:     func(string) error { return fmt.Errorf("text data needs a LLaMA model") },
 		CheckTokenizer: checkLlamaTokenizer,
@@ -106,7 +124,7 @@ func llamaOptions(opts ModelOptions) llama.Options {
 	return llama.Options{ApproxActivation: opts.ApproxAct, MSNorm: opts.MSNorm, GradCheckpoint: opts.GradCkpt, Attention: opts.Attention}
 }
 
-// openText opens text data (FormatAlpaca, FormatText, FormatGLUE) for the LLaMA m (TextExamples), its notes in
+// openText opens text data (FormatAlpaca, FormatMessages, FormatText, FormatGLUE) for the LLaMA m (TextExamples), its notes in
 // the loader's Notes.
 func openText(src DataSource) (Iterator, error) {
 	ex, notes, err := textExamples(src.Path, src.Options, src.Model, src.ModelDir)
@@ -136,8 +154,10 @@ func (m Llama) LinearLayers() []models.LinearLayer { return llama.LinearLayers(m
 func (m Llama) BatchInputs() []string { return []string{"attention_mask", "input_ids", "labels"} }
 
 // Logits returns the logits: [B, T, vocab] for the causal LM, [B, labels] for the classifier.
+// A batch of packed sequences also has position_ids [B, T] (data.PackExamples): the model then restarts
+// positions and keeps attention within each packed example (llama.Model.ForwardPacked).
 func (m Llama) Logits(b models.Bound, batch map[string]*graph.Node) *graph.Node {
-	return m.Forward(b, batch["input_ids"], batch["attention_mask"]).Logits
+	return m.ForwardPacked(b, batch["input_ids"], batch["attention_mask"], batch["position_ids"]).Logits
 }
 
 // Folds lists the model's MS-RMSNorm folds.
@@ -213,6 +233,19 @@ func (m Llama) CheckBatch(b Batch) error {
 	if mask, ok := b["attention_mask"]; ok {
 		if err := checkRange(mask, "attention_mask", 0, 2, false, "a mask holds 0 (padding) or 1"); err != nil {
 			return err
+		}
+	}
+	if pos, ok := b["position_ids"]; ok {
+		if c.Architecture == llama.ArchClassification {
+			return fmt.Errorf("position_ids: packed sequences are for the causal LM, the model is a sequence classifier")
+		}
+		if ids, ok := b["input_ids"]; ok && fmt.Sprint(pos.Shape().Dimensions) != fmt.Sprint(ids.Shape().Dimensions) {
+			return fmt.Errorf("position_ids has shape %v, input_ids %v: they go together", pos.Shape().Dimensions, ids.Shape().Dimensions)
+		}
+		if pos.Rank() == 2 {
+			if err := checkRange(pos, "position_ids", 0, pos.Shape().Dim(1), false, "a packed example's positions count from 0 within the sequence"); err != nil {
+				return err
+			}
 		}
 	}
 	if l, ok := b["labels"]; ok {
@@ -309,6 +342,19 @@ func textExamplesNoted(path string, opts DataOptions, model Model, modelDir stri
 	}
 	classifier := m.Config.Architecture == llama.ArchClassification
 	format := DataFormat(path, opts)
+	if format == FormatAlpaca && opts.Format == "" {
+		// .jsonl: Alpaca rows or conversations, as the file's first row says.
+		kind, err := data.JSONLKind(path)
+		if err != nil {
+			return nil, err
+		}
+		if kind == data.KindMessages {
+			format = FormatMessages
+		}
+	}
+	if opts.ChatTemplate != "" && format != FormatMessages {
+		return nil, fmt.Errorf("--chat-template renders conversations (messages data); %s is %s data: leave it out", path, format)
+	}
 	if classifier != (format == FormatGLUE) {
 		return nil, fmt.Errorf("%s data needs a %s model, the model is %s", format,
 			map[bool]string{true: "sequence-classification", false: "causal-LM"}[format == FormatGLUE], m.Config.Architecture)
@@ -321,30 +367,19 @@ func textExamplesNoted(path string, opts DataOptions, model Model, modelDir stri
 			return nil, err
 		}
 		var ids, labels [][]int
-		cut, empty := 0, 0
 		for _, r := range rows {
 			id, label := tok.FormatInstruction(r.Instruction, r.Input, r.Output)
-			if len(id) > seqLen {
-				cut++
-				id, label = tokenizer.Truncate(id, seqLen, tokenizer.Right), tokenizer.Truncate(label, seqLen, tokenizer.Right)
-			}
-			if !hasTarget(label) {
-				empty++
-				continue
-			}
 			ids, labels = append(ids, id), append(labels, label)
 		}
-		if cut > 0 {
-			note("%s: %d of %d examples are longer than --seq-len %d and were cut on the right", path, cut, len(rows), seqLen)
+		if ex, err = supervisedExamples(path, ids, labels, seqLen, pad, opts.Packing, note); err != nil {
+			return nil, err
 		}
-		if empty > 0 {
-			note("%s: %d examples have no response token within --seq-len %d and were left out (they would train nothing)", path, empty, seqLen)
-		}
-		if len(ids) == 0 {
-			return nil, fmt.Errorf("%s: no example keeps a response token within --seq-len %d: raise it", path, seqLen)
-		}
-		ex, err = data.TokenExamples(ids, labels, seqLen, pad)
+	case FormatMessages:
+		ids, labels, err := conversationTokens(path, tok, opts.ChatTemplate)
 		if err != nil {
+			return nil, err
+		}
+		if ex, err = supervisedExamples(path, ids, labels, seqLen, pad, opts.Packing, note); err != nil {
 			return nil, err
 		}
 	case FormatText:

@@ -237,6 +237,9 @@ func openImages(src DataSource) (Iterator, error) {
 		return nil, err
 	}
 	if v.Config.Architecture == "" || len(v.Config.Labels) != len(images.Classes()) {
+		if err := labelsWithin(images, len(v.Config.Labels)); err != nil && src.Format == FormatIDX {
+			return nil, fmt.Errorf("%s: %w", path, err) // the labels are the classes: name the image that has too many
+		}
 		return nil, fmt.Errorf("%s has %d classes %v but the model classifies %d: give the model a head of %d (finetune init --from %s --num-labels %d --out NEW)",
 			path, len(images.Classes()), images.Classes(), len(v.Config.Labels), len(images.Classes()), modelDir, len(images.Classes()))
 	}

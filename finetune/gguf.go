@@ -61,7 +61,13 @@ func ExportGGUF(path string, model Model, params models.Params, tok *tokenizer.T
 		return fmt.Errorf("the GGUF file takes %s (%s) but %s has %s free: free space, choose another --out, or a smaller --gguf-type",
 			memory.FormatBytes(int64(size)), o.Type, filepath.Dir(path), memory.FormatBytes(free))
 	}
-	return gguf.WriteFile(path, meta, ts)
+	if err := gguf.WriteFile(path, meta, ts); err != nil {
+		return err
+	}
+	if o.Progress != nil {
+		o.Progress(len(ts), len(ts))
+	}
+	return nil
 }
 
 // LoadGGUF loads a LLaMA causal LM from a GGUF file (llamagguf.Read: tensors dequantised to float32) in the

@@ -20,16 +20,21 @@ type Hooks struct {
 	// OnSkip is called when a batch without a target token (every label -100) is skipped, with the step it was
 	// drawn for and the number skipped so far in this Fit.
 	OnSkip func(step, skipped int)
+	// OnEval is called after each evaluation of the validation set (Trainer.Validation).
+	OnEval func(EvalStats)
 }
 
 // maxSkipsInARow bounds how many batches without a target token Fit skips in a row before it stops: data that
 // has none would otherwise be drawn forever.
 const maxSkipsInARow = 1000
 
-// Fit trains until Config.Steps optimizer steps are done (continuing from t.Step after a resume), drawing
+// Fit trains until Config.Steps optimizer steps are done (continuing from t.Step after a resume), or early
+// stopping ends the run (Trainer.Validation, Config.EarlyStoppingPatience: EvalState.Stopped), drawing
 // Config.AccumSteps batches from data per step. Every LogEvery steps (and at the last step) a line is appended
 // to metrics (JSONL, when metrics is not nil); every CheckpointEvery steps and at the end a checkpoint is
-// written to outDir/checkpoint-<step> (when outDir is not empty). ctx cancellation stops after the current
+// written to outDir/checkpoint-<step> (when outDir is not empty). With a validation set, every
+// Config.EvalEvery steps and at the last step it is evaluated (an "eval" line in metrics, hooks.OnEval) and the
+// checkpoint of the lowest validation loss kept in outDir/BestDir. ctx cancellation stops after the current
 // step with a checkpoint.
 //
 // The steps run device-resident (TrainStepAsync): their loss and gradient norm are read back (Sync) only at
@@ -44,7 +49,7 @@ func (t *Trainer) Fit(ctx context.Context, data Iterator, outDir string, metrics
 	var minLoss, firstLoss float64
 	skipped := 0
 	targets, _ := t.Model.(targetChecker)
-	for t.Step < t.Config.Steps {
+	for t.Step < t.Config.Steps && !t.EvalState.Stopped {
 		var pos json.RawMessage
 		if outDir != "" {
 			var err error
@@ -78,7 +83,8 @@ func (t *Trainer) Fit(ctx context.Context, data Iterator, outDir string, metrics
 		}
 		stats.SkippedBatches = skipped
 		last := t.Step == t.Config.Steps
-		logStep := last || (t.Config.LogEvery > 0 && t.Step%t.Config.LogEvery == 0)
+		evalStep := t.Validation != nil && (last || (t.Config.EvalEvery > 0 && t.Step%t.Config.EvalEvery == 0))
+		logStep := last || evalStep || (t.Config.LogEvery > 0 && t.Step%t.Config.LogEvery == 0)
 		checkpoint := outDir != "" && (last || (t.Config.CheckpointEvery > 0 && t.Step%t.Config.CheckpointEvery == 0))
 		if !stats.Synced && (logStep || checkpoint || ctx.Err() != nil || t.Step%t.syncEvery() == 0) {
 			if stats.Loss, stats.GradNorm, err = t.Sync(); err != nil {
@@ -106,8 +112,23 @@ func (t *Trainer) Fit(ctx context.Context, data Iterator, outDir string, metrics
 					"free space and continue with --resume")
 			}
 		}
+		if evalStep {
+			ev, err := t.validate(outDir, data)
+			if err != nil {
+				return t.stopWithCheckpoint(err, outDir, data, saved, hooks, "fix it and continue with --resume")
+			}
+			if hooks.OnEval != nil {
+				hooks.OnEval(ev)
+			}
+			if enc != nil {
+				if err := enc.Encode(ev); err != nil {
+					return t.stopWithCheckpoint(fmt.Errorf("writing metrics: %w", err), outDir, data, saved, hooks,
+						"free space and continue with --resume")
+				}
+			}
+		}
 		stop := ctx.Err() != nil // Save syncs when the hook cancelled after an unsynced step
-		checkpoint = checkpoint || (outDir != "" && stop)
+		checkpoint = checkpoint || (outDir != "" && (stop || t.EvalState.Stopped))
 		if checkpoint {
 			dir := filepath.Join(outDir, fmt.Sprintf("checkpoint-%d", t.Step))
 			if err := t.Save(dir, data); err != nil {

@@ -12,6 +12,9 @@ import (
 type Shape struct {
 	Batch int `json:"batch"`
 	Seq   int `json:"seq,omitempty"`
+	// Packed says the sequences are packed examples (--packing): a LLaMA batch then has position_ids too, and
+	// its attention mask is per row ([B, 1, T, T] instead of causal [T, T] and padding [B, T]).
+	Packed bool `json:"packed,omitempty"`
 }
 
 // RandomBatch makes one batch of random inputs of the given shape for model (calibration and benchmarks:

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gomlx/compute"
 
+	"github.com/memfit/memfit/attention"
 	"github.com/memfit/memfit/engine"
 )
 
@@ -155,6 +156,9 @@ func (r Recipe) Run(ctx context.Context) (res *Result, err error) {
 		if !r.Resume {
 			inputs := []string{spec.Model, spec.DataOptions.Tokenizer, spec.Config.InitAdapter}
 			inputs = append(inputs, strings.Split(spec.Data, ",")...) // an IDX pair is two paths
+			if spec.EvalData != "" {
+				inputs = append(inputs, strings.Split(spec.EvalData, ",")...)
+			}
 			if err := CheckFreshRun(out, r.Overwrite, inputs...); err != nil {
 				return res, &RequestError{err}
 			}
@@ -166,15 +170,23 @@ func (r Recipe) Run(ctx context.Context) (res *Result, err error) {
 			return res, err
 		}
 	}
+	// The data is checked against the model here, before anything is printed (OnResolved) or trained.
+	var validation EvalSet
 	if data == nil {
-		if data, err = OpenData(spec.Data, spec.DataOptions, model, spec.Model, spec.Config.BatchSize, spec.Config.Seed); err != nil {
-			return res, err
-		}
+		data, validation, err = spec.OpenTraining(model, spec.Config.BatchSize, spec.Config.Seed)
+	} else {
+		data, validation, err = spec.WithValidation(data, model, spec.Config.BatchSize, spec.Config.Seed)
+	}
+	if err != nil {
+		return res, err
 	}
 	if l, ok := data.(*Loader); ok && r.Hooks.OnDataNote != nil {
 		for _, n := range l.Notes {
 			r.Hooks.OnDataNote(n)
 		}
+	}
+	if spec.DataOptions.Packing && spec.Config.Attention == attention.KindFlash.String() && r.Hooks.OnDataNote != nil {
+		r.Hooks.OnDataNote("--packing with --attention flash: the fused flash op takes a causal mask and sequence lengths, not the block-diagonal mask of packed sequences; their attention runs memory-efficient (the same values, the scores computed in full)")
 	}
 	backend := r.Backend
 	if backend == nil {
@@ -193,7 +205,7 @@ func (r Recipe) Run(ctx context.Context) (res *Result, err error) {
 				return res, fmt.Errorf("the planner changed the micro-batch from %d to %d, which needs the data opened again: give the data as Spec.Data, not as an Iterator",
 					spec.Config.BatchSize, cfg.BatchSize)
 			}
-			if data, err = OpenData(spec.Data, spec.DataOptions, model, spec.Model, cfg.BatchSize, cfg.Seed); err != nil {
+			if data, validation, err = spec.OpenTraining(model, cfg.BatchSize, cfg.Seed); err != nil {
 				return res, err
 			}
 		}
@@ -210,6 +222,7 @@ func (r Recipe) Run(ctx context.Context) (res *Result, err error) {
 		return res, err
 	}
 	res.Trainer = tr
+	tr.Validation = validation
 	if r.Hooks.OnResolved != nil {
 		r.Hooks.OnResolved(spec)
 	}

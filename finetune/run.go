@@ -212,7 +212,11 @@ type RunSpec struct {
 	Data  string `json:"data"`
 	// DataOptions say how to read Data (format, split, tokenizer, sequence length, augmentation).
 	DataOptions DataOptions `json:"data_options,omitempty"`
-	Config      Config      `json:"config"`
+	// EvalData is a validation set, read as Data is (its format from its path, DataOptions with EvalDataSplit
+	// for the split when given); Config.EvalSplit holds one out of Data instead.
+	EvalData      string `json:"eval_data,omitempty"`
+	EvalDataSplit string `json:"eval_data_split,omitempty"`
+	Config        Config `json:"config"`
 }
 
 // Open loads the run's model (in the config's modes) and opens its data.
@@ -235,6 +239,9 @@ func (s RunSpec) AbsPaths() RunSpec {
 		s.Model = a
 	}
 	s.Data = absData(s.Data)
+	if s.EvalData != "" {
+		s.EvalData = absData(s.EvalData)
+	}
 	if s.DataOptions.Tokenizer != "" {
 		if a, err := filepath.Abs(s.DataOptions.Tokenizer); err == nil {
 			s.DataOptions.Tokenizer = a

@@ -52,7 +52,8 @@ func LockRun(out string) (unlock func(), err error) {
 }
 
 // runFiles lists what a memfit run left in its output folder: run.yaml, metrics.jsonl, latest, its checkpoints
-// (checkpoint-N folders holding trainer_state.json: another tool's checkpoint-500 is not ours) and, when any of
+// (checkpoint-N folders and the best one, BestDir, holding trainer_state.json: another tool's checkpoint-500 is
+// not ours) and, when any of
 // those is there, the exported adapter. hasCheckpoint says whether a checkpoint is among them.
 func runFiles(out string) (found []string, hasCheckpoint bool, err error) {
 	entries, err := os.ReadDir(out)
@@ -70,7 +71,7 @@ func runFiles(out string) (found []string, hasCheckpoint bool, err error) {
 			found = append(found, n)
 		case n == "adapter":
 			adapter = true
-		case isCheckpointName(n) && isOurCheckpoint(filepath.Join(out, n)):
+		case (isCheckpointName(n) || n == BestDir) && isOurCheckpoint(filepath.Join(out, n)):
 			found, hasCheckpoint = append(found, n), true
 		}
 	}
@@ -167,11 +168,11 @@ func CleanStale(out string) error {
 	for _, e := range entries {
 		n := e.Name()
 		switch {
-		case strings.HasPrefix(n, ".latest-"), strings.HasPrefix(n, ".checkpoint-") && strings.Contains(n, ".tmp-"):
+		case strings.HasPrefix(n, ".latest-"), isSaveTemp(n) && strings.Contains(n, ".tmp-"):
 			if err := os.RemoveAll(filepath.Join(out, n)); err != nil {
 				return err
 			}
-		case strings.HasPrefix(n, ".checkpoint-") && strings.Contains(n, ".old-"):
+		case isSaveTemp(n) && strings.Contains(n, ".old-"):
 			orig := strings.TrimPrefix(n[:strings.Index(n, ".old-")], ".")
 			if _, err := os.Stat(filepath.Join(out, orig)); errors.Is(err, fs.ErrNotExist) {
 				if err := os.Rename(filepath.Join(out, n), filepath.Join(out, orig)); err != nil {
@@ -183,6 +184,11 @@ func CleanStale(out string) error {
 		}
 	}
 	return nil
+}
+
+// isSaveTemp reports whether n is a temporary folder of Save: ".checkpoint-N.tmp-*", ".best.old-*" ...
+func isSaveTemp(n string) bool {
+	return strings.HasPrefix(n, ".checkpoint-") || strings.HasPrefix(n, "."+BestDir+".")
 }
 
 // isCheckpointName reports whether n is "checkpoint-<step>".

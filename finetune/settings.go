@@ -83,6 +83,12 @@ var Settings = []Setting{
 		Field: func(c *Config) any { return &c.KeepCheckpoints }},
 	{Key: "divergence_factor", Help: "stop when a logged loss exceeds this many times its lowest and 3 times its first (0: never)",
 		Range: NonNegative, Field: func(c *Config) any { return &c.DivergenceFactor }},
+	{Key: "eval_every", Help: "evaluate the validation set (--eval-data or --eval-split) every N steps and at the end (0: at the end only)",
+		Range: NonNegative, Field: func(c *Config) any { return &c.EvalEvery }},
+	{Key: "eval_split", Help: "hold out this fraction of the training data (seeded, never trained on) as the validation set",
+		Range: NonNegative, Field: func(c *Config) any { return &c.EvalSplit }},
+	{Key: "early_stopping_patience", Help: "stop after N evaluations in a row without a lower validation loss (0: never)",
+		Range: NonNegative, Field: func(c *Config) any { return &c.EarlyStoppingPatience }},
 }
 
 // Flag returns the setting's command-line flag name: its key with dashes for underscores (lora_r: --lora-r).

@@ -48,6 +48,8 @@ type savedState struct {
 	Checksums map[string]string `json:"checksums,omitempty"`
 	// Adapter is the adapters' PEFT config (type and settings) of a run with adapters, checked by Resume.
 	Adapter map[string]any `json:"adapter,omitempty"`
+	// Eval is where the run's validation stands (runs with a validation set).
+	Eval *EvalState `json:"eval,omitempty"`
 }
 
 // adapterConfig returns the PEFT config of the run's adapters (nil without adapters), as JSON would re-read it.
@@ -144,8 +146,12 @@ func (t *Trainer) Save(dir string, data Iterator) error {
 	if err != nil {
 		return err
 	}
+	var eval *EvalState
+	if t.EvalState != (EvalState{}) {
+		eval = &t.EvalState
+	}
 	state, err := json.MarshalIndent(savedState{Version: 1, Step: t.Step, Config: t.Config, Data: pos, RNG: rng,
-		ModelFingerprint: fp, Checksums: sums, Adapter: ac}, "", "  ")
+		ModelFingerprint: fp, Checksums: sums, Adapter: ac, Eval: eval}, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -329,6 +335,9 @@ func Resume(dir string, model Model, backend compute.Backend, data Iterator, opt
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
 	t.Train, t.M, t.V, t.Step, t.Mesa = train, m, v, s.Step, mesa
+	if s.Eval != nil {
+		t.EvalState = *s.Eval
+	}
 	if len(s.RNG) != t.RNG.Shape().Size() {
 		return nil, fmt.Errorf("%s: the random-number state has %d words, want %d", dir, len(s.RNG), t.RNG.Shape().Size())
 	}

@@ -59,6 +59,12 @@ type Trainer struct {
 	lastLoss, lastNorm float64
 	// initAdapter is where the next checkpoint takes its copy of the init_adapter (nil without one).
 	initAdapter *initAdapterSource
+
+	// Validation is the validation set Fit evaluates (nil: none; see evaluate.go) and EvalState where its
+	// evaluations stand (saved in checkpoints).
+	Validation EvalSet
+	EvalState  EvalState
+	evalRunner *runner.OutputsRunner
 }
 
 // StepStats describes one optimizer step.
@@ -67,7 +73,8 @@ type StepStats struct {
 	Loss     float64 `json:"loss"`
 	LR       float64 `json:"lr"`
 	GradNorm float64 `json:"grad_norm"`
-	// Examples and Tokens processed (tokens: real tokens of text batches, from attention_mask or input_ids).
+	// Examples and Tokens processed (tokens: real tokens of text batches, from attention_mask or input_ids; a
+	// batch of packed sequences counts the examples packed into it, not its rows).
 	Examples int `json:"examples"`
 	Tokens   int `json:"tokens,omitempty"`
 	// Seconds is the wall time of the step (gradient computations and the update), without CompileSeconds. On a
@@ -413,6 +420,9 @@ func (t *Trainer) Release() {
 	}
 	for _, sp := range t.programs {
 		sp.g.Finalize()
+	}
+	if t.evalRunner != nil {
+		t.evalRunner.Release()
 	}
 	t.Train, t.M, t.V, t.owned, t.RNG, t.ok, t.Mesa = nil, nil, nil, nil, nil, nil, nil
 	t.programs = nil

@@ -1,6 +1,6 @@
 // Package gguf reads and writes GGUF v3 files, the single-file model format of llama.cpp and Ollama: a header
 // of typed metadata key/values and tensor infos, then the tensor data, each tensor aligned to general.alignment
-// (32 bytes by default). Tensors are stored as f32, f16 or q8_0 (blocks of 32 values: an f16 scale and 32 int8,
+// (32 bytes by default). Tensors are stored as f32, f16, bf16 or q8_0 (blocks of 32 values: an f16 scale and 32 int8,
 // rounded as llama.cpp's reference quantizer rounds). Reading is bounded by the file's size: a truncated or
 // malformed file, or one declaring more items than it can hold, is an error, never a panic or an allocation
 // sized by the declared counts.
@@ -68,6 +68,7 @@ const (
 	F32  TensorType = 0
 	F16  TensorType = 1
 	Q8_0 TensorType = 8
+	BF16 TensorType = 30
 )
 
 // QK8_0 is the number of values in a q8_0 block; a block takes 2 bytes of f16 scale and 32 int8.
@@ -85,21 +86,25 @@ func (t TensorType) String() string {
 		return "f16"
 	case Q8_0:
 		return "q8_0"
+	case BF16:
+		return "bf16"
 	}
 	return fmt.Sprintf("ggml type %d", uint32(t))
 }
 
-// ParseTensorType returns the type named s (f32, f16 or q8_0).
+// ParseTensorType returns the type named s (f32, f16, bf16 or q8_0).
 func ParseTensorType(s string) (TensorType, error) {
 	switch s {
 	case "f32":
 		return F32, nil
 	case "f16":
 		return F16, nil
+	case "bf16":
+		return BF16, nil
 	case "q8_0":
 		return Q8_0, nil
 	}
-	return 0, fmt.Errorf("unknown GGUF tensor type %q: use f32, f16 or q8_0", s)
+	return 0, fmt.Errorf("unknown GGUF tensor type %q: use f32, f16, bf16 or q8_0", s)
 }
 
 // Bytes returns the size in bytes of n values of type t (n a multiple of 32 for q8_0), or an error for a type
@@ -111,7 +116,7 @@ func (t TensorType) Bytes(n uint64) (uint64, error) {
 			return 0, fmt.Errorf("%d values overflow", n)
 		}
 		return 4 * n, nil
-	case F16:
+	case F16, BF16:
 		if n > math.MaxUint64/2 {
 			return 0, fmt.Errorf("%d values overflow", n)
 		}
@@ -122,7 +127,7 @@ func (t TensorType) Bytes(n uint64) (uint64, error) {
 		}
 		return n / QK8_0 * blockQ8Bytes, nil
 	}
-	return 0, fmt.Errorf("tensor type %s is not supported (f32, f16 and q8_0 are)", t)
+	return 0, fmt.Errorf("tensor type %s is not supported (f32, f16, bf16 and q8_0 are)", t)
 }
 
 // KV is one metadata key and its value. Values are uint8, int8, uint16, int16, uint32, int32, float32, bool,
@@ -187,6 +192,11 @@ func Encode(dst []byte, t TensorType, x []float32) ([]byte, error) {
 			h := safetensors.F32ToF16(v)
 			dst = append(dst, byte(h), byte(h>>8))
 		}
+	case BF16:
+		for _, v := range x {
+			h := safetensors.F32ToBF16(v)
+			dst = append(dst, byte(h), byte(h>>8))
+		}
 	case Q8_0:
 		if len(x)%QK8_0 != 0 {
 			return nil, fmt.Errorf("q8_0 needs a multiple of %d values, got %d", QK8_0, len(x))
@@ -195,7 +205,7 @@ func Encode(dst []byte, t TensorType, x []float32) ([]byte, error) {
 			dst = appendQ8Block(dst, x[i:i+QK8_0])
 		}
 	default:
-		return nil, fmt.Errorf("tensor type %s is not supported (f32, f16 and q8_0 are)", t)
+		return nil, fmt.Errorf("tensor type %s is not supported (f32, f16, bf16 and q8_0 are)", t)
 	}
 	return dst, nil
 }
@@ -238,6 +248,10 @@ func Decode(dst []float32, t TensorType, src []byte) error {
 	case F16:
 		for i := range dst {
 			dst[i] = safetensors.F16ToF32(uint16(src[2*i]) | uint16(src[2*i+1])<<8)
+		}
+	case BF16:
+		for i := range dst {
+			dst[i] = safetensors.BF16ToF32(uint16(src[2*i]) | uint16(src[2*i+1])<<8)
 		}
 	case Q8_0:
 		for b := 0; b < len(dst)/QK8_0; b++ {

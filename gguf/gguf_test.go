@@ -27,7 +27,7 @@ func sampleFile(t testing.TB) ([]byte, []KV, map[string][]float32) {
 		name string
 		dims []uint64
 		typ  TensorType
-	}{{"a", []uint64{5}, F32}, {"b", []uint64{64, 3}, F16}, {"c", []uint64{32, 4}, Q8_0}, {"d", []uint64{3, 2, 2}, F32}} {
+	}{{"a", []uint64{5}, F32}, {"b", []uint64{64, 3}, F16}, {"c", []uint64{32, 4}, Q8_0}, {"d", []uint64{3, 2, 2}, F32}, {"e", []uint64{7}, BF16}} {
 		x := make([]float32, TensorInfo{Dims: s.dims}.Elements())
 		for i := range x {
 			x[i] = float32(r.NormFloat64())
@@ -90,6 +90,8 @@ func TestRoundTrip(t *testing.T) {
 			switch ti.Type {
 			case F16:
 				tol = math.Abs(float64(want[i])) * 0x1p-11
+			case BF16:
+				tol = math.Abs(float64(want[i])) * 0x1p-8
 			case Q8_0:
 				blk := want[i/32*32 : i/32*32+32]
 				var amax float64

@@ -242,7 +242,7 @@ func (f *File) Tensor(name string) (TensorInfo, bool) {
 	return f.Tensors[i], true
 }
 
-// Float32s reads the tensor name and returns its values as float32 (f16 and q8_0 dequantised), in ggml's order
+// Float32s reads the tensor name and returns its values as float32 (f16, bf16 and q8_0 dequantised), in ggml's order
 // (Dims[0] fastest).
 func (f *File) Float32s(name string) ([]float32, error) {
 	ti, ok := f.Tensor(name)

@@ -413,7 +413,7 @@ func AutopilotBatch(o AutopilotOptions) (*Autoplan, error) {
 		}
 		c := cfg
 		c.BatchSize, c.AccumSteps = b, effective/b
-		in := finetune.Shape{Batch: b, Seq: o.Shape.Seq}
+		in := finetune.Shape{Batch: b, Seq: o.Shape.Seq, Packed: o.Shape.Packed}
 		costs, err := ModeCosts(backend, model, c, in, AutopilotModes)
 		if err != nil {
 			return nil, err
@@ -596,5 +596,6 @@ func peekBatch(data finetune.Iterator) (finetune.Batch, finetune.Shape, error) {
 	if ids, ok := b["input_ids"]; ok && ids.Rank() == 2 {
 		in.Seq = ids.Shape().Dim(1)
 	}
+	_, in.Packed = b["position_ids"] // packed sequences (--packing)
 	return b, in, nil
 }

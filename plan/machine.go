@@ -27,6 +27,7 @@ func CheckMachine(s finetune.Setup) error {
 		if ids, found := l.Data["input_ids"]; found && ids.Rank() == 2 {
 			in.Seq = ids.Shape().Dim(1)
 		}
+		_, in.Packed = l.Data["position_ids"] // packed sequences (--packing): their mask is per row
 	}
 	if _, known := finetune.FamilyOf(model); !known || hasSequence(model) && in.Seq == 0 {
 		return nil // a model the planner does not know, or a LLaMA run whose sequence length is not known before its data is read

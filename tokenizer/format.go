@@ -173,7 +173,12 @@ func AlpacaConversation(messages []Message) (string, error) {
 // followed by EOS; labels repeat ids except that the prompt's tokens are IgnoreIndex, so only the response (and
 // EOS) is learned.
 func (t *Tokenizer) FormatInstruction(instruction, input, output string) (ids, labels []int) {
-	prompt := AlpacaPrompt(instruction, input)
+	return t.formatReply(AlpacaPrompt(instruction, input), output)
+}
+
+// formatReply encodes prompt and reply together (with the post-processor's special tokens) followed by EOS,
+// labels IgnoreIndex on the prompt's tokens: FormatInstruction's encoding, for any Alpaca prompt.
+func (t *Tokenizer) formatReply(prompt, output string) (ids, labels []int) {
 	promptLen := len(t.Encode(prompt, true))
 	ids = t.Encode(prompt+output, true)
 	if eos, ok := t.EOS(); ok && (len(ids) == 0 || ids[len(ids)-1] != eos) {

@@ -33,13 +33,15 @@ const (
 )
 
 // FileType returns general.file_type for tensors of type t (llama.cpp's LLAMA_FTYPE_ALL_F32, MOSTLY_F16,
-// MOSTLY_Q8_0).
+// MOSTLY_Q8_0, MOSTLY_BF16).
 func FileType(t gguf.TensorType) uint32 {
 	switch t {
 	case gguf.F16:
 		return 1
 	case gguf.Q8_0:
 		return 7
+	case gguf.BF16:
+		return 32
 	}
 	return 0
 }
@@ -100,13 +102,16 @@ func permute(x []float32, heads, cols int, inverse bool) []float32 {
 
 // Options are Write's choices.
 type Options struct {
-	// Type is the type of the matrices: f32, f16 or q8_0 (a matrix whose rows are not a multiple of 32 values
-	// falls back to f16, as llama.cpp's converter does). Norms and rope_freqs stay f32.
+	// Type is the type of the matrices: f32, f16, bf16 or q8_0 (a matrix whose rows are not a multiple of 32
+	// values falls back to f16 under q8_0, as llama.cpp's converter does). Norms and rope_freqs stay f32.
 	Type gguf.TensorType
 	// Name is general.name.
 	Name string
 	// Vocab is the tokenizer (nil: PlaceholderVocab, token ids only).
 	Vocab *tokenizer.GGUFVocab
+	// Progress, when set, is told how many of the tensors are written (before each one, and Write tells it when
+	// all are).
+	Progress func(done, total int)
 }
 
 // Plan returns the metadata and tensors of cfg's model with params (float32, Hugging Face names) as a GGUF file:
@@ -151,13 +156,7 @@ func Plan(cfg llama.Config, params models.Params, o Options) ([]gguf.KV, []gguf.
 			// scaled one, which memfit computes as transformers does.
 			meta = append(meta, gguf.KV{Key: keyL3Factor, Value: s.Factor}, gguf.KV{Key: keyL3Low, Value: s.LowFreqFactor},
 				gguf.KV{Key: keyL3High, Value: s.HighFreqFactor}, gguf.KV{Key: keyL3Original, Value: u32(s.OriginalMaxPositionEmbeddings)})
-			plain := cfg
-			plain.RopeScaling = nil
-			base, scaled := plain.InvFreq(), cfg.InvFreq()
-			factors := make([]float32, len(base))
-			for i := range factors {
-				factors[i] = base[i] / scaled[i]
-			}
+			factors := ropeFactors(cfg, s)
 			ts = append(ts, gguf.Tensor{Info: gguf.TensorInfo{Name: "rope_freqs.weight", Dims: []uint64{uint64(len(factors))}, Type: gguf.F32},
 				Values: func() ([]float32, error) { return factors, nil }})
 		}
@@ -198,6 +197,15 @@ func Plan(cfg llama.Config, params models.Params, o Options) ([]gguf.KV, []gguf.
 			return permute(x, m.heads, cols, false), nil
 		}})
 	}
+	if o.Progress != nil {
+		for i := range ts {
+			values := ts[i].Values
+			ts[i].Values = func() ([]float32, error) {
+				o.Progress(i, len(ts))
+				return values()
+			}
+		}
+	}
 	return meta, ts, nil
 }
 
@@ -207,7 +215,13 @@ func Write(path string, cfg llama.Config, params models.Params, o Options) error
 	if err != nil {
 		return err
 	}
-	return gguf.WriteFile(path, meta, ts)
+	if err := gguf.WriteFile(path, meta, ts); err != nil {
+		return err
+	}
+	if o.Progress != nil {
+		o.Progress(len(ts), len(ts))
+	}
+	return nil
 }
 
 // PlaceholderVocab is the vocabulary of a model without a tokenizer, so that llama.cpp loads the file and runs
@@ -279,7 +293,7 @@ type Model struct {
 	Params models.Params
 	// Tokenizer is nil when the file has none (tokenizer.ggml.model "none").
 	Tokenizer *tokenizer.Tokenizer
-	// Type is the type of the file's matrices (general.file_type's).
+	// Type is the type of the file's matrices: q8_0 when any is, else f16 when any is, else f32.
 	Type gguf.TensorType
 }
 
@@ -340,12 +354,26 @@ func read(f *gguf.File) (*Model, error) {
 	} else if st != "" && st != "none" {
 		return nil, fmt.Errorf("llama.rope.scaling.type %q is not supported (linear, or Llama-3.1's rope_freqs)", st)
 	}
-	if _, ok := f.Tensor("rope_freqs.weight"); ok {
-		if _, ok := f.Value(keyL3Factor); !ok {
-			return nil, fmt.Errorf("rope_freqs.weight without memfit's %s: memfit reads Llama-3.1 rope scaling from GGUF files it wrote", keyL3Factor)
+	if ti, ok := f.Tensor("rope_freqs.weight"); ok {
+		if r.err != nil {
+			return nil, r.err
 		}
-		cfg.RopeScaling = &llama.RopeScaling{Type: llama.RopeLlama3, Factor: r.float(keyL3Factor, 0), LowFreqFactor: r.float(keyL3Low, 0),
-			HighFreqFactor: r.float(keyL3High, 0), OriginalMaxPositionEmbeddings: r.int(keyL3Original, true, 0)}
+		if len(ti.Dims) != 1 || ti.Dims[0] != uint64(cfg.HeadDim/2) {
+			return nil, fmt.Errorf("rope_freqs.weight has dimensions %v, want [%d] (head_dim / 2)", ti.Dims, cfg.HeadDim/2)
+		}
+		freqs, err := f.Float32s("rope_freqs.weight")
+		if err != nil {
+			return nil, err
+		}
+		if _, ok := f.Value(keyL3Factor); ok {
+			cfg.RopeScaling = &llama.RopeScaling{Type: llama.RopeLlama3, Factor: r.float(keyL3Factor, 0), LowFreqFactor: r.float(keyL3Low, 0),
+				HighFreqFactor: r.float(keyL3High, 0), OriginalMaxPositionEmbeddings: r.int(keyL3Original, true, 0)}
+			if r.err == nil && !ropeFactorsMatch(cfg, cfg.RopeScaling, freqs) {
+				return nil, fmt.Errorf("rope_freqs.weight disagrees with the %s settings in the metadata", "memfit.rope_scaling.llama3")
+			}
+		} else if cfg.RopeScaling, err = inferLlama3(cfg, freqs); err != nil {
+			return nil, err
+		}
 	}
 	_, hasHead := f.Tensor("output.weight")
 	cfg.TieWordEmbeddings = !hasHead
@@ -419,6 +447,50 @@ func read(f *gguf.File) (*Model, error) {
 	return &Model{Config: cfg, Params: params, Tokenizer: tok, Type: typ}, nil
 }
 
+// ropeFactors returns the rope_freqs factors of cfg with scaling s: per rotary frequency, the plain one over the
+// scaled one.
+func ropeFactors(cfg llama.Config, s *llama.RopeScaling) []float32 {
+	plain, scaled := cfg, cfg
+	plain.RopeScaling, scaled.RopeScaling = nil, s
+	base, sc := plain.InvFreq(), scaled.InvFreq()
+	out := make([]float32, len(base))
+	for i := range out {
+		out[i] = base[i] / sc[i]
+	}
+	return out
+}
+
+func ropeFactorsMatch(cfg llama.Config, s *llama.RopeScaling, freqs []float32) bool {
+	want := ropeFactors(cfg, s)
+	for i := range want {
+		if d := math.Abs(float64(want[i] - freqs[i])); !(d <= 1e-5*math.Abs(float64(freqs[i]))) {
+			return false
+		}
+	}
+	return true
+}
+
+// inferLlama3 finds the Llama-3.1 rope scaling whose factors are freqs, for a file llama.cpp's converter wrote
+// (it keeps only the factors): factor is the lowest frequency's, and the low/high frequency factors and the
+// original context length are searched among the values Llama 3.x models use and powers of two.
+func inferLlama3(cfg llama.Config, freqs []float32) (*llama.RopeScaling, error) {
+	if len(freqs) == 0 || !(freqs[len(freqs)-1] >= 1) {
+		return nil, fmt.Errorf("rope_freqs.weight %v is not a Llama-3.1 rope scaling", freqs)
+	}
+	factor, _ := strconv.ParseFloat(strconv.FormatFloat(float64(freqs[len(freqs)-1]), 'g', -1, 32), 64)
+	for _, low := range []float64{1, 2} {
+		for _, high := range []float64{4, 2, 8} {
+			for orig := 1 << 13; orig >= 1<<7; orig /= 2 {
+				s := &llama.RopeScaling{Type: llama.RopeLlama3, Factor: factor, LowFreqFactor: low, HighFreqFactor: high, OriginalMaxPositionEmbeddings: orig}
+				if high > low && ropeFactorsMatch(cfg, s, freqs) {
+					return s, nil
+				}
+			}
+		}
+	}
+	return nil, fmt.Errorf("rope_freqs.weight holds rope factors that match no Llama-3.1 rope scaling memfit tried (factor %g; low/high frequency factors 1-2/2-8, original context 128 to 8192)", factor)
+}
+
 // ReadTokenizer reads only the tokenizer of the GGUF file at path (nil when it has none).
 func ReadTokenizer(path string) (*tokenizer.Tokenizer, error) {
 	f, err := gguf.Open(path)
@@ -473,8 +545,8 @@ func readVocab(f *gguf.File) (*tokenizer.Tokenizer, error) {
 				return
 			}
 		case *int:
-			if n, ok, err := f.Uint(key); err == nil && ok && n < math.MaxInt32 {
-				*d = int(n)
+			if n, ok, err := f.Uint(key); err == nil && ok {
+				*d = int(min(n, math.MaxInt32))
 				return
 			}
 		}
@@ -495,6 +567,13 @@ func readVocab(f *gguf.File) (*tokenizer.Tokenizer, error) {
 	get("tokenizer.chat_template", &v.ChatTemplate)
 	if len(errs) > 0 {
 		return nil, errs[0]
+	}
+	// A special token id outside the vocabulary (some converters write 2^32-1 for none) is absent, as llama.cpp
+	// takes it.
+	for _, id := range []*int{&v.BOS, &v.EOS, &v.UNK, &v.Pad} {
+		if *id >= len(v.Tokens) {
+			*id = -1
+		}
 	}
 	t, err := tokenizer.FromGGUFVocab(v)
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gomlx/gomlx/core/tensors"
+
 	"github.com/memfit/memfit/gguf"
 	"github.com/memfit/memfit/internal/golden"
 	"github.com/memfit/memfit/models"
@@ -44,8 +46,8 @@ func loadLlama(t *testing.T, dir string) (llama.Config, models.Params) {
 }
 
 // TestRoundTrip writes the golden GQA LLaMA (untied head, no tokenizer) and llama-tiny with Llama-3.1 rope
-// scaling (tied head, byte-level BPE) as GGUF f32, f16 and q8_0, and reads them back: the config is the same,
-// f32 tensors are bit for bit the same, f16/q8_0 within their rounding; the file has llama.cpp's names and
+// scaling (tied head, byte-level BPE) as GGUF f32, f16, bf16 and q8_0, and reads them back: the config is the same,
+// f32 tensors are bit for bit the same, f16/bf16/q8_0 within their rounding; the file has llama.cpp's names and
 // hyperparameters, rope_freqs as the ratio of plain to scaled frequencies, and output.weight only when untied.
 func TestRoundTrip(t *testing.T) {
 	tmp := t.TempDir()
@@ -67,7 +69,7 @@ func TestRoundTrip(t *testing.T) {
 		params models.Params
 		vocab  *tokenizer.GGUFVocab
 	}{{"gqa", gqaCfg, gqa, nil}, {"llama3-tied", tinyCfg, tiny, vocab}} {
-		for _, typ := range []gguf.TensorType{gguf.F32, gguf.F16, gguf.Q8_0} {
+		for _, typ := range []gguf.TensorType{gguf.F32, gguf.F16, gguf.BF16, gguf.Q8_0} {
 			t.Run(c.name+"-"+typ.String(), func(t *testing.T) {
 				path := filepath.Join(tmp, c.name+"-"+typ.String()+".gguf")
 				if err := Write(path, c.cfg, c.params, Options{Type: typ, Name: c.name, Vocab: c.vocab}); err != nil {
@@ -149,7 +151,7 @@ func TestRoundTrip(t *testing.T) {
 					for _, v := range w {
 						amax = max(amax, math.Abs(float64(v)))
 					}
-					tol := map[gguf.TensorType]float64{gguf.F32: 0, gguf.F16: amax * 0x1p-11, gguf.Q8_0: amax/127*0.5 + amax*0x1p-10}[typ]
+					tol := map[gguf.TensorType]float64{gguf.F32: 0, gguf.F16: amax * 0x1p-11, gguf.BF16: amax * 0x1p-8, gguf.Q8_0: amax/127*0.5 + amax*0x1p-10}[typ]
 					if len(m.Params.Dims(name)) == 1 {
 						tol = 0
 					}
@@ -195,5 +197,112 @@ func TestReadRefuses(t *testing.T) {
 	}
 	if _, err := Read(p); err == nil || !strings.Contains(err.Error(), "no llama.embedding_length") {
 		t.Fatalf("no hyperparameters: %v", err)
+	}
+}
+
+// TestLlama3FromConverterFile: a GGUF with rope_freqs but without memfit's keys (as llama.cpp's converter writes
+// Llama 3.x) is read with the Llama-3.1 scaling found from the factors; factors no such scaling gives are refused.
+func TestLlama3FromConverterFile(t *testing.T) {
+	tmp := t.TempDir()
+	cfg, params := loadLlama(t, filepath.Join("..", "..", "pretrained", "llama-tiny"))
+	cfg.RopeTheta = 500000
+	cfg.RopeScaling = &llama.RopeScaling{Type: llama.RopeLlama3, Factor: 32, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 256}
+	ours := filepath.Join(tmp, "memfit.gguf")
+	if err := Write(ours, cfg, params, Options{Type: gguf.F32}); err != nil {
+		t.Fatal(err)
+	}
+	strip := func(out string, edit func(name string, x []float32)) {
+		f, err := gguf.Open(ours)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		var meta []gguf.KV
+		for _, kv := range f.Meta {
+			if !strings.HasPrefix(kv.Key, "memfit.") {
+				meta = append(meta, kv)
+			}
+		}
+		var ts []gguf.Tensor
+		for _, ti := range f.Tensors {
+			ts = append(ts, gguf.Tensor{Info: gguf.TensorInfo{Name: ti.Name, Dims: ti.Dims, Type: ti.Type}, Values: func() ([]float32, error) {
+				x, err := f.Float32s(ti.Name)
+				if err == nil && edit != nil {
+					edit(ti.Name, x)
+				}
+				return x, err
+			}})
+		}
+		if err := gguf.WriteFile(out, meta, ts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conv := filepath.Join(tmp, "converter.gguf")
+	strip(conv, nil)
+	m, err := Read(conv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Config.RopeScaling; got == nil || *got != *cfg.RopeScaling {
+		t.Fatalf("rope scaling read as %+v, want %+v", got, cfg.RopeScaling)
+	}
+	odd := filepath.Join(tmp, "odd.gguf")
+	strip(odd, func(name string, x []float32) {
+		if name == "rope_freqs.weight" {
+			x[3] = 1.5
+		}
+	})
+	if _, err := Read(odd); err == nil || !strings.Contains(err.Error(), "match no Llama-3.1 rope scaling") {
+		t.Fatalf("odd rope factors: %v", err)
+	}
+}
+
+// TestBiasesRoundTrip: a LLaMA with attention and MLP biases (attention_bias, mlp_bias) keeps them, the q/k
+// biases permuted with their rows and back, bit for bit.
+func TestBiasesRoundTrip(t *testing.T) {
+	cfg := llama.Config{VocabSize: 40, HiddenSize: 32, IntermediateSize: 48, NumHiddenLayers: 2, NumAttentionHeads: 4, NumKeyValueHeads: 2,
+		HeadDim: 8, MaxPositionEmbeddings: 32, RMSNormEps: 1e-6, RopeTheta: 10000, PadTokenID: -1, BOSTokenID: 1, EOSTokenID: 2,
+		Architecture: llama.ArchCausalLM, AttentionBias: true, MLPBias: true}
+	params := llama.RandomParams(cfg, 3)
+	for _, name := range params.Names() {
+		if strings.HasSuffix(name, ".bias") {
+			n := params.Dims(name)[0]
+			x := make([]float32, n)
+			for i := range x {
+				x[i] = float32(i) - float32(n)/3
+			}
+			params[name] = tensors.FromFlatDataAndDimensions(x, n)
+		}
+	}
+	p := filepath.Join(t.TempDir(), "bias.gguf")
+	if err := Write(p, cfg, params, Options{Type: gguf.F32}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qb, err := f.Float32s("blk.1.attn_q.bias")
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hf, _ := params.Float32s(llama.LayerPrefix(1) + llama.QProj + ".bias")
+	if !slices.Equal(qb, permute(hf, cfg.NumAttentionHeads, 1, false)) || slices.Equal(qb, hf) {
+		t.Fatalf("attn_q.bias is not the permuted q_proj bias")
+	}
+	m, err := Read(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.Config.AttentionBias || !m.Config.MLPBias || len(m.Params) != len(params) {
+		t.Fatalf("biases: attention %v mlp %v, %d tensors of %d", m.Config.AttentionBias, m.Config.MLPBias, len(m.Params), len(params))
+	}
+	for _, name := range params.Names() {
+		a, _ := params.Float32s(name)
+		b, _ := m.Params.Float32s(name)
+		if !slices.Equal(a, b) {
+			t.Fatalf("%s differs after the round trip", name)
+		}
 	}
 }

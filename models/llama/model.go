@@ -7,6 +7,7 @@ import (
 	"sort"
 
 	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/shapes"
 	"github.com/gomlx/gomlx/core/graph"
 	"github.com/gomlx/gomlx/core/tensors"
 
@@ -205,6 +206,16 @@ type Outputs struct {
 // 0 for padding; nil when there is no padding). Positions are 0..T-1 in every row, as transformers uses by
 // default; a query sees the keys at positions up to its own that the mask keeps.
 func (m *Model) Forward(b models.Bound, inputIDs, attentionMask *graph.Node) Outputs {
+	return m.ForwardPacked(b, inputIDs, attentionMask, nil)
+}
+
+// ForwardPacked is Forward over packed sequences: positionIDs [B, T] (integers; nil is Forward) give each
+// token's position within its own document, 0 at each document's first token, as Hugging Face's
+// DataCollatorWithFlattening gives them. Rotary embeddings take those positions, and a query attends only to the
+// keys of its own document (block-diagonal causal attention): a token's document is identified by t -
+// positionIDs[t], its document's first index, which the positions of one document share and the next document
+// (restarting at 0) does not. Each document is therefore computed exactly as it would be alone in a row.
+func (m *Model) ForwardPacked(b models.Bound, inputIDs, attentionMask, positionIDs *graph.Node) Outputs {
 	cfg := m.Config
 	if inputIDs.Rank() != 2 || !inputIDs.DType().IsInt() {
 		panic(fmt.Sprintf("llama: input_ids must be integer [B, T], got %s", inputIDs.Shape()))
@@ -217,6 +228,14 @@ func (m *Model) Forward(b models.Bound, inputIDs, attentionMask *graph.Node) Out
 	out := Outputs{Hidden: []*graph.Node{x}}
 	rope := newRotary(inputIDs.Graph(), cfg, seq, x.DType())
 	mask := attention.Mask{Causal: true, KeyPadding: attentionMask}
+	if positionIDs != nil {
+		if positionIDs.Rank() != 2 || positionIDs.Shape().Dim(0) != batch || positionIDs.Shape().Dim(1) != seq || !positionIDs.DType().IsInt() {
+			panic(fmt.Sprintf("llama: position_ids must be integer [%d, %d], got %s", batch, seq, positionIDs.Shape()))
+		}
+		pos := graph.ConvertDType(positionIDs, dtypes.Int32)
+		rope = rope.at(pos)
+		mask.Segments = graph.Sub(graph.Iota(inputIDs.Graph(), shapes.Make(dtypes.Int32, batch, seq), 1), pos)
+	}
 	for i := 0; i < cfg.NumHiddenLayers; i++ {
 		prefix := LayerPrefix(i)
 		mode, perBlock := models.Mode(m.Options.Blocks, i, m.Options.ApproxActivation, m.Options.GradCheckpoint)
@@ -377,6 +396,16 @@ func newRotary(g *graph.Graph, cfg Config, seq int, dtype dtypes.DType) rotary {
 		return n
 	}
 	return rotary{cos: mk(cos), sin: mk(sin), dh: dh}
+}
+
+// at returns the tables at the given positions [B, T] (int32, each below the tables' length): [B, T, 1, Dh].
+func (r rotary) at(pos *graph.Node) rotary {
+	b, t := pos.Shape().Dim(0), pos.Shape().Dim(1)
+	pick := func(table *graph.Node) *graph.Node {
+		rows := graph.Reshape(table, table.Shape().Dim(1), r.dh) // [T, Dh]
+		return graph.Reshape(graph.Gather(rows, graph.InsertAxes(pos, -1)), b, t, 1, r.dh)
+	}
+	return rotary{cos: pick(r.cos), sin: pick(r.sin), dh: r.dh}
 }
 
 // apply rotates x [B, T, heads*Dh] with the "rotate half" convention: x*cos + rotate_half(x)*sin, where

@@ -1,0 +1,124 @@
+package finetune
+
+// Supervised text examples for the LLaMA causal LM: conversations rendered with the chat template, and the
+// cutting, dropping and (with --packing) packing that Alpaca rows and conversations share.
+
+import (
+	"fmt"
+
+	"github.com/gomlx/gomlx/core/tensors"
+
+	"github.com/memfit/memfit/data"
+	"github.com/memfit/memfit/generate"
+	"github.com/memfit/memfit/tokenizer"
+)
+
+// ConversationTemplate returns the chat template that conversations take for training with tok: template (auto
+// or "": the tokenizer's chat template when memfit renders it, else alpaca; or llama3, chatml, alpaca), resolved
+// exactly as generate resolves its --template, so a model is prompted the way it was trained.
+func ConversationTemplate(tok *tokenizer.Tokenizer, template string) (string, error) {
+	return generate.Formatter{Tok: tok, Template: template}.Resolved()
+}
+
+// conversationTokens reads the conversations of a JSONL file (data.ReadConversations) and encodes each with the
+// chat template (tokenizer.FormatConversation): labels on the assistant turns only. A conversation the template
+// cannot render is an error naming its line.
+func conversationTokens(path string, tok *tokenizer.Tokenizer, template string) (ids, labels [][]int, err error) {
+	convs, err := data.ReadConversations(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpl, err := ConversationTemplate(tok, template)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return EncodeConversations(convs, tok, tmpl, path)
+}
+
+// EncodeConversations encodes conversations with the resolved chat template tmpl (ConversationTemplate) for
+// training: ids and labels per conversation, IgnoreIndex except on the assistant's replies. name (the file) and
+// each conversation's Line name the one that fails.
+func EncodeConversations(convs []data.Conversation, tok *tokenizer.Tokenizer, tmpl, name string) (ids, labels [][]int, err error) {
+	for _, c := range convs {
+		msgs := make([]tokenizer.Message, len(c.Messages))
+		for i, m := range c.Messages {
+			msgs[i] = tokenizer.Message(m)
+		}
+		id, label, err := tok.FormatConversation(msgs, tmpl)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s:%d: %w", name, c.Line, err)
+		}
+		ids, labels = append(ids, id), append(labels, label)
+	}
+	return ids, labels, nil
+}
+
+// supervisedExamples turns encoded examples (labels IgnoreIndex on what is not learned) into the loader's
+// tensors: examples longer than seqLen are cut on the right, one left without a target token is dropped (it
+// would train nothing), and the rest are padded one to a sequence or, with packing, packed several to a sequence
+// (data.PackExamples, which adds position_ids). note reports the cuts, the drops and the packing.
+func supervisedExamples(path string, ids, labels [][]int, seqLen, pad int, packing bool, note func(string, ...any)) (map[string]*tensors.Tensor, error) {
+	var keptIDs, keptLabels [][]int
+	cut, empty := 0, 0
+	for i, id := range ids {
+		label := labels[i]
+		if len(id) > seqLen {
+			cut++
+			id, label = tokenizer.Truncate(id, seqLen, tokenizer.Right), tokenizer.Truncate(label, seqLen, tokenizer.Right)
+		}
+		if !hasTarget(label) {
+			empty++
+			continue
+		}
+		keptIDs, keptLabels = append(keptIDs, id), append(keptLabels, label)
+	}
+	if cut > 0 {
+		note("%s: %d of %d examples are longer than --seq-len %d and were cut on the right", path, cut, len(ids), seqLen)
+	}
+	if empty > 0 {
+		note("%s: %d examples have no response token within --seq-len %d and were left out (they would train nothing)", path, empty, seqLen)
+	}
+	if len(keptIDs) == 0 {
+		return nil, fmt.Errorf("%s: no example keeps a response token within --seq-len %d: raise it", path, seqLen)
+	}
+	if !packing {
+		return data.TokenExamples(keptIDs, keptLabels, seqLen, pad)
+	}
+	p, err := data.PackExamples(keptIDs, keptLabels, seqLen, pad)
+	if err != nil {
+		return nil, err
+	}
+	note("%s: packed %d examples into %d sequences of %d tokens (%.0f%% real tokens; %.0f%% unpacked)", path, p.Docs, p.Rows, seqLen,
+		100*float64(p.RealTokens)/float64(p.Rows*seqLen), 100*float64(p.RealTokens)/float64(p.Docs*seqLen))
+	return p.Tensors, nil
+}
+
+// examples counts the examples of a batch: its rows, or for packed sequences (position_ids) the examples packed
+// into them (each starts at position 0 on a real token), so examples/s means the same packed or not.
+func examples(b Batch) int {
+	pos, ok := b["position_ids"]
+	mask, hasMask := b["attention_mask"]
+	if !ok || !hasMask || pos.DType() != mask.DType() || pos.Shape().Size() != mask.Shape().Size() {
+		return b.Size()
+	}
+	n := -1 // the flat data is valid only within the callbacks
+	pos.MustConstFlatData(func(pf any) {
+		mask.MustConstFlatData(func(mf any) {
+			p, okP := pf.([]int32)
+			m, okM := mf.([]int32)
+			if !okP || !okM {
+				return
+			}
+			n = 0
+			for i := range p {
+				if p[i] == 0 && m[i] != 0 {
+					n++
+				}
+			}
+		})
+	})
+	if n < 0 {
+		return b.Size()
+	}
+	return n
+}

@@ -1,0 +1,242 @@
+package finetune
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/memfit/memfit/data"
+)
+
+// Opening a run's validation set (RunSpec.EvalData, or the hold-out Config.EvalSplit of its training data) and
+// checking every in-memory dataset against the model before the first step.
+
+// CheckValidation refuses validation settings that do not go together: eval_split and eval_data both, or
+// eval_every / early_stopping_patience without a validation set.
+func (s RunSpec) CheckValidation() error {
+	c := s.Config
+	switch {
+	case c.EvalSplit > 0 && s.EvalData != "":
+		return errors.New("--eval-data and --eval-split both give a validation set: choose one")
+	case s.EvalDataSplit != "" && s.EvalData == "":
+		return errors.New("--eval-data-split picks the split of --eval-data: give --eval-data too")
+	case (c.EvalEvery > 0 || c.EarlyStoppingPatience > 0) && c.EvalSplit == 0 && s.EvalData == "":
+		return errors.New("eval_every and early_stopping_patience need a validation set: give --eval-data PATH or --eval-split FRACTION (e.g. 0.05)")
+	}
+	return nil
+}
+
+// evalOptions are the options the validation data is read with: the training data's, with EvalDataSplit for
+// the split when given.
+func (s RunSpec) evalOptions() DataOptions {
+	opts := s.DataOptions
+	if s.EvalDataSplit != "" {
+		opts.Split = s.EvalDataSplit
+	}
+	opts.Augment = false
+	return opts
+}
+
+// OpenTraining opens the run's training data as OpenData does (batches of batchSize, order from seed) and its
+// validation set (nil without one), and checks each in-memory dataset against model (CheckData). With
+// Config.EvalSplit the validation set is held out of the training data (HoldOut).
+func (s RunSpec) OpenTraining(model Model, batchSize int, seed uint64) (Iterator, EvalSet, error) {
+	it, err := OpenData(s.Data, s.DataOptions, model, s.Model, batchSize, seed)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s.WithValidation(it, model, batchSize, seed)
+}
+
+// WithValidation checks the opened training data it against model (CheckData) and returns it with the run's
+// validation set: the hold-out of Config.EvalSplit (it is then replaced by the rest of the data), EvalData
+// opened and checked, or none.
+func (s RunSpec) WithValidation(it Iterator, model Model, batchSize int, seed uint64) (Iterator, EvalSet, error) {
+	if err := s.CheckValidation(); err != nil {
+		return nil, nil, &RequestError{err}
+	}
+	if err := CheckData(model, it, "--data "+s.Data); err != nil {
+		return nil, nil, err
+	}
+	if f := s.Config.EvalSplit; f > 0 {
+		return HoldOut(it, f, seed, batchSize)
+	}
+	if s.EvalData == "" {
+		return it, nil, nil
+	}
+	// Opened with batches of 1: the loader's batch must fit the set, which may be smaller than a training batch;
+	// the evaluation makes its own batches.
+	ev, err := OpenData(s.EvalData, s.evalOptions(), model, s.Model, 1, seed)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--eval-data: %w", err)
+	}
+	if err := CheckData(model, ev, "--eval-data "+s.EvalData); err != nil {
+		return nil, nil, err
+	}
+	set, err := EvalSetOf(ev)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--eval-data %s: %w", s.EvalData, err)
+	}
+	return it, set, nil
+}
+
+// EvalSetOf returns the whole dataset of an opened iterator as a validation set, in its stored order: the
+// examples of a Loader, the images of an image loader (decoded a batch at a time, without augmentation).
+func EvalSetOf(it Iterator) (EvalSet, error) {
+	switch l := it.(type) {
+	case *Loader:
+		if _, ok := l.Data["labels"]; !ok {
+			return nil, errors.New("the data has no labels to score")
+		}
+		return ExamplesEval{l.Data}, nil
+	case imageIterator:
+		return ImagesEval{Source: l.l.Source, Pre: l.l.Pre}, nil
+	}
+	return nil, fmt.Errorf("data read as %T cannot be evaluated whole: give a file memfit reads into memory or an image folder/tar", it)
+}
+
+// holdOutStream is the PCG stream of the hold-out permutation (the epochs' shuffles use streams 0, 1, ...).
+const holdOutStream = 0x5eed_e7a1_0000_0000
+
+// HoldOut splits the opened training data it into a training part and a validation set: ceil(frac x N) of its N
+// examples (at least one), chosen by a permutation drawn from seed, are the validation set and are never
+// trained on; the rest, in their stored order, are batched and shuffled as before. The split depends only on
+// (seed, N), so a resumed run holds out the same examples. In-memory data (a Loader) is split by example;
+// image folders, tars and IDX files by image, before anything is decoded.
+func HoldOut(it Iterator, frac float64, seed uint64, batchSize int) (Iterator, EvalSet, error) {
+	split := func(n int) (train, eval []int, err error) {
+		k := max(1, int(math.Ceil(frac*float64(n))))
+		if n-k < batchSize {
+			return nil, nil, fmt.Errorf("--eval-split %g holds out %d of the %d examples, leaving %d to train on, fewer than a batch (%d): lower --eval-split or --batch-size, or give --eval-data", frac, k, n, n-k, batchSize)
+		}
+		perm := rand.New(rand.NewPCG(seed, holdOutStream)).Perm(n)
+		eval, train = slices.Clone(perm[:k]), slices.Clone(perm[k:])
+		slices.Sort(eval)
+		slices.Sort(train)
+		return train, eval, nil
+	}
+	switch l := it.(type) {
+	case *Loader:
+		train, eval, err := split(l.Data.Len())
+		if err != nil {
+			return nil, nil, &RequestError{err}
+		}
+		trainEx, evalEx := Examples{}, Examples{}
+		for name, t := range l.Data {
+			if trainEx[name], err = gatherRows(t, train); err != nil {
+				return nil, nil, err
+			}
+			if evalEx[name], err = gatherRows(t, eval); err != nil {
+				return nil, nil, err
+			}
+		}
+		nl, err := NewLoader(trainEx, l.BatchSize, l.Seed, l.Shuffle)
+		if err != nil {
+			return nil, nil, err
+		}
+		nl.Notes = l.Notes
+		return nl, ExamplesEval{evalEx}, nil
+	case imageIterator:
+		src := l.l.Source
+		train, eval, err := split(src.Len())
+		if err != nil {
+			return nil, nil, &RequestError{err}
+		}
+		nl, err := data.NewImageLoader(data.Pick(src, train), l.l.Pre, l.l.Aug, l.l.BatchSize, l.l.Seed, l.l.Shuffle)
+		if err != nil {
+			return nil, nil, err
+		}
+		return imageIterator{nl}, ImagesEval{Source: data.Pick(src, eval), Pre: l.l.Pre}, nil
+	}
+	return nil, nil, &RequestError{fmt.Errorf("--eval-split cannot hold out examples of data read as %T (it is streamed, not indexed): give a separate --eval-data", it)}
+}
+
+// CheckData checks an opened dataset against model before the first step: every example of in-memory data
+// (a Loader: safetensors, text, Alpaca, GLUE) at once (CheckExamples); streamed data is checked batch by batch
+// as it is drawn. what names the data in the error ("--data FILE").
+func CheckData(model Model, it Iterator, what string) error {
+	if l, ok := it.(*Loader); ok {
+		if err := CheckExamples(model, l.Data); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	return nil
+}
+
+// CheckExamples checks a whole in-memory dataset against model: the tensors' shapes against each other
+// (attention_mask as input_ids, labels [N] or as input_ids) and, with the model's own batch check, token ids
+// within the vocabulary, labels within the classes, masks of 0 and 1, sequences within the model's positions,
+// images of its size. The error names the first bad example by its index (0-based).
+func CheckExamples(model Model, ex Examples) error {
+	if ids, ok := ex["input_ids"]; ok {
+		dims := ids.Shape().Dimensions
+		if m, ok := ex["attention_mask"]; ok && !slices.Equal(m.Shape().Dimensions, dims) {
+			return fmt.Errorf("attention_mask has shape %v but input_ids %v: they must match (one mask value per token)", m.Shape().Dimensions, dims)
+		}
+		if l, ok := ex["labels"]; ok && l.Rank() != 1 && !slices.Equal(l.Shape().Dimensions, dims) {
+			return fmt.Errorf("labels have shape %v but input_ids %v: token labels must match input_ids, class labels are [%d]", l.Shape().Dimensions, dims, dims[0])
+		}
+	}
+	c, ok := model.(interface{ CheckBatch(Batch) error })
+	if !ok {
+		return nil
+	}
+	err := c.CheckBatch(Batch(ex))
+	if err == nil {
+		return nil
+	}
+	// Name the example: the first slice of rows that fails, then its first row.
+	n := ex.Len()
+	const chunk = 256
+	for start := 0; start < n; start += chunk {
+		end := min(n, start+chunk)
+		if rowsPass(c.CheckBatch, ex, start, end) {
+			continue
+		}
+		for i := start; i < end; i++ {
+			if !rowsPass(c.CheckBatch, ex, i, i+1) {
+				return fmt.Errorf("example %d of %d (0-based): %w; fix or remove that example", i, n, err)
+			}
+		}
+	}
+	return err
+}
+
+// rowsPass reports whether rows [start, end) of ex pass check.
+func rowsPass(check func(Batch) error, ex Examples, start, end int) bool {
+	idx := make([]int, 0, end-start)
+	for i := start; i < end; i++ {
+		idx = append(idx, i)
+	}
+	b := Batch{}
+	for name, t := range ex {
+		g, err := gatherRows(t, idx)
+		if err != nil {
+			return false
+		}
+		b[name] = g
+	}
+	defer func() {
+		for _, t := range b {
+			t.MustFinalizeAll()
+		}
+	}()
+	return check(b) == nil
+}
+
+// labelsWithin returns an error naming the first image of src whose label is not one of the model's classes
+// classes, or nil (and nil for a model without a head, whose error is the caller's).
+func labelsWithin(src data.ImageSource, classes int) error {
+	if classes == 0 {
+		return nil
+	}
+	for i := range src.Len() {
+		if l := src.Label(i); l >= classes {
+			return fmt.Errorf("%s (0-based) has label %d, outside the model's %d classes (num_labels in its config.json): fix or remove that image, or give the model a head of %d",
+				src.Name(i), l, classes, len(src.Classes()))
+		}
+	}
+	return nil
+}
