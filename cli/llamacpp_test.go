@@ -164,6 +164,9 @@ func checkAgainstLlamaCpp(t *testing.T, tool *llamacpp.Tool, c llamaCppCase) {
 		req.Tokenize = []llamacpp.TokenizeRequest{{Text: c.text, Special: true, AddSpecial: true}}
 	}
 	res := runLlamaCpp(t, tool, req)
+	if res.Generate == nil || (c.text != "" && len(res.Tokenize) != 1) {
+		t.Fatalf("%s: llama.cpp's answer lacks parts: %+v", c.name, res)
+	}
 	if c.text != "" && fmt.Sprint(res.Tokenize[0]) != fmt.Sprint(c.prompt) {
 		t.Errorf("%s: llama.cpp tokenizes the prompt as\n%v\nmemfit as\n%v", c.name, res.Tokenize[0], c.prompt)
 	}
@@ -193,9 +196,15 @@ func checkAgainstLlamaCpp(t *testing.T, tool *llamacpp.Tool, c llamaCppCase) {
 
 	// q8_0: top-1 agreement over the teacher-forced positions, as users run it (llama.cpp's float16 key/value cache).
 	res = runLlamaCpp(t, tool, llamacpp.Request{Model: c.q8, Score: &llamacpp.ScoreRequest{Sequences: c.sequences}})
+	if len(res.Score) != len(c.sequences) {
+		t.Fatalf("%s: llama.cpp scored %d sequences of %d", c.name, len(res.Score), len(c.sequences))
+	}
 	agree, total, widest := 0, 0, 0.0
 	for i, s := range c.sequences {
 		ref := c.lm.softmax(t, s)
+		if len(res.Score[i].Top) != len(s) {
+			t.Fatalf("%s: llama.cpp scored %d positions of sequence %d's %d", c.name, len(res.Score[i].Top), i, len(s))
+		}
 		for p := range s {
 			total++
 			top := argmax(ref[p])
