@@ -541,6 +541,9 @@ func TestLlamaCppTokenizesAsMemfit(t *testing.T) {
 				req.Tokenize = append(req.Tokenize, llamacpp.TokenizeRequest{Text: tx, Special: !c.plain, AddSpecial: true})
 			}
 			res := runLlamaCpp(t, tool, req)
+			if len(res.Tokenize) != len(texts) {
+				t.Fatalf("llama.cpp tokenized %d strings of %d", len(res.Tokenize), len(texts))
+			}
 			if res.Model.VocabType != c.kind {
 				t.Errorf("llama.cpp reads the vocabulary as %q, want %q", res.Model.VocabType, c.kind)
 			}
