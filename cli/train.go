@@ -52,6 +52,10 @@ func newTrainCommand(opts *Options) *cobra.Command {
   text         plain text (.txt) packed into --seq-len blocks (LLaMA causal LM)
   glue         a GLUE data root with --task cola|sst2|mrpc|stsb|rte, or one task's folder (LLaMA sequence
                classification)
+  parquet      a Hugging Face dataset: a .parquet file, or a dataset folder in the hub layout
+               (data/train-00000-of-00002.parquet or train/*.parquet; --split train|validation|test, default
+               train); its columns say what it holds: instruction/input/output (Alpaca), text, GLUE's columns
+               with --task (sequence classification), image + label (ViT); --columns text=content renames
 Text formats use --tokenizer (default: the model folder). Settings come from the defaults, then --config (YAML
 with the same keys as the flags, snake_case: --lora-r is lora_r), then the flags given; the whole config is
 validated before anything is printed, and printed before any compute. The output folder receives run.yaml,
@@ -76,6 +80,8 @@ gradients to the host; the loss is read back every --log-every steps.`,
   finetune train --model runs/llama-sst2-init --data ../shared/data/glue/SST-2 --data-format glue \
     --out runs/sst2 --method full --steps 300 --seq-len 64
   finetune train --model pretrained/llama-tiny --data chats.jsonl --seq-len 512 --packing --out runs/chat --steps 200
+  finetune train --model pretrained/llama-tiny --data my-hub-dataset --split train --columns output=response \
+    --out runs/alpaca --steps 100
   finetune train --out runs/vit --resume --steps 400`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -196,8 +202,9 @@ gradients to the host; the loss is read back every --log-every steps.`,
 	f.BoolVar(&budgetBatch, "budget-batch", false, "with --budget: also choose the micro-batch (a divisor of --batch-size x --accum-steps, with accumulation keeping that effective batch) that runs fastest")
 	f.BoolVar(&dryRun, "dry-run", false, "print the resolved run (run.yaml: flags over --config over defaults) and exit without loading anything")
 	f.BoolVar(&overwrite, "overwrite", false, "start a new run in an --out that holds one, deleting its checkpoints, metrics and adapter")
-	f.StringVar(&dataOpts.Format, "data-format", "", "safetensors, images, image-tar, idx, alpaca, messages, text or glue (default: from the path)")
-	f.StringVar(&dataOpts.Split, "split", "", "subfolder of an image folder or tar (e.g. train), or GLUE split (train, dev)")
+	f.StringVar(&dataOpts.Format, "data-format", "", "safetensors, images, image-tar, idx, alpaca, messages, text, glue or parquet (default: from the path)")
+	f.StringVar(&dataOpts.Split, "split", "", "subfolder of an image folder or tar (e.g. train), GLUE split (train, dev), or split of a parquet dataset folder (train, validation, test; default train)")
+	f.StringVar(&dataOpts.Columns, "columns", "", "parquet columns to read under memfit's names, NAME=COLUMN,... (e.g. text=content,label=fine_label)")
 	f.StringVar(&dataOpts.Task, "task", "", "GLUE task: cola, sst2, mrpc, stsb, rte (with --data-format glue)")
 	f.StringVar(&dataOpts.Tokenizer, "tokenizer", "", "tokenizer of text data (default: the model folder)")
 	f.IntVar(&dataOpts.SeqLen, "seq-len", 0, "tokens per text example (default 256)")

@@ -71,17 +71,23 @@ func (t *tree) Image(i int) (image.Image, error) {
 			return nil, err
 		}
 	}
-	// The header first: a corrupt or hostile file can declare any size, and decoding would allocate it.
+	return DecodeImage(e.name, b)
+}
+
+// DecodeImage decodes an encoded image (PNG, JPEG) named name in messages. Its header is read first: a corrupt or
+// hostile file can declare any size, and decoding would allocate it; images of more than maxImageSide pixels a
+// side are refused before decoding.
+func DecodeImage(name string, b []byte) (image.Image, error) {
 	cfg, _, err := image.DecodeConfig(bytes.NewReader(b))
 	if err != nil {
-		return nil, fmt.Errorf("%s: not a decodable image: %v", e.name, err)
+		return nil, fmt.Errorf("%s: not a decodable image: %v", name, err)
 	}
 	if cfg.Width <= 0 || cfg.Height <= 0 || cfg.Width > maxImageSide || cfg.Height > maxImageSide {
-		return nil, fmt.Errorf("%s: a %dx%d image: memfit reads images of 1 to %d pixels a side", e.name, cfg.Width, cfg.Height, maxImageSide)
+		return nil, fmt.Errorf("%s: a %dx%d image: memfit reads images of 1 to %d pixels a side", name, cfg.Width, cfg.Height, maxImageSide)
 	}
 	img, _, err := image.Decode(bytes.NewReader(b))
 	if err != nil {
-		return nil, fmt.Errorf("%s: not a decodable image: %v", e.name, err)
+		return nil, fmt.Errorf("%s: not a decodable image: %v", name, err)
 	}
 	return img, nil
 }

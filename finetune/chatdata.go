@@ -20,15 +20,28 @@ func ConversationTemplate(tok *tokenizer.Tokenizer, template string) (string, er
 	return generate.Formatter{Tok: tok, Template: template}.Resolved()
 }
 
-// conversationTokens reads the conversations of a JSONL file (data.ReadConversations) and encodes each with the
-// chat template (tokenizer.FormatConversation): labels on the assistant turns only. A conversation the template
-// cannot render is an error naming its line.
-func conversationTokens(path string, tok *tokenizer.Tokenizer, template string) (ids, labels [][]int, err error) {
-	convs, err := data.ReadConversations(path)
-	if err != nil {
+// conversationTokens reads the conversations of a JSONL file (data.ReadConversations) or of parquet data with a
+// messages column (ParquetConversations) and encodes each with the chat template (tokenizer.FormatConversation):
+// labels on the assistant turns only. A conversation the template cannot render is an error naming its line (for
+// parquet its row, 0-based as data/hfdata counts rows).
+func conversationTokens(path string, opts DataOptions, tok *tokenizer.Tokenizer) (ids, labels [][]int, err error) {
+	var convs []data.Conversation
+	if DataFormat(path, opts) == FormatParquet {
+		rows, err := ParquetConversations(path, opts)
+		if err != nil {
+			return nil, nil, err
+		}
+		for i, r := range rows {
+			c := data.Conversation{Line: i, Messages: make([]data.Message, len(r))}
+			for j, m := range r {
+				c.Messages[j] = data.Message{Role: m.Role, Content: m.Content}
+			}
+			convs = append(convs, c)
+		}
+	} else if convs, err = data.ReadConversations(path); err != nil {
 		return nil, nil, err
 	}
-	tmpl, err := ConversationTemplate(tok, template)
+	tmpl, err := ConversationTemplate(tok, opts.ChatTemplate)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}

@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/memfit/memfit/data/hfdata"
 )
 
 // Data formats of RunSpec.Data.
@@ -17,16 +19,21 @@ const (
 	FormatMessages    = "messages"    // JSONL conversations with the chat template, assistant turns learned
 	FormatText        = "text"        // plain text for causal LM, packed into SeqLen blocks
 	FormatGLUE        = "glue"        // GLUE task folder root (../shared/data/glue layout); DataOptions.Task
+	// FormatParquet ("parquet", data_parquet.go): a Hugging Face parquet file or hub dataset folder.
 )
 
 // DataOptions say how to read a run's data (RunSpec.Data).
 type DataOptions struct {
 	// Format is one of the Format constants; empty picks it from the path: .safetensors, .jsonl (alpaca; the
-	// loader reads a file whose first row is a conversation as messages: data.JSONLKind), .txt
-	// (text), .tar/.tar.gz/.tgz (image-tar), a comma-separated pair (idx), a folder (images).
+	// loader reads a file whose first row is a conversation as messages: data.JSONLKind), .txt (text),
+	// .tar/.tar.gz/.tgz (image-tar), .parquet or a folder of parquet files in the hub layout (parquet), a
+	// comma-separated pair (idx), another folder (images).
 	Format string `json:"format,omitempty"`
-	// Split is the subfolder of an image folder or tar (e.g. "train") or the GLUE split (train, dev; default train).
+	// Split is the subfolder of an image folder or tar (e.g. "train"), the GLUE split (train, dev; default train)
+	// or the split of a parquet dataset folder (train, validation, test; default train).
 	Split string `json:"split,omitempty"`
+	// Columns renames parquet columns to the names memfit reads: "text=content,label=y".
+	Columns string `json:"columns,omitempty"`
 	// Task is the GLUE task (cola, sst2, mrpc, stsb, rte).
 	Task string `json:"task,omitempty"`
 	// Tokenizer is the tokenizer of text data (default: the model folder).
@@ -60,6 +67,8 @@ func DataFormat(path string, opts DataOptions) string {
 		return FormatImageTar
 	case strings.Contains(path, ","):
 		return FormatIDX
+	case hfdata.IsParquet(path):
+		return FormatParquet
 	}
 	return FormatImages
 }
@@ -78,7 +87,7 @@ func checkDataPath(path, format string, opts DataOptions) error {
 			return fmt.Errorf("data %s: no such file or folder", p)
 		}
 		if format == FormatImages && opts.Format == "" && !info.IsDir() {
-			return fmt.Errorf("data %s: cannot tell its format from the name (.safetensors, .jsonl, .txt, .tar, .tar.gz, a folder, or an IDX pair \"images,labels\"): pass --data-format", p)
+			return fmt.Errorf("data %s: cannot tell its format from the name (.safetensors, .jsonl, .txt, .tar, .tar.gz, .parquet, a folder, or an IDX pair \"images,labels\"): pass --data-format", p)
 		}
 	}
 	return nil
@@ -91,10 +100,10 @@ func OpenData(path string, opts DataOptions, model Model, modelDir string, batch
 	if err := checkDataPath(path, format, opts); err != nil {
 		return nil, err
 	}
-	if opts.Packing && format != FormatAlpaca && format != FormatMessages {
+	if opts.Packing && format != FormatAlpaca && format != FormatMessages && format != FormatParquet { // parquet: checked once its columns tell its kind
 		return nil, fmt.Errorf("--packing packs instruction and conversation examples (alpaca, messages data), not %s data: leave it out", format)
 	}
-	if opts.ChatTemplate != "" && format != FormatAlpaca && format != FormatMessages {
+	if opts.ChatTemplate != "" && format != FormatAlpaca && format != FormatMessages && format != FormatParquet {
 		return nil, fmt.Errorf("--chat-template renders conversations (messages data), not %s data: leave it out", format)
 	}
 	if format == FormatSafetensors {
@@ -104,14 +113,17 @@ func OpenData(path string, opts DataOptions, model Model, modelDir string, batch
 		}
 		return NewLoader(ex, batchSize, seed, true)
 	}
+	if format == FormatParquet {
+		return openParquetData(DataSource{Path: path, Format: format, Options: opts, Model: model, ModelDir: modelDir, BatchSize: batchSize, Seed: seed})
+	}
 	if fam, ok := FamilyOfFormat(format); ok {
 		if of, ok := FamilyOf(model); !ok || of.Name != fam.Name {
 			return nil, fam.WrongModel(format)
 		}
 		return fam.OpenData(DataSource{Path: path, Format: format, Options: opts, Model: model, ModelDir: modelDir, BatchSize: batchSize, Seed: seed})
 	}
-	return nil, fmt.Errorf("unknown data format %q (%s, %s, %s, %s, %s, %s, %s, %s)", format, FormatSafetensors, FormatImages,
-		FormatImageTar, FormatIDX, FormatAlpaca, FormatMessages, FormatText, FormatGLUE)
+	return nil, fmt.Errorf("unknown data format %q (%s, %s, %s, %s, %s, %s, %s, %s, %s)", format, FormatSafetensors, FormatImages,
+		FormatImageTar, FormatIDX, FormatAlpaca, FormatMessages, FormatText, FormatGLUE, FormatParquet)
 }
 
 // absData makes the data path absolute (both parts of an IDX pair).

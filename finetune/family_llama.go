@@ -342,7 +342,12 @@ func textExamplesNoted(path string, opts DataOptions, model Model, modelDir stri
 	}
 	classifier := m.Config.Architecture == llama.ArchClassification
 	format := DataFormat(path, opts)
-	if format == FormatAlpaca && opts.Format == "" {
+	switch {
+	case format == FormatParquet: // read as the format its columns stand for (data_parquet.go)
+		if format, err = parquetTextFormat(path, opts, classifier, note); err != nil {
+			return nil, err
+		}
+	case format == FormatAlpaca && opts.Format == "":
 		// .jsonl: Alpaca rows or conversations, as the file's first row says.
 		kind, err := data.JSONLKind(path)
 		if err != nil {
@@ -351,6 +356,9 @@ func textExamplesNoted(path string, opts DataOptions, model Model, modelDir stri
 		if kind == data.KindMessages {
 			format = FormatMessages
 		}
+	}
+	if opts.Packing && format != FormatAlpaca && format != FormatMessages {
+		return nil, fmt.Errorf("--packing packs instruction and conversation examples (alpaca, messages data), not %s data: leave it out", format)
 	}
 	if opts.ChatTemplate != "" && format != FormatMessages {
 		return nil, fmt.Errorf("--chat-template renders conversations (messages data); %s is %s data: leave it out", path, format)
@@ -362,7 +370,7 @@ func textExamplesNoted(path string, opts DataOptions, model Model, modelDir stri
 	var ex map[string]*tensors.Tensor
 	switch format {
 	case FormatAlpaca:
-		rows, err := data.ReadInstructions(path)
+		rows, err := readInstructions(path, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -375,7 +383,7 @@ func textExamplesNoted(path string, opts DataOptions, model Model, modelDir stri
 			return nil, err
 		}
 	case FormatMessages:
-		ids, labels, err := conversationTokens(path, tok, opts.ChatTemplate)
+		ids, labels, err := conversationTokens(path, opts, tok)
 		if err != nil {
 			return nil, err
 		}
@@ -383,13 +391,13 @@ func textExamplesNoted(path string, opts DataOptions, model Model, modelDir stri
 			return nil, err
 		}
 	case FormatText:
-		raw, err := data.ReadTextFile(path)
+		docs, err := readDocuments(path, opts)
 		if err != nil {
 			return nil, err
 		}
 		eos, _ := tok.EOS()
 		var seqs [][]int
-		for _, d := range data.Documents(raw) {
+		for _, d := range docs {
 			seqs = append(seqs, tok.Encode(d, false))
 		}
 		blocks := data.Pack(seqs, eos, seqLen)
@@ -418,7 +426,7 @@ func textExamplesNoted(path string, opts DataOptions, model Model, modelDir stri
 		if m.Config.PadTokenID != pad {
 			return nil, fmt.Errorf("the model's pad_token_id %d differs from the tokenizer's padding id %d: the classifier would pool the wrong token", m.Config.PadTokenID, pad)
 		}
-		rows, err := data.ReadGLUE(path, opts.Task, split)
+		rows, err := readGLUE(path, opts, split)
 		if err != nil {
 			return nil, err
 		}

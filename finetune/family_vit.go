@@ -232,7 +232,7 @@ func (it imageIterator) Restore(s json.RawMessage) error { return it.l.Restore(s
 func openImages(src DataSource) (Iterator, error) {
 	path, opts, modelDir := src.Path, src.Options, src.ModelDir
 	v := src.Model.(ViT)
-	images, err := OpenImages(path, src.Format, opts.Split)
+	images, err := openImageSource(path, src.Format, opts)
 	if err != nil {
 		return nil, err
 	}

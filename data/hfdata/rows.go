@@ -1,0 +1,225 @@
+package hfdata
+
+import (
+	"encoding/json"
+	"fmt"
+	"image"
+	"strconv"
+	"strings"
+
+	"github.com/memfit/memfit/data"
+)
+
+// Texts reads the "text" column: one document per row (a causal LM's pretraining text), as stored. Null,
+// empty and all-whitespace texts (the blank lines of line-per-row corpora such as wikitext) are skipped.
+func (d *Dataset) Texts() ([]string, error) {
+	var out []string
+	_, err := d.each([]spec{{name: "text", kind: kString, what: "the text of a document"}}, func(_ string, r row) error {
+		if s, ok := r[0].(string); ok && strings.TrimSpace(s) != "" {
+			out = append(out, s)
+		}
+		return nil
+	})
+	if err == nil && len(out) == 0 {
+		err = fmt.Errorf("%s: every text is null or blank", d.where())
+	}
+	return out, err
+}
+
+// Instructions reads Alpaca rows: "instruction" and "output" strings and an optional "input"; as for Alpaca
+// JSONL (data.ReadInstructions), rows with a "status" other than "ok" are skipped, so the rows read are the
+// rows the JSONL gives.
+func (d *Dataset) Instructions() ([]data.Instruction, error) {
+	specs := []spec{
+		{name: "instruction", kind: kString, what: "the instruction of an Alpaca row"},
+		{name: "input", kind: kString, optional: true, what: "the input of an Alpaca row"},
+		{name: "output", kind: kString, what: "the response of an Alpaca row"},
+		{name: "status", kind: kString, optional: true, what: "alpaca-libre's row status; rows other than ok are skipped"},
+	}
+	var out []data.Instruction
+	_, err := d.each(specs, func(where string, r row) error {
+		if st, ok := r[3].(string); ok && st != "ok" {
+			return nil
+		}
+		ins, ok1 := r[0].(string)
+		res, ok2 := r[2].(string)
+		if !ok1 || !ok2 {
+			return fmt.Errorf("%s: an Alpaca row needs \"instruction\" and \"output\" strings, this one has a null", where)
+		}
+		in, _ := r[1].(string)
+		out = append(out, data.Instruction{Instruction: ins, Input: in, Output: res})
+		return nil
+	})
+	if err == nil && len(out) == 0 {
+		err = fmt.Errorf("%s: no usable rows", d.where())
+	}
+	return out, err
+}
+
+// Conversations reads the "messages" column: a list of {role, content} per row, the OpenAI form that chat
+// training takes, or ShareGPT's {from, value} (read with --columns messages=conversations; from human becomes
+// role user, gpt assistant). Each conversation is checked as the JSONL reader checks one (data.CheckConversation:
+// known roles, string content, an assistant turn); a bad one, or a null or empty list, is an error naming its row.
+func (d *Dataset) Conversations() ([][]Message, error) {
+	var out [][]Message
+	_, err := d.each([]spec{{name: "messages", kind: kMessages, what: "a conversation"}}, func(where string, r row) error {
+		msgs, _ := r[0].([]Message)
+		if len(msgs) == 0 {
+			return fmt.Errorf("%s: the conversation has no messages", where)
+		}
+		check := make([]data.Message, len(msgs))
+		for i, m := range msgs {
+			check[i] = data.Message{Role: m.Role, Content: m.Content}
+		}
+		if err := data.CheckConversation(check); err != nil {
+			return fmt.Errorf("%s: %w", where, err)
+		}
+		out = append(out, msgs)
+		return nil
+	})
+	return out, err
+}
+
+// GLUE reads a GLUE task's rows as the Hugging Face "glue" dataset stores them: sentence + label (cola, sst2),
+// sentence1 + sentence2 + label (mrpc, rte; stsb with a float score in [0, 5]). Labels are class indices as in
+// the GLUE TSV path (rte: 0 entailment, 1 not_entailment); a label of -1 (the hub's unlabelled test rows) is an
+// error naming the row.
+func (d *Dataset) GLUE(task string) ([]data.GLUEExample, error) {
+	info, err := data.GLUETask(task)
+	if err != nil {
+		return nil, err
+	}
+	labelKind, labelWhat := kInt, fmt.Sprintf("a GLUE %s row's class, 0..%d", task, len(info.Classes)-1)
+	if info.Regression {
+		labelKind, labelWhat = kNumber, "an STS-B row's similarity score, 0 to 5"
+	}
+	specs := []spec{{name: "sentence", kind: kString, what: "the sentence of a GLUE " + task + " row"}}
+	if info.Pair {
+		specs = []spec{{name: "sentence1", kind: kString, what: "the first sentence of a GLUE " + task + " row"},
+			{name: "sentence2", kind: kString, what: "the second sentence of a GLUE " + task + " row"}}
+	}
+	specs = append(specs, spec{name: "label", kind: labelKind, what: labelWhat})
+	var out []data.GLUEExample
+	_, err = d.each(specs, func(where string, r row) error {
+		var ex data.GLUEExample
+		var ok bool
+		if ex.TextA, ok = r[0].(string); !ok {
+			return fmt.Errorf("%s: the sentence is null", where)
+		}
+		if info.Pair {
+			if ex.TextB, ok = r[1].(string); !ok {
+				return fmt.Errorf("%s: the second sentence is null", where)
+			}
+		}
+		lv := r[len(r)-1]
+		if info.Regression {
+			s, ok := lv.(float64)
+			if i, isInt := lv.(int64); isInt {
+				s, ok = float64(i), true
+			}
+			if !ok || s < 0 || s > 5 {
+				return fmt.Errorf("%s: score %v is not a number in [0, 5]", where, lv)
+			}
+			ex.Score = s
+		} else {
+			l, ok := lv.(int64)
+			if !ok || l < 0 || l >= int64(len(info.Classes)) {
+				return fmt.Errorf("%s: label %v is not one of 0..%d (the hub marks unlabelled test rows -1: train on a labelled split)", where, lv, len(info.Classes)-1)
+			}
+			ex.Label = int(l)
+		}
+		out = append(out, ex)
+		return nil
+	})
+	return out, err
+}
+
+// ClassNames returns the class names the file stores for a ClassLabel column (the "huggingface" key of its
+// metadata, which `datasets` writes), or nil.
+func classNames(f *file, column string) []string {
+	raw, ok := f.pf.Lookup("huggingface")
+	if !ok {
+		return nil
+	}
+	var meta struct {
+		Info struct {
+			Features map[string]struct {
+				Type  string   `json:"_type"`
+				Names []string `json:"names"`
+			} `json:"features"`
+		} `json:"info"`
+	}
+	if json.Unmarshal([]byte(raw), &meta) != nil {
+		return nil
+	}
+	if f, ok := meta.Info.Features[column]; ok && f.Type == "ClassLabel" {
+		return f.Names
+	}
+	return nil
+}
+
+// Images reads an image classification dataset: the "image" column (struct{bytes, path} as `datasets` stores
+// an Image feature, or binary) and the "label" column (class indices). The encoded bytes are kept in memory
+// (as an image tar's are) and decoded a batch at a time by data.ImageLoader. The class names are the label
+// feature's names in the file's `datasets` metadata, or "0".."K-1" for K = the largest label + 1.
+func (d *Dataset) Images() (*Images, error) {
+	specs := []spec{{name: "image", kind: kImage, what: "the encoded PNG or JPEG image"},
+		{name: "label", kind: kInt, what: "the class index of the image"}}
+	imgs := &Images{}
+	maxLabel := int64(-1)
+	_, err := d.each(specs, func(where string, r row) error {
+		img, ok := r[0].(Image)
+		if !ok || len(img.Bytes) == 0 {
+			return fmt.Errorf("%s: the image has no bytes (datasets stores a path-only image when it was not embedded: save the dataset with embed_external_files)", where)
+		}
+		l, ok := r[1].(int64)
+		if !ok || l < 0 || l >= 1<<20 {
+			return fmt.Errorf("%s: label %v is not a class index (0 or more; the hub marks unlabelled test rows -1: train on a labelled split)", where, r[1])
+		}
+		maxLabel = max(maxLabel, l)
+		imgs.names = append(imgs.names, where)
+		imgs.images = append(imgs.images, img.Bytes)
+		imgs.labels = append(imgs.labels, int(l))
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if f, err := openFile(d.Files[0]); err == nil {
+		imgs.classes = classNames(f, d.column("label"))
+		f.Close()
+	}
+	if int64(len(imgs.classes)) <= maxLabel {
+		imgs.classes = make([]string, maxLabel+1)
+		for i := range imgs.classes {
+			imgs.classes[i] = strconv.Itoa(i)
+		}
+	}
+	return imgs, nil
+}
+
+// Images is an image dataset read from parquet: a data.ImageSource.
+type Images struct {
+	names   []string
+	images  [][]byte
+	labels  []int
+	classes []string
+}
+
+// Len returns the number of images.
+func (m *Images) Len() int { return len(m.images) }
+
+// Label returns image i's class index.
+func (m *Images) Label(i int) int { return m.labels[i] }
+
+// Classes returns the class names, in label order.
+func (m *Images) Classes() []string { return m.classes }
+
+// Name names image i: its file and row.
+func (m *Images) Name(i int) string { return m.names[i] }
+
+// Bytes returns image i's encoded bytes.
+func (m *Images) Bytes(i int) []byte { return m.images[i] }
+
+// Image decodes image i (its size bounded as for image folders, data.DecodeImage).
+func (m *Images) Image(i int) (image.Image, error) { return data.DecodeImage(m.names[i], m.images[i]) }
