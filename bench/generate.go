@@ -1,11 +1,13 @@
 package bench
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -14,6 +16,7 @@ import (
 	"github.com/gomlx/compute"
 
 	"github.com/memfit/memfit/engine"
+	"github.com/memfit/memfit/llamacpp"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/runner"
 	"github.com/memfit/memfit/tokenizer"
@@ -82,6 +85,15 @@ type GenerateCase struct {
 	FirstDifference string `json:"first_difference,omitempty"`
 	MemfitSide      *generateSide
 	PyTorchSide     *generateSide
+	// LlamaCpp is llama.cpp's decode tokens/s on the model's GGUF (0 when not measured), LlamaCppRatio
+	// Memfit / LlamaCpp, LlamaCppPrefill its median prefill time; LlamaCppSameTokens and
+	// LlamaCppFirstDifference compare its greedy tokens with memfit's.
+	LlamaCpp                float64 `json:"llamacpp_decode_tokens_per_second,omitempty"`
+	LlamaCppRatio           float64 `json:"memfit_over_llamacpp,omitempty"`
+	LlamaCppPrefill         float64 `json:"llamacpp_prefill_seconds,omitempty"`
+	LlamaCppSameTokens      bool    `json:"llamacpp_same_tokens,omitempty"`
+	LlamaCppFirstDifference string  `json:"llamacpp_first_difference,omitempty"`
+	LlamaCppSide            *generateSide
 }
 
 // GenerateRun is the whole comparison.
@@ -96,9 +108,11 @@ type GenerateRun struct {
 	Runs      int               `json:"runs"`
 	PyTorch   map[string]string `json:"pytorch_versions"`
 	Threads   int               `json:"pytorch_threads"`
-	Cases     []GenerateCase    `json:"cases"`
-	Problems  []string          `json:"problems,omitempty"`
-	Seconds   float64           `json:"seconds"`
+	// LlamaCpp describes the llama.cpp side (package, build, CPU features, threads, GGUF file and type) when it ran.
+	LlamaCpp map[string]string `json:"llamacpp,omitempty"`
+	Cases    []GenerateCase    `json:"cases"`
+	Problems []string          `json:"problems,omitempty"`
+	Seconds  float64           `json:"seconds"`
 }
 
 // GenerateCompareOptions configure RunGenerateCompare.
@@ -117,6 +131,11 @@ type GenerateCompareOptions struct {
 	WorkDir, OutDir string
 	Backend         compute.Backend
 	Log             io.Writer
+	// LlamaCpp, when set, decodes the same prompts with llama.cpp (node-llama-cpp, its own process) on GGUF, the
+	// model exported as GGUF (GGUFType names its tensor type), with LlamaCppThreads threads (every core when 0).
+	LlamaCpp        *llamacpp.Tool
+	GGUF, GGUFType  string
+	LlamaCppThreads int
 }
 
 // RunGenerateCompare decodes greedily with memfit (in this process: a warm-up run that compiles, then Runs
@@ -148,20 +167,34 @@ func RunGenerateCompare(o GenerateCompareOptions) (GenerateRun, error) {
 		if err := writeFileAtomic(spec, sb); err != nil {
 			return run, err
 		}
+		c.Memfit, c.MemfitPrefill = mem.TokensPerSec, median(mem.PrefillSeconds)
 		py, err := pytorchGenerate(o.Python, spec, procDir, fmt.Sprintf("generate-b%d-pytorch", b))
 		if err != nil {
 			run.Problems = append(run.Problems, err.Error())
-			run.Cases = append(run.Cases, c)
-			continue
+		} else {
+			c.PyTorchSide = py
+			run.PyTorch, run.Threads = py.Versions, py.Threads
+			c.PyTorch = py.TokensPerSec
+			if c.PyTorch > 0 {
+				c.Ratio = c.Memfit / c.PyTorch
+			}
+			c.PyTorchPrefill = median(py.PrefillSeconds)
+			c.SameTokens, c.FirstDifference = sameTokens(mem.Tokens, py.Tokens, "PyTorch")
 		}
-		c.PyTorchSide = py
-		run.PyTorch, run.Threads = py.Versions, py.Threads
-		c.Memfit, c.PyTorch = mem.TokensPerSec, py.TokensPerSec
-		if c.PyTorch > 0 {
-			c.Ratio = c.Memfit / c.PyTorch
+		if o.LlamaCpp != nil {
+			fmt.Fprintf(o.Log, "batch %d: llama.cpp\n", b)
+			lc, info, err := llamaCppGenerate(o, prompts)
+			if err != nil {
+				run.Problems = append(run.Problems, err.Error())
+			} else {
+				run.LlamaCpp, c.LlamaCppSide = info, lc
+				c.LlamaCpp, c.LlamaCppPrefill = lc.TokensPerSec, median(lc.PrefillSeconds)
+				if c.LlamaCpp > 0 {
+					c.LlamaCppRatio = c.Memfit / c.LlamaCpp
+				}
+				c.LlamaCppSameTokens, c.LlamaCppFirstDifference = sameTokens(mem.Tokens, lc.Tokens, "llama.cpp")
+			}
 		}
-		c.MemfitPrefill, c.PyTorchPrefill = median(mem.PrefillSeconds), median(py.PrefillSeconds)
-		c.SameTokens, c.FirstDifference = sameTokens(mem.Tokens, py.Tokens)
 		run.Cases = append(run.Cases, c)
 	}
 	run.Seconds = time.Since(start).Seconds()
@@ -206,7 +239,45 @@ func pytorchGenerate(python []string, spec, dir, name string) (*generateSide, er
 	return &s, nil
 }
 
-func sameTokens(a, b [][]int) (bool, string) {
+// llamaCppGenerate times llama.cpp's greedy decoding of prompts on o.GGUF (one warm-up run, then o.Runs), one
+// llama.cpp sequence per row, all rows decoded together.
+func llamaCppGenerate(o GenerateCompareOptions, prompts [][]int) (*generateSide, map[string]string, error) {
+	threads := o.LlamaCppThreads
+	if threads <= 0 {
+		threads = runtime.NumCPU()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	res, err := o.LlamaCpp.Run(ctx, llamacpp.Request{Model: o.GGUF, Threads: threads,
+		Bench: &llamacpp.BenchRequest{Prompts: prompts, NewTokens: o.NewTokens, Runs: o.Runs}})
+	if err != nil {
+		return nil, nil, err
+	}
+	if res.Bench == nil || len(res.Bench.Runs) == 0 {
+		return nil, nil, fmt.Errorf("llama.cpp: no decode timings")
+	}
+	side := &generateSide{Threads: threads}
+	for _, r := range res.Bench.Runs {
+		side.PrefillSeconds = append(side.PrefillSeconds, r.PrefillSeconds)
+		side.DecodeSeconds = append(side.DecodeSeconds, r.DecodeSeconds)
+		side.Tokens = r.Tokens
+	}
+	if m := median(side.DecodeSeconds); m > 0 {
+		side.TokensPerSec = float64(len(prompts)*(o.NewTokens-1)) / m
+	}
+	info := map[string]string{"package": "node-llama-cpp " + llamacpp.Version + " (" + res.LlamaCpp.Build + " llama.cpp binaries)",
+		"cpu": res.LlamaCpp.SystemInfo, "threads": fmt.Sprint(threads), "gguf": filepath.Base(o.GGUF), "gguf_type": o.GGUFType}
+	return side, info, nil
+}
+
+func sameOrDiff(same bool, diff string) string {
+	if same {
+		return "yes"
+	}
+	return "no: " + diff
+}
+
+func sameTokens(a, b [][]int, other string) (bool, string) {
 	if len(a) != len(b) {
 		return false, fmt.Sprintf("%d rows against %d", len(a), len(b))
 	}
@@ -214,7 +285,7 @@ func sameTokens(a, b [][]int) (bool, string) {
 		if !slices.Equal(a[r], b[r]) {
 			for i := 0; i < min(len(a[r]), len(b[r])); i++ {
 				if a[r][i] != b[r][i] {
-					return false, fmt.Sprintf("row %d, new token %d: memfit %d, PyTorch %d", r, i+1, a[r][i], b[r][i])
+					return false, fmt.Sprintf("row %d, new token %d: memfit %d, %s %d", r, i+1, a[r][i], other, b[r][i])
 				}
 			}
 			return false, fmt.Sprintf("row %d: %d tokens against %d", r, len(a[r]), len(b[r]))
@@ -226,7 +297,11 @@ func sameTokens(a, b [][]int) (bool, string) {
 // WriteGenerateRun prints the comparison's table.
 func WriteGenerateRun(w io.Writer, r GenerateRun) error {
 	p := func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
-	p("greedy decoding with a key/value cache, memfit against plain PyTorch (%.0f s)", r.Seconds)
+	against := "plain PyTorch"
+	if r.LlamaCpp != nil {
+		against += " and llama.cpp"
+	}
+	p("greedy decoding with a key/value cache, memfit against %s (%.0f s)", against, r.Seconds)
 	p("machine: %s, %d cores, %s memory, %s", r.Machine.CPU, r.Machine.Cores, memory.FormatBytesPrec(r.Machine.MemBytes, 1), r.Machine.OS)
 	p("command: %s", r.Command)
 	p("model: %s; prompts of %d tokens (windows of a passage, BOS first), %d new tokens each, greedy, no EOS stop; %d timed runs after a warm-up, median", r.Model, r.PromptLen, r.NewTokens, r.Runs)
@@ -235,22 +310,55 @@ func WriteGenerateRun(w io.Writer, r GenerateRun) error {
 	if n := r.PyTorch["notes"]; n != "" {
 		p("%s", wrap("PyTorch notes: "+n, 118, "  "))
 	}
+	lc := r.LlamaCpp != nil
+	if lc {
+		p("%s", wrap(fmt.Sprintf("llama.cpp: %s, %s threads, GGUF %s (%s); CPU: %s", r.LlamaCpp["package"], r.LlamaCpp["threads"],
+			r.LlamaCpp["gguf"], r.LlamaCpp["gguf_type"], r.LlamaCpp["cpu"]), 118, "  "))
+	}
 	p("")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "batch\tmemfit decode\tPyTorch decode\tmemfit / PyTorch\tmemfit prefill\tPyTorch prefill\tmemfit compile\tsame tokens\t")
+	head := "batch\tmemfit decode\tPyTorch decode\t"
+	if lc {
+		head += "llama.cpp decode\t"
+	}
+	head += "memfit / PyTorch\t"
+	if lc {
+		head += "memfit / llama.cpp\t"
+	}
+	head += "memfit prefill\tPyTorch prefill\t"
+	if lc {
+		head += "llama.cpp prefill\t"
+	}
+	fmt.Fprintln(tw, head+"memfit compile\tsame tokens\t")
 	for _, c := range r.Cases {
-		same := "yes"
-		if !c.SameTokens {
-			same = "no: " + c.FirstDifference
+		same := sameOrDiff(c.SameTokens, c.FirstDifference)
+		if lc {
+			same = "PyTorch " + same + ", llama.cpp " + sameOrDiff(c.LlamaCppSameTokens, c.LlamaCppFirstDifference)
 		}
-		fmt.Fprintf(tw, "%d\t%.1f tokens/s\t%.1f tokens/s\t%.2fx\t%.1f ms\t%.1f ms\t%.2f s\t%s\t\n", c.Batch, c.Memfit, c.PyTorch, c.Ratio,
-			1000*c.MemfitPrefill, 1000*c.PyTorchPrefill, c.MemfitCompile, same)
+		row := fmt.Sprintf("%d\t%.1f tokens/s\t%.1f tokens/s\t", c.Batch, c.Memfit, c.PyTorch)
+		if lc {
+			row += fmt.Sprintf("%.1f tokens/s\t", c.LlamaCpp)
+		}
+		row += fmt.Sprintf("%.2fx\t", c.Ratio)
+		if lc {
+			row += fmt.Sprintf("%.2fx\t", c.LlamaCppRatio)
+		}
+		row += fmt.Sprintf("%.1f ms\t%.1f ms\t", 1000*c.MemfitPrefill, 1000*c.PyTorchPrefill)
+		if lc {
+			row += fmt.Sprintf("%.1f ms\t", 1000*c.LlamaCppPrefill)
+		}
+		fmt.Fprintf(tw, "%s%.2f s\t%s\t\n", row, c.MemfitCompile, same)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	p("")
 	p("decode tokens/s: rows x (new tokens - 1) / the median time of the decode steps (the prefill makes the first token)")
+	if r.LlamaCpp != nil {
+		p("%s", wrap("llama.cpp: node-llama-cpp in its own node process, one context sequence per row (its batching decodes "+
+			"the rows together, one llama_decode per step), greedy sampler; prefill = until every row has its first token, "+
+			"decode = from there to the last token, measured in the node process", 118, "  "))
+	}
 	for _, pr := range r.Problems {
 		p("PROBLEM: %s", pr)
 	}
