@@ -22,6 +22,14 @@ type DeviceProfile struct {
 	FLOPs float64 `json:"flops_per_second"`
 	// Bytes is the sustained bytes per second of an elementwise pass over activations (read plus written).
 	Bytes float64 `json:"elementwise_bytes_per_second"`
+	// Modes, when set, are the only block modes a plan made for this device from another backend may use: those
+	// measured to lower the device's peak there. The exact planner that sizes a plan made on a laptop is the
+	// pure-Go backend's liveness simulation, and XLA's buffer assignment keeps other tensors: on an H200
+	// (docs/benchmarks/plancheck-h200: llama-1b LoRA all-linear, float32, batch 2 x 512, device peak bytes in use
+	// measured by bench step) approx-act lowered the peak (7.399 GiB against plain's 7.755 GiB), while Mesa
+	// (8.000 GiB) and gradient checkpointing (8.762 GiB) raised it, so a plan that used them passed the planner
+	// and missed its budget on the GPU.
+	Modes []string `json:"modes,omitempty"`
 }
 
 // DeviceProfiles are the devices the cost model plans for (--for-backend). The go profile's rates were fitted on
@@ -34,9 +42,12 @@ type DeviceProfile struct {
 // the matrix peak, 70% of the memory bandwidth.
 var DeviceProfiles = []DeviceProfile{
 	{Backend: "go", Device: "pure-Go backend on a 2-core x86 CPU (fitted on the build VM)", FLOPs: 160e9, Bytes: 0.3e9},
-	{Backend: "xla:cuda", Device: "NVIDIA H100 SXM-class GPU (XLA CUDA)", FLOPs: 0.40 * 989e12, Bytes: 0.70 * 3.35e12},
-	{Backend: "xla:cuda:h200", Device: "NVIDIA H200-class GPU (XLA CUDA)", FLOPs: 0.40 * 989e12, Bytes: 0.70 * 4.8e12},
+	{Backend: "xla:cuda", Device: "NVIDIA H100 SXM-class GPU (XLA CUDA)", FLOPs: 0.40 * 989e12, Bytes: 0.70 * 3.35e12, Modes: xlaModes},
+	{Backend: "xla:cuda:h200", Device: "NVIDIA H200-class GPU (XLA CUDA)", FLOPs: 0.40 * 989e12, Bytes: 0.70 * 4.8e12, Modes: xlaModes},
 }
+
+// xlaModes are the block modes measured to lower the device peak on XLA CUDA (DeviceProfile.Modes).
+var xlaModes = []string{"plain", "approx-act"}
 
 // ProfileFor returns the device profile of a --for-backend name ("go", "xla:cuda", "xla:cuda:h200"; "xla" alone
 // is xla:cuda), or an error naming the known ones.
