@@ -132,7 +132,7 @@ type GenerateCompareOptions struct {
 	Backend         compute.Backend
 	Log             io.Writer
 	// LlamaCpp, when set, decodes the same prompts with llama.cpp (node-llama-cpp, its own process) on GGUF, the
-	// model exported as GGUF (GGUFType names its tensor type), with LlamaCppThreads threads (every core when 0).
+	// model exported as GGUF (GGUFType names its tensor type), with LlamaCppThreads threads (every core but one when 0).
 	LlamaCpp        *llamacpp.Tool
 	GGUF, GGUFType  string
 	LlamaCppThreads int
@@ -244,7 +244,10 @@ func pytorchGenerate(python []string, spec, dir, name string) (*generateSide, er
 func llamaCppGenerate(o GenerateCompareOptions, prompts [][]int) (*generateSide, map[string]string, error) {
 	threads := o.LlamaCppThreads
 	if threads <= 0 {
-		threads = runtime.NumCPU()
+		// Every core but one: node-llama-cpp drives each decode step from node's own thread, and llama.cpp's
+		// spinning workers on every core starve it (the quiet 2-core VM: 89 tokens/s at one row with 2 threads,
+		// 1,787 with 1; docs/benchmarks/generate-cpu-llamacpp).
+		threads = max(1, runtime.NumCPU()-1)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()

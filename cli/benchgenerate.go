@@ -41,7 +41,7 @@ JSON and log under DIR/processes.
 A third column is llama.cpp's decode tokens/s on the same model exported as GGUF (f32, written to the work
 folder; or --gguf FILE): node-llama-cpp's prebuilt CPU llama.cpp in its own node process (tools/llamacpp,
 installed with npm: see docs/gguf.md), one sequence per row decoded together, --llama-cpp-threads threads (every
-core by default, as PyTorch's). Without node/npm, or with --llama-cpp "", that column is left out (with a note).`,
+core but one by default: node's own thread drives the decoding, and llama.cpp's workers on every core starve it). Without node/npm, or with --llama-cpp "", that column is left out (with a note).`,
 		Example: `  GOTOOLCHAIN=go1.27.3 GOEXPERIMENT=simd go build -o bin/finetune ./cmd/finetune && bin/finetune bench generate --out docs/benchmarks/generate-cpu`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -55,7 +55,7 @@ core by default, as PyTorch's). Without node/npm, or with --llama-cpp "", that c
 			case runs < 1:
 				return usagef("--runs %d: give at least 1", runs)
 			case llamaCppThreads < 0:
-				return usagef("--llama-cpp-threads %d: give 0 (every core) or more", llamaCppThreads)
+				return usagef("--llama-cpp-threads %d: give 0 (every core but one) or more", llamaCppThreads)
 			}
 			if ggufFile != "" {
 				f, err := gguf.Open(ggufFile)
@@ -148,7 +148,7 @@ core by default, as PyTorch's). Without node/npm, or with --llama-cpp "", that c
 	f.StringVar(&workDir, "work-dir", "", "folder for the specs and the GGUF export (default: a temporary one, removed after)")
 	f.StringVar(&llamaCppDir, "llama-cpp", filepath.Join("tools", "llamacpp"), `the node-llama-cpp tooling (npm-installed); "" leaves llama.cpp out`)
 	f.StringVar(&ggufFile, "gguf", "", "the model as GGUF for llama.cpp (default: --model exported as f32 GGUF to the work folder)")
-	f.IntVar(&llamaCppThreads, "llama-cpp-threads", 0, "llama.cpp's threads (0: every core, as PyTorch's)")
+	f.IntVar(&llamaCppThreads, "llama-cpp-threads", 0, "llama.cpp's threads (0: every core but one, leaving node's driving thread a core)")
 	f.StringVar(&invocation, "invocation", "", "the command line to print")
 	_ = f.MarkHidden("invocation")
 	return cmd
