@@ -31,12 +31,8 @@ func conversationTokens(path string, opts DataOptions, tok *tokenizer.Tokenizer)
 		if err != nil {
 			return nil, nil, err
 		}
-		for i, r := range rows {
-			c := data.Conversation{Line: i, Messages: make([]data.Message, len(r))}
-			for j, m := range r {
-				c.Messages[j] = data.Message{Role: m.Role, Content: m.Content}
-			}
-			convs = append(convs, c)
+		for i, msgs := range rows {
+			convs = append(convs, data.Conversation{Line: i, Messages: msgs})
 		}
 	} else if convs, err = data.ReadConversations(path); err != nil {
 		return nil, nil, err

@@ -9,7 +9,6 @@ package plan
 import (
 	"fmt"
 	"os"
-	"sort"
 	"strings"
 
 	"github.com/gomlx/compute"
@@ -287,13 +286,4 @@ func ratio(a, b int64) float64 {
 		return 0
 	}
 	return float64(a) / float64(b)
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/parquet-go/parquet-go"
+
+	"github.com/memfit/memfit/data"
 )
 
 // kind is the type memfit needs of a column.
@@ -50,11 +52,9 @@ type resolved struct {
 	leaves []leaf
 }
 
-// Message is one turn of a conversation: its role (system, user, assistant, ...) and its text.
-type Message struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
-}
+// Message is one turn of a conversation: its role (system, user, assistant, ...) and its text; the type the
+// JSONL conversation reader and the chat trainer take (data.Message).
+type Message = data.Message
 
 // Image is an image as `datasets` stores it: its encoded bytes (PNG, JPEG) and the path it came from.
 type Image struct {

@@ -67,11 +67,7 @@ func (d *Dataset) Conversations() ([][]Message, error) {
 		if len(msgs) == 0 {
 			return fmt.Errorf("%s: the conversation has no messages", where)
 		}
-		check := make([]data.Message, len(msgs))
-		for i, m := range msgs {
-			check[i] = data.Message{Role: m.Role, Content: m.Content}
-		}
-		if err := data.CheckConversation(check); err != nil {
+		if err := data.CheckConversation(msgs); err != nil {
 			return fmt.Errorf("%s: %w", where, err)
 		}
 		out = append(out, msgs)
