@@ -40,21 +40,32 @@ type ExamplesEval struct{ Examples }
 
 // Batches calls fn on consecutive slices of the examples.
 func (e ExamplesEval) Batches(size int, fn func(Batch, int) error) error {
-	n := e.Examples.Len()
+	return consecutiveBatches(e.Examples.Len(), size, func(idx []int) (Batch, error) {
+		b := Batch{}
+		for name, t := range e.Examples {
+			g, err := gatherRows(t, idx)
+			if err != nil {
+				return nil, err
+			}
+			b[name] = g
+		}
+		return b, nil
+	}, fn)
+}
+
+// consecutiveBatches makes (batch) and passes (fn, with its first index) the batches of n examples in order, size
+// at a time, the last one shorter; each batch's tensors are freed once fn returns.
+func consecutiveBatches(n, size int, batch func(idx []int) (Batch, error), fn func(Batch, int) error) error {
 	for start := 0; start < n; start += size {
 		idx := make([]int, 0, size)
 		for i := start; i < min(n, start+size); i++ {
 			idx = append(idx, i)
 		}
-		b := Batch{}
-		for name, t := range e.Examples {
-			g, err := gatherRows(t, idx)
-			if err != nil {
-				return err
-			}
-			b[name] = g
+		b, err := batch(idx)
+		if err != nil {
+			return err
 		}
-		err := fn(b, start)
+		err = fn(b, start)
 		for _, t := range b {
 			t.MustFinalizeAll()
 		}
@@ -76,21 +87,10 @@ func (e ImagesEval) Len() int { return e.Source.Len() }
 
 // Batches decodes and passes consecutive batches of the images.
 func (e ImagesEval) Batches(size int, fn func(Batch, int) error) error {
-	n := e.Source.Len()
-	for start := 0; start < n; start += size {
-		idx := make([]int, 0, size)
-		for i := start; i < min(n, start+size); i++ {
-			idx = append(idx, i)
-		}
+	return consecutiveBatches(e.Source.Len(), size, func(idx []int) (Batch, error) {
 		b, err := data.ImageBatch(e.Source, e.Pre, idx)
-		if err != nil {
-			return err
-		}
-		if err := fn(Batch(b), start); err != nil {
-			return err
-		}
-	}
-	return nil
+		return Batch(b), err
+	}, fn)
 }
 
 // EvalState is where a run's validation stands; it is saved in every checkpoint (trainer_state.json "eval") so a

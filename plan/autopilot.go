@@ -249,13 +249,8 @@ func ChooseBlockPlan(costs []ModeCost, blocks int, limit int64, verify func(plan
 // been freed, instead of on top of them. Which blocks take a mode changes nothing in the additive model (the
 // saved bytes are the same) but does change the step's peak, which the exact planner checks.
 func planOf(costs []ModeCost, counts []int) string {
-	order := make([]int, len(costs))
-	for i := range order {
-		order[i] = i
-	}
-	sort.SliceStable(order, func(a, b int) bool { return costs[order[a]].TotalBytes < costs[order[b]].TotalBytes })
 	var parts []string
-	for _, i := range order {
+	for _, i := range blockOrder(costs) {
 		if counts[i] > 0 {
 			parts = append(parts, fmt.Sprintf("%s*%d", costs[i].Mode, counts[i]))
 		}
@@ -263,16 +258,22 @@ func planOf(costs []ModeCost, counts []int) string {
 	return strings.Join(parts, ",")
 }
 
-// blockChoices lists the blocks of the plan of counts in planOf's order, each with its mode's saving and extra
-// time per block.
-func blockChoices(costs []ModeCost, counts []int, saving, slower []float64) []BlockChoice {
+// blockOrder is the order of the modes of costs along the blocks of a plan: increasing uniform total, gradient
+// checkpointing first (planOf says why).
+func blockOrder(costs []ModeCost) []int {
 	order := make([]int, len(costs))
 	for i := range order {
 		order[i] = i
 	}
 	sort.SliceStable(order, func(a, b int) bool { return costs[order[a]].TotalBytes < costs[order[b]].TotalBytes })
+	return order
+}
+
+// blockChoices lists the blocks of the plan of counts in planOf's order, each with its mode's saving and extra
+// time per block.
+func blockChoices(costs []ModeCost, counts []int, saving, slower []float64) []BlockChoice {
 	var out []BlockChoice
-	for _, i := range order {
+	for _, i := range blockOrder(costs) {
 		for range counts[i] {
 			out = append(out, BlockChoice{Block: len(out), Mode: costs[i].Mode, SavedBytes: int64(math.Round(saving[i])), ExtraSeconds: slower[i]})
 		}
