@@ -129,13 +129,13 @@ func Logits(backend compute.Backend, model Model, params models.Params, set *ada
 }
 
 // LogitsRunner computes a model's logits with fixed parameters and adapters, compiling one graph per batch
-// signature (names and shapes) and reusing it, for evaluation loops.
+// signature (names and shapes) and reusing it, for evaluation loops: an OutputsRunner of the model's logits.
 type LogitsRunner struct {
 	Backend compute.Backend
 	Model   Model
 	Params  models.Params
 	Set     *adapter.Set
-	graphs  map[string]*graph.Graph
+	outputs *OutputsRunner
 }
 
 // NewLogitsRunner returns a runner over model with params (model.Params() when nil) and adapters (none when set
@@ -144,37 +144,19 @@ func NewLogitsRunner(backend compute.Backend, model Model, params models.Params,
 	if params == nil {
 		params = model.Params()
 	}
-	return &LogitsRunner{Backend: backend, Model: model, Params: params, Set: set, graphs: map[string]*graph.Graph{}}
+	logits := func(b models.Bound, batch map[string]*graph.Node) []*graph.Node {
+		return []*graph.Node{model.Logits(b, batch)}
+	}
+	return &LogitsRunner{Backend: backend, Model: model, Params: params, Set: set, outputs: NewOutputsRunner(backend, model, logits)}
 }
 
 // Logits returns the logits of batch.
 func (r *LogitsRunner) Logits(batch Batch) (*tensors.Tensor, error) {
-	if err := check(r.Model, batch); err != nil {
+	out, err := r.outputs.Run(r.Params, r.Set, batch)
+	if err != nil {
 		return nil, err
 	}
-	sig := batch.Signature()
-	names := batch.Names()
-	var out *tensors.Tensor
-	err := engine.Try(func() {
-		g, ok := r.graphs[sig]
-		if !ok {
-			g = graph.NewGraph(r.Backend, "logits")
-			nodes := map[string]*graph.Node{}
-			for _, n := range names {
-				nodes[n] = graph.Parameter(g, "batch."+n, batch[n].Shape())
-			}
-			if err := g.Compile(r.Model.Logits(bind(g, r.Model, r.Params, r.Set), nodes)); err != nil {
-				panic(err) // engine.Try returns it; the graph is not kept
-			}
-			r.graphs[sig] = g
-		}
-		args := []any{}
-		for _, n := range names {
-			args = append(args, batch[n])
-		}
-		out = g.Run(append(args, paramArgs(r.Params, r.Set)...)...)[0]
-	})
-	return out, err
+	return out[0], nil
 }
 
 // bind binds params (the model's) and the adapters of set (nil: none) into g: the parameters in params.Names()
