@@ -193,34 +193,7 @@ func TestBadInputSweepOutputs(t *testing.T) {
 		{trainArgs("--init-adapter", alpaca, "--lora-r", "8", "--out", p("t5")), "lora_r 8 conflicts with init_adapter"},
 	}
 	for _, c := range cases {
-		before := snapshot(t, tmp)
-		_, stderr, code := run(t, c.args...)
-		lines := strings.Split(strings.TrimSpace(stderr), "\n")
-		last := lines[len(lines)-1]
-		if code == 0 || !strings.HasPrefix(last, "finetune: ") || !strings.Contains(last, c.want) {
-			t.Errorf("%v: exit %d, last line %q; want a non-zero exit and a line naming %q", c.args, code, last, c.want)
-		}
-		for _, bad := range []string{"panic", "goroutine ", "runtime error", ".go:"} {
-			if strings.Contains(stderr, bad) {
-				t.Errorf("%v: %q in the output:\n%s", c.args, bad, stderr)
-			}
-		}
-		after := snapshot(t, tmp)
-		var changed []string
-		for f, h := range before {
-			if after[f] != h {
-				changed = append(changed, f)
-			}
-		}
-		for f := range after {
-			if _, ok := before[f]; !ok {
-				changed = append(changed, f+" (new)")
-			}
-		}
-		sort.Strings(changed)
-		if len(changed) > 0 {
-			t.Errorf("%v: changed %v", c.args, changed)
-		}
+		refusedUnchanged(t, tmp, c.args, c.want)
 	}
 	t.Logf("%d bad commands, each refused with one line, nothing changed", len(cases))
 
@@ -230,5 +203,39 @@ func TestBadInputSweepOutputs(t *testing.T) {
 	}
 	if _, stderr, code := run(t, "export", "--run", runDir, "--format", "peft", "--out", exported, "--overwrite"); code != 0 {
 		t.Errorf("export --overwrite: exit %d: %s", code, stderr)
+	}
+}
+
+// refusedUnchanged runs the command args and checks that it fails with a last line "finetune: ..." naming want,
+// prints no panic or stack trace, and leaves every file under root as it was, with no new one.
+func refusedUnchanged(t *testing.T, root string, args []string, want string) {
+	t.Helper()
+	before := snapshot(t, root)
+	_, stderr, code := run(t, args...)
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	last := lines[len(lines)-1]
+	if code == 0 || !strings.HasPrefix(last, "finetune: ") || !strings.Contains(last, want) {
+		t.Errorf("%v: exit %d, last line %q; want a non-zero exit and a line naming %q", args, code, last, want)
+	}
+	for _, bad := range []string{"panic", "goroutine ", "runtime error", ".go:"} {
+		if strings.Contains(stderr, bad) {
+			t.Errorf("%v: %q in the output:\n%s", args, bad, stderr)
+		}
+	}
+	after := snapshot(t, root)
+	var changed []string
+	for f, h := range before {
+		if after[f] != h {
+			changed = append(changed, f)
+		}
+	}
+	for f := range after {
+		if _, ok := before[f]; !ok {
+			changed = append(changed, f+" (new)")
+		}
+	}
+	sort.Strings(changed)
+	if len(changed) > 0 {
+		t.Errorf("%v: changed %v", args, changed)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 
@@ -85,34 +84,7 @@ func TestBadInputSweepGGUF(t *testing.T) {
 		{[]string{"train", "--model", good, "--data", filepath.Join(tmp, "story.txt"), "--out", p("t")}, "is a GGUF file: training starts from a Hugging Face model folder"},
 	}
 	for _, c := range cases {
-		before := snapshot(t, tmp)
-		_, stderr, code := run(t, c.args...)
-		lines := strings.Split(strings.TrimSpace(stderr), "\n")
-		last := lines[len(lines)-1]
-		if code == 0 || !strings.HasPrefix(last, "finetune: ") || !strings.Contains(last, c.want) {
-			t.Errorf("%v: exit %d, last line %q; want a non-zero exit and a line naming %q", c.args, code, last, c.want)
-		}
-		for _, bad := range []string{"panic", "goroutine ", "runtime error", ".go:"} {
-			if strings.Contains(stderr, bad) {
-				t.Errorf("%v: %q in the output:\n%s", c.args, bad, stderr)
-			}
-		}
-		after := snapshot(t, tmp)
-		var changed []string
-		for f, h := range before {
-			if after[f] != h {
-				changed = append(changed, f)
-			}
-		}
-		for f := range after {
-			if _, ok := before[f]; !ok {
-				changed = append(changed, f+" (new)")
-			}
-		}
-		sort.Strings(changed)
-		if len(changed) > 0 {
-			t.Errorf("%v: changed %v", c.args, changed)
-		}
+		refusedUnchanged(t, tmp, c.args, c.want)
 	}
 	t.Logf("%d bad commands, each refused with one line, nothing changed", len(cases))
 	// --overwrite replaces an earlier GGUF export and its Modelfile; --checkpoint names a step.
