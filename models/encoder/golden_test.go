@@ -1,4 +1,4 @@
-package bert_test
+package encoder_test
 
 import (
 	"fmt"
@@ -14,7 +14,7 @@ import (
 	"github.com/memfit/memfit/internal/golden"
 	"github.com/memfit/memfit/internal/gtest"
 	"github.com/memfit/memfit/models"
-	"github.com/memfit/memfit/models/bert"
+	"github.com/memfit/memfit/models/encoder"
 )
 
 // goldenRun is one forward (and, when grads, backward) pass of a golden model in some modes.
@@ -23,9 +23,9 @@ type goldenRun struct {
 	grads                                 map[string][]float32
 }
 
-func runGolden(t *testing.T, g *golden.File, opts bert.Options, grads []string) goldenRun {
+func runGolden(t *testing.T, g *golden.File, opts encoder.Options, grads []string) goldenRun {
 	t.Helper()
-	m, err := bert.Load(g.Dir, opts)
+	m, err := encoder.Load(g.Dir, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestGolden(t *testing.T) {
 			g := golden.Load(t, name)
 			gradNames := g.Keys(t, "grads")
 			slices.Sort(gradNames)
-			plain := runGolden(t, g, bert.Options{}, gradNames)
+			plain := runGolden(t, g, encoder.Options{}, gradNames)
 			check := func(what string, got []float32, path ...string) {
 				t.Helper()
 				d := golden.RelMaxDiff(got, g.Array(t, path...).Float32s())
@@ -123,7 +123,7 @@ func TestGolden(t *testing.T) {
 			for _, n := range gradNames {
 				check("gradient of "+n, plain.grads[n], "grads", n)
 			}
-			for _, opts := range []bert.Options{
+			for _, opts := range []encoder.Options{
 				{MSNorm: true},
 				{ApproxActivation: true, MSNorm: true, Attention: attention.KindMemoryEfficient},
 				{ApproxActivation: true, GradCheckpoint: true},

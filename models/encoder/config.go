@@ -1,9 +1,9 @@
-// Package bert builds BERT-style post-LN encoders (model_type "bert", "roberta" and "xlm-roberta") in the Hugging
+// Package encoder builds BERT-style post-LN encoders (model_type "bert", "roberta" and "xlm-roberta") in the Hugging
 // Face layout: BertModel / RobertaModel, ...ForSequenceClassification (BERT's pooler + classifier, RoBERTa's
 // classification head on <s>; num_labels 1 as regression) and ...ForMaskedLM (the tied decoder, for
 // pretraining), in any combination of the memory-saving options: ReGELU2 in the MLP, MS-LN on the post-LN
 // residual stream (see fold.go), Mesa and gradient checkpointing per encoder layer.
-package bert
+package encoder
 
 import (
 	"fmt"

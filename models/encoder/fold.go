@@ -1,4 +1,4 @@
-package bert
+package encoder
 
 import "github.com/memfit/memfit/models"
 

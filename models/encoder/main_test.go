@@ -1,4 +1,4 @@
-package bert_test
+package encoder_test
 
 import (
 	"testing"

@@ -1,4 +1,4 @@
-package bert
+package encoder
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package bert_test
+package encoder_test
 
 import (
 	"strings"
@@ -7,7 +7,7 @@ import (
 	"github.com/memfit/memfit/internal/golden"
 	"github.com/memfit/memfit/internal/gtest"
 	"github.com/memfit/memfit/models"
-	"github.com/memfit/memfit/models/bert"
+	"github.com/memfit/memfit/models/encoder"
 )
 
 // TestLoadHubLayouts: checkpoints as the Hub stores them load to the same parameters: old BERT names
@@ -16,12 +16,12 @@ import (
 // as its masked LM.
 func TestLoadHubLayouts(t *testing.T) {
 	g := golden.Load(t, "bert_a")
-	ref, err := bert.Load(g.Dir, bert.Options{})
+	ref, err := encoder.Load(g.Dir, encoder.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := ref.Config
-	save := func(cfg bert.Config, p models.Params) string {
+	save := func(cfg encoder.Config, p models.Params) string {
 		dir := t.TempDir()
 		j, err := cfg.JSON()
 		if err != nil {
@@ -49,14 +49,14 @@ func TestLoadHubLayouts(t *testing.T) {
 		n = strings.Replace(strings.Replace(n, "LayerNorm.weight", "LayerNorm.gamma", 1), "LayerNorm.bias", "LayerNorm.beta", 1)
 		gammaBeta[n] = v
 	}
-	m, err := bert.Load(save(c, gammaBeta), bert.Options{})
+	m, err := encoder.Load(save(c, gammaBeta), encoder.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	same("gamma/beta names", m.Params, ref.Params)
 
 	bare := c
-	bare.Head, bare.Labels, bare.Architecture = bert.HeadNone, nil, "BertModel"
+	bare.Head, bare.Labels, bare.Architecture = encoder.HeadNone, nil, "BertModel"
 	noPrefix, want := models.Params{}, models.Params{}
 	for n, v := range ref.Params {
 		if strings.HasPrefix(n, "bert.") {
@@ -66,15 +66,15 @@ func TestLoadHubLayouts(t *testing.T) {
 			}
 		}
 	}
-	m, err = bert.Load(save(bare, noPrefix), bert.Options{})
+	m, err = encoder.Load(save(bare, noPrefix), encoder.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	same("BertModel without prefix", m.Params, want)
 
 	pre := c
-	pre.Head, pre.Labels, pre.Architecture = bert.HeadMaskedLM, nil, "BertForPreTraining"
-	mlm := bert.RandomParams(pre, 3)
+	pre.Head, pre.Labels, pre.Architecture = encoder.HeadMaskedLM, nil, "BertForPreTraining"
+	mlm := encoder.RandomParams(pre, 3)
 	stored := models.Params{}
 	for n, v := range mlm {
 		stored[n] = v
@@ -84,7 +84,7 @@ func TestLoadHubLayouts(t *testing.T) {
 	stored["cls.seq_relationship.bias"] = gtest.Tensor(gtest.Rand(2, 2, 1), 2)
 	stored["bert.pooler.dense.weight"] = ref.Params["bert.pooler.dense.weight"]
 	stored["bert.pooler.dense.bias"] = ref.Params["bert.pooler.dense.bias"]
-	m, err = bert.Load(save(pre, stored), bert.Options{})
+	m, err = encoder.Load(save(pre, stored), encoder.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestLoadHubLayouts(t *testing.T) {
 
 	// A checkpoint missing a tensor the config needs is refused naming it.
 	delete(gammaBeta, "classifier.weight")
-	if _, err := bert.Load(save(c, gammaBeta), bert.Options{}); err == nil || !strings.Contains(err.Error(), "classifier.weight") {
+	if _, err := encoder.Load(save(c, gammaBeta), encoder.Options{}); err == nil || !strings.Contains(err.Error(), "classifier.weight") {
 		t.Errorf("missing classifier: %v", err)
 	}
 }
@@ -102,26 +102,26 @@ func TestLoadHubLayouts(t *testing.T) {
 func TestFoldUnfold(t *testing.T) {
 	for _, name := range []string{"roberta_a", "bert_a"} {
 		g := golden.Load(t, name)
-		plain, err := bert.Load(g.Dir, bert.Options{})
+		plain, err := encoder.Load(g.Dir, encoder.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		ms, err := bert.Load(g.Dir, bert.Options{MSNorm: true})
+		ms, err := encoder.Load(g.Dir, encoder.Options{MSNorm: true})
 		if err != nil {
 			t.Fatal(err)
 		}
 		c := plain.Config
-		last := c.LayerPrefix(c.NumHiddenLayers-1) + bert.OutputNorm + ".weight"
+		last := c.LayerPrefix(c.NumHiddenLayers-1) + encoder.OutputNorm + ".weight"
 		if _, ok := ms.Params[last]; ok {
 			t.Errorf("%s: the last LayerNorm folded into the head is still a parameter", name)
 		}
-		if _, ok := ms.Params[c.LayerPrefix(0)+bert.OutputNorm+".weight"]; !ok {
+		if _, ok := ms.Params[c.LayerPrefix(0)+encoder.OutputNorm+".weight"]; !ok {
 			t.Errorf("%s: a shared LayerNorm left the parameters", name)
 		}
 		if len(ms.Folded) != 2*(2*c.NumHiddenLayers+1) {
 			t.Errorf("%s: %d folded norm tensors, want %d", name, len(ms.Folded), 2*(2*c.NumHiddenLayers+1))
 		}
-		back, err := models.UndoFolds(ms.Params, bert.Folds(c), ms.Folded, false)
+		back, err := models.UndoFolds(ms.Params, encoder.Folds(c), ms.Folded, false)
 		if err != nil {
 			t.Fatal(err)
 		}
