@@ -17,6 +17,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/memfit/memfit/internal/readfile"
 )
 
 // Version is the node-llama-cpp release tools/llamacpp/package.json pins.
@@ -60,7 +62,7 @@ func Find(dir string) (*Tool, error) {
 	if _, err := os.Stat(filepath.Join(abs, "llamacpp.mjs")); err != nil {
 		return nil, fmt.Errorf("%s: no llamacpp.mjs here: give the repository's tools/llamacpp folder", dir)
 	}
-	pkg, err := os.ReadFile(filepath.Join(abs, "node_modules", "node-llama-cpp", "package.json"))
+	pkg, err := readfile.Read(filepath.Join(abs, "node_modules", "node-llama-cpp", "package.json"), readfile.Config)
 	if err != nil {
 		return nil, fmt.Errorf("%s: node-llama-cpp is not installed: run `cd %s && npm install --no-audit --no-fund --ignore-scripts --no-save`", dir, dir)
 	}
