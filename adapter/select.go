@@ -10,18 +10,19 @@ import (
 	"github.com/memfit/memfit/models"
 )
 
-// shorthands maps short target names to the module-name suffixes of ViT and LLaMA.
+// shorthands maps short target names to the module-name suffixes of ViT, LLaMA and the encoders (BERT, RoBERTa).
 var shorthands = map[string][]string{
-	"q":     {"attention.attention.query", "self_attn.q_proj"},
-	"k":     {"attention.attention.key", "self_attn.k_proj"},
-	"v":     {"attention.attention.value", "self_attn.v_proj"},
-	"o":     {"attention.output.dense", "self_attn.o_proj"},
-	"gate":  {"mlp.gate_proj"},
-	"up":    {"intermediate.dense", "mlp.up_proj"},
-	"down":  {"output.dense", "mlp.down_proj"},
-	"mlp":   {"intermediate.dense", "output.dense", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"},
-	"attn":  {"attention.attention.query", "attention.attention.key", "attention.attention.value", "attention.output.dense", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj"},
-	"heads": {"classifier", "score", "lm_head"},
+	"q":    {"attention.attention.query", "self_attn.q_proj", "attention.self.query"},
+	"k":    {"attention.attention.key", "self_attn.k_proj", "attention.self.key"},
+	"v":    {"attention.attention.value", "self_attn.v_proj", "attention.self.value"},
+	"o":    {"attention.output.dense", "self_attn.o_proj"},
+	"gate": {"mlp.gate_proj"},
+	"up":   {"intermediate.dense", "mlp.up_proj"},
+	"down": {"output.dense", "mlp.down_proj"},
+	"mlp":  {"intermediate.dense", "output.dense", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"},
+	"attn": {"attention.attention.query", "attention.attention.key", "attention.attention.value", "attention.output.dense", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+		"attention.self.query", "attention.self.key", "attention.self.value"},
+	"heads": {"classifier", "score", "lm_head", "classifier.dense", "classifier.out_proj"},
 }
 
 // SelectLayers picks the layers named by targets, each of which is:

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/memfit/memfit/data/hfdata"
@@ -117,7 +118,10 @@ func OpenData(path string, opts DataOptions, model Model, modelDir string, batch
 		return openParquetData(DataSource{Path: path, Format: format, Options: opts, Model: model, ModelDir: modelDir, BatchSize: batchSize, Seed: seed})
 	}
 	if fam, ok := FamilyOfFormat(format); ok {
-		if of, ok := FamilyOf(model); !ok || of.Name != fam.Name {
+		// Several families may read a format (GLUE and text: LLaMA and the encoders): the model's own opens it.
+		if of, ok := FamilyOf(model); ok && slices.Contains(of.Formats, format) {
+			fam = of
+		} else {
 			return nil, fam.WrongModel(format)
 		}
 		return fam.OpenData(DataSource{Path: path, Format: format, Options: opts, Model: model, ModelDir: modelDir, BatchSize: batchSize, Seed: seed})

@@ -1,0 +1,164 @@
+// Package bert is the encoder family: BERT, RoBERTa and XLM-RoBERTa (model_type "bert", "roberta", "xlm-roberta")
+// on the shared post-LN encoder graph (models/encoder), registered with finetune from this package's init: loading,
+// presets (roberta-base, bert-base), the memory planner's shapes and cost model, random batches, GLUE data
+// encoded as each model expects (RoBERTa's <s> A </s></s> B </s>, BERT's [CLS] A [SEP] B [SEP] with token type
+// ids) and masked-LM pretraining data. A program that trains encoders imports it for that side effect.
+package bert
+
+import (
+	"fmt"
+
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/gomlx/core/graph"
+
+	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/loss"
+	"github.com/memfit/memfit/models"
+	"github.com/memfit/memfit/models/encoder"
+)
+
+// Encoder adapts an encoder.Model to finetune.Model: sequence classification (labels [B] int, or float scores
+// for a regression head) or masked-LM pretraining (labels [B, T], -100 where nothing is predicted), given
+// input_ids and attention_mask [B, T] and, for BERT (type_vocab_size above 1), token_type_ids [B, T].
+type Encoder struct{ *encoder.Model }
+
+// Params returns the model's graph parameters.
+func (m Encoder) Params() models.Params { return m.Model.Params }
+
+// LinearLayers returns the encoder's linear layers.
+func (m Encoder) LinearLayers() []models.LinearLayer { return encoder.LinearLayers(m.Config) }
+
+// TokenTypes reports whether the model's batches carry token_type_ids (BERT's segment embeddings; RoBERTa's
+// single type takes none, as its tokenizer gives none).
+func (m Encoder) TokenTypes() bool { return m.Config.TypeVocabSize > 1 }
+
+// BatchInputs returns attention_mask, input_ids, labels and, with token types, token_type_ids.
+func (m Encoder) BatchInputs() []string {
+	if m.TokenTypes() {
+		return []string{"attention_mask", "input_ids", "labels", "token_type_ids"}
+	}
+	return []string{"attention_mask", "input_ids", "labels"}
+}
+
+// Logits returns the classifier's logits [B, labels] (regression [B, 1]) or the masked LM's [B, T, vocab].
+func (m Encoder) Logits(b models.Bound, batch map[string]*graph.Node) *graph.Node {
+	var types *graph.Node
+	if m.TokenTypes() {
+		types = batch["token_type_ids"]
+	}
+	return m.Forward(b, batch["input_ids"], batch["attention_mask"], types).Logits
+}
+
+// Loss is the classification cross entropy, the regression's mean squared error, or the masked LM's cross
+// entropy over the labelled positions.
+func (m Encoder) Loss(b models.Bound, batch map[string]*graph.Node) *graph.Node {
+	if m.Config.Head == encoder.HeadNone {
+		panic(fmt.Errorf("finetune: a bare %s has no head to train", m.Config.Architecture))
+	}
+	return m.Model.Loss(m.Logits(b, batch), batch["labels"])
+}
+
+// Folds lists the model's MS-LN folds.
+func (m Encoder) Folds() []models.Fold { return encoder.Folds(m.Config) }
+
+// Task returns PEFT's task type: SEQ_CLS for a classifier, FEATURE_EXTRACTION for the bare encoder, none for the
+// masked LM (PEFT has no masked-LM task type).
+func (m Encoder) Task() string {
+	switch m.Config.Head {
+	case encoder.HeadClassification:
+		return "SEQ_CLS"
+	case encoder.HeadNone:
+		return "FEATURE_EXTRACTION"
+	}
+	return ""
+}
+
+// Shapes returns the checkpoint's parameter shapes.
+func (m Encoder) Shapes() map[string][]int { return encoder.Shapes(m.Config) }
+
+// Folded returns the folded norms' tensors.
+func (m Encoder) Folded() models.Params { return m.Model.Folded }
+
+// ConfigJSON returns the model's config.json.
+func (m Encoder) ConfigJSON() ([]byte, error) { return m.Config.JSON() }
+
+// BlockModes returns the per-block plan and the number of encoder layers.
+func (m Encoder) BlockModes() ([]models.BlockMode, int) {
+	return m.Options.Blocks, m.Config.NumHiddenLayers
+}
+
+// SetBlockModes sets the per-block plan.
+func (m Encoder) SetBlockModes(modes []models.BlockMode) { m.Options.Blocks = modes }
+
+// GradCheckpoint reports the model-wide gradient checkpointing.
+func (m Encoder) GradCheckpoint() bool { return m.Options.GradCheckpoint }
+
+// CheckBatch checks a batch against the model: input_ids within the vocabulary and no longer than the position
+// embeddings take, attention_mask of 0 and 1, token_type_ids within type_vocab_size, labels within the classes
+// (classification), or within the vocabulary or -100 (masked LM).
+func (m Encoder) CheckBatch(b finetune.Batch) error {
+	c := m.Config
+	if ids, ok := b["input_ids"]; ok {
+		if ids.Rank() != 2 {
+			return fmt.Errorf("input_ids has shape %v; the model takes [batch, sequence]", ids.Shape().Dimensions)
+		}
+		if n := ids.Shape().Dim(1); n > c.MaxSequence() {
+			return fmt.Errorf("sequences of %d tokens are longer than the model's %d positions (max_position_embeddings %d): lower the sequence length", n, c.MaxSequence(), c.MaxPositionEmbeddings)
+		}
+		if err := models.CheckRange(ids, "input_ids", 0, c.VocabSize, fmt.Sprintf(
+			"the model's vocabulary has %d tokens (vocab_size): the tokenizer does not belong to this model", c.VocabSize)); err != nil {
+			return err
+		}
+	}
+	if mask, ok := b["attention_mask"]; ok {
+		if err := models.CheckRange(mask, "attention_mask", 0, 2, "a mask holds 0 (padding) or 1"); err != nil {
+			return err
+		}
+	}
+	if tt, ok := b["token_type_ids"]; ok {
+		if err := models.CheckRange(tt, "token_type_ids", 0, c.TypeVocabSize, fmt.Sprintf("the model has %d token types (type_vocab_size)", c.TypeVocabSize)); err != nil {
+			return err
+		}
+	}
+	l, ok := b["labels"]
+	switch {
+	case !ok:
+	case c.Regression():
+		if !l.DType().IsFloat() || l.Rank() != 1 {
+			return fmt.Errorf("labels are %s: a regression head takes one float score per example", l.Shape())
+		}
+	case c.Head == encoder.HeadClassification:
+		if l.Rank() != 1 {
+			return fmt.Errorf("labels have shape %v: a classifier takes one class per example", l.Shape().Dimensions)
+		}
+		return models.CheckRange(l, "labels", 0, len(c.Labels), fmt.Sprintf("the model has %d classes (num_labels)", len(c.Labels)))
+	case c.Head == encoder.HeadMaskedLM:
+		return models.CheckRange(l, "labels", 0, c.VocabSize, fmt.Sprintf("the model's vocabulary has %d tokens (vocab_size), and -100 leaves a position out", c.VocabSize), loss.IgnoreIndex)
+	}
+	return nil
+}
+
+// HasTargets reports whether a masked-LM batch has a position to predict (a label other than -100); a batch
+// without one gives loss 0 and would still move the weights through the optimizer, so training skips it.
+// Classification batches always have targets.
+func (m Encoder) HasTargets(b finetune.Batch) bool {
+	l, ok := b["labels"]
+	if !ok || m.Config.Head != encoder.HeadMaskedLM {
+		return true
+	}
+	if dt := l.DType(); dt != dtypes.Int32 && dt != dtypes.Int64 {
+		return true
+	}
+	return models.FindInt(l, func(_ int, v int64) bool { return v != loss.IgnoreIndex }) >= 0
+}
+
+// rebuild builds the model again over params in its own options, folding when msNorm.
+func (m Encoder) rebuild(params models.Params, msNorm bool) (finetune.Model, error) {
+	opts := m.Options
+	opts.MSNorm = msNorm
+	e, err := encoder.New(m.Config, params, opts)
+	if err != nil {
+		return nil, err
+	}
+	return Encoder{Model: e}, nil
+}
