@@ -156,22 +156,26 @@ func OpenMaskedLM(path string, opts finetune.DataOptions, m Encoder, tok *tokeni
 	if err != nil {
 		return nil, err
 	}
-	ex, mask, err := MaskedLMRows(data.Documents(raw), tok, n, m)
+	rows, mask, err := MaskedLMRows(data.Documents(raw), tok, n, m)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	l, err := finetune.NewLoader(finetune.Examples(ex), batchSize, seed, true)
+	ex, err := MaskedLMExamples(rows, n, padID(m.Config, tok))
 	if err != nil {
 		return nil, err
 	}
-	return &maskedLM{loader: l, seed: seed, mask: mask, vocab: m.Config.VocabSize, special: specialIDs(tok)}, nil
+	l, err := finetune.NewLoader(ex, batchSize, seed, true)
+	if err != nil {
+		return nil, err
+	}
+	return NewMaskedLM(l, seed, mask, m.Config.VocabSize, SpecialIDs(tok)), nil
 }
 
-// MaskedLMRows encodes documents into masked-LM rows of length n (input_ids and attention_mask, all real tokens):
-// the documents' tokens, the separator between documents, cut into n-2 token pieces each wrapped in the
-// tokenizer's single-text template. It returns the mask token's id too.
-func MaskedLMRows(docs []string, tok *tokenizer.Tokenizer, n int, m Encoder) (map[string]*tensors.Tensor, int, error) {
-	mask := -1
+// MaskedLMRows encodes documents into masked-LM rows of length n: the documents' tokens, the separator between
+// documents, cut into n-2 token pieces each wrapped in the tokenizer's single-text template (<s> ... </s>). It
+// returns the mask token's id too.
+func MaskedLMRows(docs []string, tok *tokenizer.Tokenizer, n int, m Encoder) (rows [][]int, mask int, err error) {
+	mask = -1
 	for _, name := range []string{"<mask>", "[MASK]"} {
 		if id, ok := tok.TokenID(name); ok {
 			mask = id
@@ -193,20 +197,32 @@ func MaskedLMRows(docs []string, tok *tokenizer.Tokenizer, n int, m Encoder) (ma
 	if len(blocks) == 0 {
 		return nil, 0, fmt.Errorf("the text has fewer than %d tokens", n-2)
 	}
-	ids := make([][]int, len(blocks))
+	rows = make([][]int, len(blocks))
 	for i, b := range blocks {
-		ids[i] = append(append([]int{wrap[0]}, b...), wrap[1])
+		rows[i] = append(append([]int{wrap[0]}, b...), wrap[1])
 	}
-	ex, err := data.TokenExamples(ids, nil, n, padID(m.Config, tok))
-	if err != nil {
-		return nil, 0, err
-	}
-	delete(ex, "labels")
-	return ex, mask, nil
+	return rows, mask, nil
 }
 
-// specialIDs returns the ids of the tokenizer's special tokens (never masked).
-func specialIDs(tok *tokenizer.Tokenizer) map[int]bool {
+// MaskedLMExamples turns masked-LM rows (MaskedLMRows) into input_ids and attention_mask [N, n], unmasked.
+func MaskedLMExamples(rows [][]int, n, pad int) (finetune.Examples, error) {
+	ex, err := data.TokenExamples(rows, nil, n, pad)
+	if err != nil {
+		return nil, err
+	}
+	delete(ex, "labels")
+	return finetune.Examples(ex), nil
+}
+
+// NewMaskedLM returns an iterator over the loader's masked-LM rows that masks each batch afresh (Mask) with a
+// generator seeded by (seed, batch index); its state is the loader's and the batch count, so a resumed run masks
+// as the original would have.
+func NewMaskedLM(loader *finetune.Loader, seed uint64, maskID, vocab int, special map[int]bool) finetune.Iterator {
+	return &maskedLM{loader: loader, seed: seed, mask: maskID, vocab: vocab, special: special}
+}
+
+// SpecialIDs returns the ids of the tokenizer's special tokens (never masked).
+func SpecialIDs(tok *tokenizer.Tokenizer) map[int]bool {
 	out := map[int]bool{}
 	for id := 0; id < tok.VocabSize(); id++ {
 		if tok.IsSpecial(id) {
@@ -235,30 +251,36 @@ func (it *maskedLM) Next() (finetune.Batch, error) {
 	}
 	r := rand.New(rand.NewPCG(it.seed, 0x6d6c6d0000000000|uint64(it.step)))
 	it.step++
-	ids := b["input_ids"]
+	masked, labels := Mask(b["input_ids"], b["attention_mask"], r, it.mask, it.vocab, it.special)
+	b["input_ids"].FinalizeAll()
+	b["input_ids"], b["labels"] = masked, labels
+	return b, nil
+}
+
+// Mask returns input_ids [N, T] with about MaskProbability of the real (mask 1), non-special tokens chosen by r
+// and replaced as BERT does (80% by maskID, 10% by a random id below vocab, 10% kept), and the labels: the
+// original ids at the chosen positions, -100 elsewhere.
+func Mask(ids, mask *tensors.Tensor, r *rand.Rand, maskID, vocab int, special map[int]bool) (masked, labels *tensors.Tensor) {
 	dims := ids.Shape().Dimensions
 	in := make([]int32, ids.Shape().Size())
 	ids.MustConstFlatData(func(f any) { copy(in, f.([]int32)) })
-	var mask []int32
-	b["attention_mask"].MustConstFlatData(func(f any) { mask = append(mask, f.([]int32)...) })
-	labels := make([]int32, len(in))
+	var real []int32
+	mask.MustConstFlatData(func(f any) { real = append(real, f.([]int32)...) })
+	lab := make([]int32, len(in))
 	for i, id := range in {
-		labels[i] = loss.IgnoreIndex
-		if mask[i] == 0 || it.special[int(id)] || r.Float64() >= MaskProbability {
+		lab[i] = loss.IgnoreIndex
+		if real[i] == 0 || special[int(id)] || r.Float64() >= MaskProbability {
 			continue
 		}
-		labels[i] = id
+		lab[i] = id
 		switch p := r.Float64(); {
 		case p < 0.8:
-			in[i] = int32(it.mask)
+			in[i] = int32(maskID)
 		case p < 0.9:
-			in[i] = int32(r.IntN(it.vocab))
+			in[i] = int32(r.IntN(vocab))
 		}
 	}
-	ids.FinalizeAll()
-	b["input_ids"] = tensors.FromFlatDataAndDimensions(in, dims...)
-	b["labels"] = tensors.FromFlatDataAndDimensions(labels, dims...)
-	return b, nil
+	return tensors.FromFlatDataAndDimensions(in, dims...), tensors.FromFlatDataAndDimensions(lab, dims...)
 }
 
 type maskedLMState struct {
