@@ -24,7 +24,6 @@ import (
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/plan"
-	"github.com/memfit/memfit/quant"
 )
 
 // XLAShaped returns backend (the pure-Go one) dressed as another backend: its name is "xla-shaped", so memfit's
@@ -80,7 +79,7 @@ func Modes() []Mode {
 		variant("grad-ckpt"),
 		set("approx-act+grad-ckpt", func(c *finetune.Config) { c.ApproxAct, c.GradCkpt = true, true }),
 		variant("mesa"),
-		set("approx-act+mesa", func(c *finetune.Config) { c.ApproxAct, c.Mesa = true, quant.MesaKinds }),
+		variant("approx-act+mesa"),
 		variant("approx-act+ms-norm+mesa-softmax"),
 		set("memory-efficient", func(c *finetune.Config) { c.Attention = "memory-efficient" }),
 		set("approx-act+ms-norm+memory-efficient", func(c *finetune.Config) {
