@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,6 +21,7 @@ import (
 	vitfam "github.com/memfit/memfit/family/vit"
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/internal/gtest"
+	"github.com/memfit/memfit/internal/readfile"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/models/decoder"
 	"github.com/memfit/memfit/models/vit"
@@ -301,7 +301,7 @@ func Shapes(t testing.TB, path string) map[string][]int {
 // JSON reads a JSON object.
 func JSON(t testing.TB, path string) map[string]any {
 	t.Helper()
-	raw, err := os.ReadFile(path)
+	raw, err := readfile.Read(path, readfile.Data)
 	if err != nil {
 		t.Fatal(err)
 	}
