@@ -266,7 +266,9 @@ func (t *Trainer) Merged() (models.Params, error) {
 		return nil, err
 	}
 	for name, v := range t.Model.Folded() {
-		unfolded[name] = v
+		if _, ok := unfolded[name]; !ok { // a shared fold's norm is in p already, as trained
+			unfolded[name] = v
+		}
 	}
 	shapes := t.Model.Shapes()
 	for _, name := range unfolded.Names() {
