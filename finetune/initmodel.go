@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/memfit/memfit/internal/readfile"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/models/hfconfig"
@@ -113,7 +114,7 @@ func NewHead(from string, numLabels int, seed uint64, dir string) error {
 		return err
 	}
 	for _, name := range []string{"tokenizer.json", "tokenizer_config.json", "tokenizer.model", "preprocessor_config.json"} {
-		b, err := os.ReadFile(filepath.Join(from, name))
+		b, err := readfile.Read(filepath.Join(from, name), readfile.Tokenizer)
 		if err != nil {
 			continue
 		}

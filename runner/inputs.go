@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 
 	"github.com/gomlx/gomlx/core/tensors"
+
+	"github.com/memfit/memfit/internal/readfile"
 )
 
 // maxInputValues bounds one input tensor of ReadInputs (16M values: 64 MiB of float32, e.g. 80 ViT-B images).
@@ -21,7 +22,7 @@ const maxInputRows = 4096
 // (integers [batch, tokens]) and pixel_values (floats [batch, channels, height, width]) as nested lists, or an
 // object whose "inputs" field is one (as the golden files are).
 func ReadInputs(path string) (Batch, error) {
-	data, err := os.ReadFile(path)
+	data, err := readfile.Read(path, readfile.Data)
 	if err != nil {
 		return nil, err
 	}

@@ -414,7 +414,7 @@ func GenericLabels(n int) []string {
 // error naming the file.
 func GenerationEOS(dir string, vocab int) ([]int, error) {
 	path := filepath.Join(dir, "generation_config.json")
-	b, err := os.ReadFile(path)
+	b, err := readfile.Read(path, readfile.Config)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
