@@ -13,6 +13,7 @@ import (
 
 	"github.com/memfit/memfit/chattemplate"
 	"github.com/memfit/memfit/internal/golden"
+	"github.com/memfit/memfit/internal/npmtool"
 	"github.com/memfit/memfit/tokenizer"
 )
 
@@ -133,8 +134,8 @@ func loadBase(t *testing.T, name string) *tokenizer.Tokenizer {
 	return tok
 }
 
-// hfJinja renders cases with @huggingface/jinja (tools/chattemplate/render.mjs); the test skips, saying why,
-// only where node or npm is missing.
+// hfJinja renders cases with @huggingface/jinja (tools/chattemplate/render.mjs, installed into memfit's npm
+// tool cache on first use: internal/npmtool); the test skips, saying why, only where node or npm is missing.
 type hfCase struct {
 	Template string         `json:"template"`
 	Vars     map[string]any `json:"vars"`
@@ -148,22 +149,15 @@ type hfResult struct {
 
 func hfJinja(t *testing.T, cases []hfCase) []hfResult {
 	t.Helper()
-	if _, err := exec.LookPath("node"); err != nil {
-		t.Skip("@huggingface/jinja check skipped: node is not on the PATH")
+	tool, err := npmtool.Install(filepath.Join("..", "tools", "chattemplate"), testLog{t})
+	if errors.Is(err, npmtool.ErrNoNode) {
+		t.Skipf("@huggingface/jinja check skipped: %v", err)
 	}
-	if _, err := exec.LookPath("npm"); err != nil {
-		t.Skip("@huggingface/jinja check skipped: npm is not on the PATH")
-	}
-	dir, err := filepath.Abs(filepath.Join("..", "tools", "chattemplate"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@huggingface", "jinja", "package.json")); err != nil {
-		t.Fatalf("@huggingface/jinja is not installed: run `cd tools/chattemplate && npm install --no-audit --no-fund --ignore-scripts --no-save`")
-	}
 	req, _ := json.Marshal(map[string]any{"cases": cases})
-	cmd := exec.Command("node", "render.mjs")
-	cmd.Dir = dir
+	cmd := exec.Command(tool.Node, tool.Script("render.mjs"))
 	cmd.Stdin = bytes.NewReader(req)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -178,6 +172,14 @@ func hfJinja(t *testing.T, cases []hfCase) []hfResult {
 		t.Fatalf("render.mjs answered %d results for %d cases (%v)", len(res.Results), len(cases), err)
 	}
 	return res.Results
+}
+
+// testLog tells the test log when npm installs @huggingface/jinja.
+type testLog struct{ t *testing.T }
+
+func (l testLog) Write(p []byte) (int, error) {
+	l.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
 }
 
 // vars are the variables memfit passes a template (Template.Render), for @huggingface/jinja.
