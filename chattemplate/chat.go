@@ -1,6 +1,7 @@
 package chattemplate
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -89,7 +90,7 @@ func (c *Chat) EncodeTraining(messages []tokenizer.Message) (ids, labels []int, 
 	}
 	e, err := c.Template.Encode(c.tok, messages)
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, nil, 0, c.refused(err)
 	}
 	if len(e.Turns) == 0 {
 		return nil, nil, 0, fmt.Errorf("no assistant turn to learn (the conversation needs an assistant message)")
@@ -103,7 +104,8 @@ func (c *Chat) EncodeTraining(messages []tokenizer.Message) (ids, labels []int, 
 func (c *Chat) EncodePrompt(messages []tokenizer.Message) ([]int, string, error) {
 	switch {
 	case c.Template != nil:
-		return c.Template.Prompt(c.tok, messages)
+		ids, text, err := c.Template.Prompt(c.tok, messages)
+		return ids, text, c.refused(err)
 	case c.Name == Alpaca:
 		text, err := tokenizer.AlpacaConversation(messages)
 		if err != nil {
@@ -116,6 +118,15 @@ func (c *Chat) EncodePrompt(messages []tokenizer.Message) ([]int, string, error)
 		return nil, "", err
 	}
 	return ids, c.tok.Decode(ids, false), nil
+}
+
+// refused says which template refused a conversation (raise_exception), and how to train it otherwise.
+func (c *Chat) refused(err error) error {
+	var raised *RaisedError
+	if errors.As(err, &raised) {
+		return fmt.Errorf("the model's chat template (%s) refuses the conversation: %w (change the conversation, or give --chat-template llama3, chatml or alpaca)", c.Template.From, err)
+	}
+	return err
 }
 
 // EndOfTurn returns the token that ends the assistant's turn in this template, when it has one of its own
