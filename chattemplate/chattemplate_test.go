@@ -14,6 +14,7 @@ import (
 	"github.com/memfit/memfit/chattemplate"
 	"github.com/memfit/memfit/internal/golden"
 	"github.com/memfit/memfit/internal/npmtool"
+	"github.com/memfit/memfit/internal/tokentest"
 	"github.com/memfit/memfit/tokenizer"
 )
 
@@ -327,7 +328,7 @@ func TestAssistantMask(t *testing.T) {
 				spans = append(spans, [2]int{start, end + len(f.end)})
 				from = end + len(f.end)
 			}
-			starts, ends := tokenOffsets(t, tok, e.IDs, text)
+			starts, ends := tokentest.DecodedOffsets(t, tok, e.IDs, text)
 			for j, id := range e.IDs {
 				want := false
 				for _, s := range spans {
@@ -350,48 +351,3 @@ func TestAssistantMask(t *testing.T) {
 		}
 	}
 }
-
-// tokenOffsets returns each token's byte span in text by decoding the tokens one by one and aligning the
-// decoding with the text (a space the SentencePiece tokenizer prepended matches nothing); tokens that decode to
-// part of a character share its span.
-func tokenOffsets(t *testing.T, tok *tokenizer.Tokenizer, ids []int, text string) (starts, ends []int) {
-	t.Helper()
-	all := tok.Decode(ids, false)
-	at := make([]int, len(all)+1)
-	inserted := make([]bool, len(all))
-	j := 0
-	for i := 0; i < len(all); i++ {
-		at[i] = j
-		switch {
-		case all[i] == ' ' && leadingSpaces(all[i:]) > leadingSpaces(text[j:]):
-			inserted[i] = true
-		case j < len(text) && all[i] == text[j]:
-			j++
-		default:
-			t.Fatalf("the decoding %q does not align with %q at byte %d", all, text, i)
-		}
-	}
-	at[len(all)] = j
-	starts, ends = make([]int, len(ids)), make([]int, len(ids))
-	prevLen := 0
-	var pending []int
-	for k := range ids {
-		dec := tok.Decode(ids[:k+1], false)
-		if strings.HasSuffix(dec, "\uFFFD") {
-			pending = append(pending, k)
-			continue
-		}
-		end := at[len(dec)]
-		if len(dec) > 0 && inserted[len(dec)-1] {
-			end++
-		}
-		for _, p := range append(pending, k) {
-			starts[p], ends[p] = at[prevLen], end
-		}
-		pending = pending[:0]
-		prevLen = len(dec)
-	}
-	return starts, ends
-}
-
-func leadingSpaces(s string) int { return len(s) - len(strings.TrimLeft(s, " ")) }

@@ -3,10 +3,10 @@ package tokenizer_test
 import (
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/memfit/memfit/internal/golden"
+	"github.com/memfit/memfit/internal/tokentest"
 	"github.com/memfit/memfit/tokenizer"
 )
 
@@ -40,7 +40,7 @@ func TestEncodeAt(t *testing.T) {
 			if want := tok.Encode(text, false); !slices.Equal(ids, want) {
 				t.Fatalf("%s: EncodeAt's ids %v differ from Encode's %v", name, ids, want)
 			}
-			starts, ends := decodedOffsets(t, tok, ids, text)
+			starts, ends := tokentest.DecodedOffsets(t, tok, ids, text)
 			for k, p := range positions {
 				if insideGroup(starts, ends, p) {
 					continue // inside a character spelled by several tokens: decoding cannot say where each ends
@@ -69,9 +69,8 @@ func TestEncodeAt(t *testing.T) {
 	}
 }
 
-func spaces(s string) int { return len(s) - len(strings.TrimLeft(s, " ")) }
-
-// insideGroup reports whether p falls strictly inside the span that several tokens share in decodedOffsets.
+// insideGroup reports whether p falls strictly inside the span that several tokens share in
+// tokentest.DecodedOffsets.
 func insideGroup(starts, ends []int, p int) bool {
 	for j := 1; j < len(starts); j++ {
 		if starts[j] == starts[j-1] && ends[j] == ends[j-1] && starts[j] < p && p < ends[j] {
@@ -79,57 +78,4 @@ func insideGroup(starts, ends []int, p int) bool {
 		}
 	}
 	return false
-}
-
-// decodedOffsets returns each token's byte span in text by decoding the tokens one by one: the decoded text
-// of ids[:j+1] is a prefix of the decoding of all of them, which is aligned with text (a space the tokenizer
-// inserted, SentencePiece's prepended "▁" at the start of a stretch of text, matches nothing). Tokens that
-// decode to part of a character (a byte-fallback byte, a byte-level token cut inside a character) share the
-// character's span.
-func decodedOffsets(t *testing.T, tok *tokenizer.Tokenizer, ids []int, text string) (starts, ends []int) {
-	t.Helper()
-	all := tok.Decode(ids, false)
-	at := make([]int, len(all)+1) // position in text of each byte of the decoding
-	inserted := make([]bool, len(all))
-	j := 0
-	for i := 0; i < len(all); i++ {
-		at[i] = j
-		switch {
-		case all[i] == ' ' && spaces(all[i:]) > spaces(text[j:]):
-			// inserted: the first space of a run longer than the text's (Hugging Face aligns a prepended
-			// "▁" with the character it precedes)
-			inserted[i] = true
-		case j < len(text) && all[i] == text[j]:
-			j++
-		default:
-			t.Fatalf("the decoding %q does not align with %q at byte %d", all, text, i)
-		}
-	}
-	at[len(all)] = j
-	if j != len(text) {
-		t.Fatalf("the decoding %q covers %d of the %d bytes of %q", all, j, len(text), text)
-	}
-	starts, ends = make([]int, len(ids)), make([]int, len(ids))
-	prevLen := 0 // bytes of the decoding before the pending tokens
-	var pending []int
-	for k := range ids {
-		dec := tok.Decode(ids[:k+1], false)
-		if strings.HasSuffix(dec, "\uFFFD") && !strings.Contains(text, "\uFFFD") {
-			pending = append(pending, k) // an incomplete character: its bytes come with the next tokens
-			continue
-		}
-		if !strings.HasPrefix(all, dec) {
-			t.Fatalf("decoding %d tokens gives %q, not a prefix of %q", k+1, dec, all)
-		}
-		end := at[len(dec)]
-		if len(dec) > 0 && inserted[len(dec)-1] {
-			end++ // an inserted space covers the character it precedes
-		}
-		for _, p := range append(pending, k) {
-			starts[p], ends[p] = at[prevLen], end
-		}
-		pending = pending[:0]
-		prevLen = len(dec)
-	}
-	return starts, ends
 }
