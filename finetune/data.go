@@ -126,15 +126,20 @@ type loaderState struct {
 // that the data changed since its checkpoint. It is computed once.
 func (l *Loader) Fingerprint() string {
 	if l.fingerprint == "" {
-		h := sha256.New()
-		for _, name := range slices.Sorted(maps.Keys(l.Data)) {
-			t := l.Data[name]
-			fmt.Fprintf(h, "%s %s %v\n", name, t.DType(), t.Shape().Dimensions)
-			_ = t.ConstBytes(func(b []byte) { h.Write(b) })
-		}
-		l.fingerprint = hex.EncodeToString(h.Sum(nil))[:16]
+		l.fingerprint = l.Data.Fingerprint()
 	}
 	return l.fingerprint
+}
+
+// Fingerprint hashes the examples (SHA-256 of their tensors' names, dtypes, shapes and bytes; 16 hex digits).
+func (e Examples) Fingerprint() string {
+	h := sha256.New()
+	for _, name := range slices.Sorted(maps.Keys(e)) {
+		t := e[name]
+		fmt.Fprintf(h, "%s %s %v\n", name, t.DType(), t.Shape().Dimensions)
+		_ = t.ConstBytes(func(b []byte) { h.Write(b) })
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 // State returns the position (epoch and offset).
