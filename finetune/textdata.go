@@ -22,7 +22,7 @@ var TextFormats = []string{FormatAlpaca, FormatMessages, FormatText, FormatGLUE}
 // OpenText opens text data (TextFormats) for a text model (TextExamples), its notes in the loader's Notes: a
 // family's OpenData.
 func OpenText(src DataSource) (Iterator, error) {
-	ex, notes, err := textExamples(src.Path, src.Options, src.Model, src.ModelDir)
+	ex, notes, chat, err := textExamples(src.Path, src.Options, src.Model, src.ModelDir)
 	if err != nil {
 		return nil, err
 	}
@@ -30,7 +30,7 @@ func OpenText(src DataSource) (Iterator, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.Notes = notes
+	l.Notes, l.ChatTemplate = notes, chat
 	return l, nil
 }
 
@@ -42,17 +42,19 @@ func OpenText(src DataSource) (Iterator, error) {
 // (no target token left) would only add steps with no gradient, so it is left out. OpenData's loader reports
 // both counts in its Notes.
 func TextExamples(path string, opts DataOptions, model Model, modelDir string) (Examples, error) {
-	ex, _, err := textExamples(path, opts, model, modelDir)
+	ex, _, _, err := textExamples(path, opts, model, modelDir)
 	return ex, err
 }
 
-func textExamples(path string, opts DataOptions, model Model, modelDir string) (Examples, []string, error) {
+// textExamples is TextExamples with its notes and, for conversations, the chat template they took.
+func textExamples(path string, opts DataOptions, model Model, modelDir string) (Examples, []string, string, error) {
 	var notes []string
-	ex, err := textExamplesNoted(path, opts, model, modelDir, func(format string, args ...any) { notes = append(notes, fmt.Sprintf(format, args...)) })
-	return ex, notes, err
+	chat := ""
+	ex, err := textExamplesNoted(path, opts, model, modelDir, func(format string, args ...any) { notes = append(notes, fmt.Sprintf(format, args...)) }, &chat)
+	return ex, notes, chat, err
 }
 
-func textExamplesNoted(path string, opts DataOptions, model Model, modelDir string, note func(string, ...any)) (Examples, error) {
+func textExamplesNoted(path string, opts DataOptions, model Model, modelDir string, note func(string, ...any), chat *string) (Examples, error) {
 	tm, ok := model.(models.TextModel)
 	if !ok {
 		return nil, fmt.Errorf("text data needs a model over token ids; %s", familyTitle(model))
@@ -123,7 +125,7 @@ func textExamplesNoted(path string, opts DataOptions, model Model, modelDir stri
 			return nil, err
 		}
 	case FormatMessages:
-		ids, labels, err := conversationTokens(path, opts, tok)
+		ids, labels, err := conversationTokens(path, opts, tok, note, chat)
 		if err != nil {
 			return nil, err
 		}
