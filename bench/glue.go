@@ -18,6 +18,7 @@ import (
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/models"
+	"github.com/memfit/memfit/runner"
 	"github.com/memfit/memfit/tokenizer"
 )
 
@@ -224,15 +225,9 @@ func (o GLUEOptions) runCell(ctx context.Context, head, task string, v finetune.
 		}
 	}
 	tr := res.Trainer
-	m, ok := tr.Model.(bert.Encoder)
-	if !ok {
-		return cell, fmt.Errorf("the GLUE benchmark trains encoders; %s is not one", head)
-	}
-	ex, err := bert.GLUEExamples(o.Data, finetune.DataOptions{Task: task, Split: "dev", SeqLen: o.SeqLen}, m, tok)
-	if err != nil {
-		return cell, err
-	}
-	preds, err := bert.Predict(tr.Logits, ex, o.EvalBatch)
+	params, set := tr.Current()
+	lr := runner.NewLogitsRunner(o.Backend, tr.Model, params, set)
+	preds, err := evals.PredictGLUE(lr, tok, dev, o.SeqLen, o.EvalBatch, nil)
 	if err != nil {
 		return cell, err
 	}

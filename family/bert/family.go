@@ -37,11 +37,6 @@ func Presets(mt string) []string {
 	return out
 }
 
-// options are an encoder's options in the modes of opts.
-func options(opts finetune.ModelOptions) encoder.Options {
-	return encoder.Options{ApproxActivation: opts.ApproxAct, MSNorm: opts.MSNorm, GradCheckpoint: opts.GradCkpt, Attention: opts.Attention}
-}
-
 // Family returns the registration of model type mt ("bert", "roberta" or "xlm-roberta").
 func Family(mt string) finetune.Family {
 	of := func(m finetune.Model) bool {
@@ -49,14 +44,14 @@ func Family(mt string) finetune.Family {
 		return ok && e.Config.ModelType == mt
 	}
 	shaped := func(c encoder.Config, opts finetune.ModelOptions) finetune.Model {
-		return Encoder{Model: &encoder.Model{Config: c, Options: options(opts)}}
+		return Encoder{Model: &encoder.Model{Config: c, Options: opts.Model()}}
 	}
 	return finetune.Family{
 		Name:  mt,
 		Title: titles[mt],
 		Of:    of,
 		Load: func(dir string, opts finetune.ModelOptions) (finetune.Model, error) {
-			m, err := encoder.Load(dir, options(opts))
+			m, err := encoder.Load(dir, opts.Model())
 			if err != nil {
 				return nil, err
 			}
@@ -96,9 +91,6 @@ func Family(mt string) finetune.Family {
 		RandomBatch: randomBatch,
 		Formats:     []string{finetune.FormatGLUE, finetune.FormatText},
 		OpenData:    openData,
-		WrongModel: func(format string) error {
-			return fmt.Errorf("%s data for an encoder needs a BERT, RoBERTa or XLM-RoBERTa model", format)
-		},
 		Trainable: func(m finetune.Model) error {
 			if c := m.(Encoder).Config; c.Head == encoder.HeadNone {
 				return fmt.Errorf("%w: %s is a bare encoder; give it one (finetune init --from MODEL --num-labels N)", finetune.ErrNoHead, c.Architecture)
@@ -106,6 +98,7 @@ func Family(mt string) finetune.Family {
 			return nil
 		},
 		CheckTokenizer: func(tok *tokenizer.Tokenizer, m finetune.Model) error { return checkTokenizer(tok, m.(Encoder)) },
+		NewHead:        NewHead,
 		Cut: func(m finetune.Model, blocks int) finetune.Model {
 			e := m.(Encoder)
 			c := e.Config

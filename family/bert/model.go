@@ -11,10 +11,12 @@ import (
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/gomlx/core/graph"
 
+	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/loss"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/models/encoder"
+	"github.com/memfit/memfit/tokenizer"
 )
 
 // Encoder adapts an encoder.Model to finetune.Model: sequence classification (labels [B] int, or float scores
@@ -161,4 +163,28 @@ func (m Encoder) rebuild(params models.Params, msNorm bool) (finetune.Model, err
 		return nil, err
 	}
 	return Encoder{Model: e}, nil
+}
+
+// TextSpec describes the encoder to the code that feeds it text (tokenizer checks, GLUE evaluation, --seq-len
+// checks): its vocabulary, the longest sequence its positions take (RoBERTa's padding_idx + 1 offset
+// subtracted), its special ids, PEFT's task (SEQ_CLS for a classifier) and its classes.
+func (m Encoder) TextSpec() models.TextSpec {
+	c := m.Config
+	s := models.TextSpec{VocabSize: c.VocabSize, MaxPositions: c.MaxSequence(), PadID: c.PadTokenID, BOSID: c.BOSTokenID, Task: m.Task(), Labels: c.Labels}
+	if c.EOSTokenID >= 0 {
+		s.EOSIDs = []int{c.EOSTokenID}
+	}
+	return s
+}
+
+// GLUEInputs encodes GLUE examples as the encoder reads them (evals.GLUEEncoder): each sentence or pair with the
+// tokenizer's template and token type ids, truncated to seqLen as transformers' truncation=True does, padded
+// with the model's pad id; token_type_ids only for BERT.
+func (m Encoder) GLUEInputs(tok *tokenizer.Tokenizer, examples []data.GLUEExample, seqLen int) (finetune.Batch, error) {
+	encs := make([]tokenizer.Encoding, len(examples))
+	for i, e := range examples {
+		encs[i] = e.Inputs(tok, seqLen)
+	}
+	ex, err := data.EncoderExamples(encs, nil, nil, seqLen, padID(m.Config, tok), m.TokenTypes())
+	return finetune.Batch(ex), err
 }
