@@ -30,7 +30,7 @@ func TestGLUETable(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "roberta")
-	c, _ := encoder.Preset("tiny", 0)
+	c, _ := encoder.Preset("roberta-mini", 0)
 	c.VocabSize, c.MaxPositionEmbeddings = 320, 34
 	cj, _ := c.JSON()
 	if err := models.SaveCheckpoint(dir, cj, encoder.RandomParams(c, 1), 0); err != nil {

@@ -42,7 +42,7 @@ func TestEncoderCommands(t *testing.T) {
 		}
 	}
 	mustRun("pretrain", "tokenizer", "--text", p("text.txt"), "--vocab", "320", "--layout", "roberta", "--max-length", "38", "--out", p("tok"))
-	mustRun("init", "--arch", "roberta", "--preset", "tiny", "--out", p("mlm"))
+	mustRun("init", "--arch", "roberta", "--preset", "roberta-mini", "--out", p("mlm"))
 	for _, f := range []string{"tokenizer.json", "tokenizer_config.json"} {
 		b, _ := os.ReadFile(filepath.Join(p("tok"), f))
 		if err := os.WriteFile(filepath.Join(p("mlm"), f), b, 0o644); err != nil {

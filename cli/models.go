@@ -25,7 +25,7 @@ func newInitCommand(_ *Options) *cobra.Command {
 		Short: "Write a random-init Hugging Face checkpoint with real model shapes",
 		Long: `Writes config.json and model.safetensors (sharded with an index above --max-shard-mb) for a randomly
 initialised model, initialised as transformers does. Presets: vit: tiny, vit-b16; llama: tiny, llama-1b
-(TinyLlama-1.1B shapes), llama-7b; bert: bert-base; roberta: tiny, roberta-base. --num-labels makes a classifier
+(TinyLlama-1.1B shapes), llama-7b; bert: bert-base; roberta: roberta-mini (tests), roberta-base. --num-labels makes a classifier
 (ViTForImageClassification, LlamaForSequenceClassification, ...ForSequenceClassification); without it ViT is a
 ViTModel, LLaMA a causal LM, and an encoder (bert, roberta) a 2-class sequence classifier, what encoders are
 fine-tuned as (its masked LM comes from pretraining: finetune pretrain roberta). --from DIR instead copies a

@@ -76,7 +76,7 @@ func tinyRobertaVocab(t *testing.T, vocab int) string {
 func tinyRoberta(t *testing.T, labels int, seed uint64) string {
 	t.Helper()
 	tok := tinyTokenizer(t)
-	c, err := encoder.Preset("tiny", labels)
+	c, err := encoder.Preset("roberta-mini", labels)
 	if err != nil {
 		t.Fatal(err)
 	}
