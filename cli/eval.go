@@ -12,7 +12,6 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/memfit/memfit/adapter"
 	"github.com/memfit/memfit/data"
@@ -438,10 +437,11 @@ func countProgress(w io.Writer, label string) func(done, total int) {
 	var bar *progressbar.ProgressBar
 	last := -1
 	return func(done, total int) {
-		if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		if cols := terminalColumns(w); cols > 0 {
 			if bar == nil {
+				width, desc := barLayout(cols, total, true)
 				bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(w), progressbar.OptionShowCount(),
-					progressbar.OptionSetDescription(label), progressbar.OptionShowIts(), progressbar.OptionSetWidth(30))
+					progressbar.OptionSetDescription(cut(label, desc)), progressbar.OptionShowIts(), progressbar.OptionSetWidth(width))
 			}
 			_ = bar.Set(done)
 			if done == total {
