@@ -216,7 +216,7 @@ gradients to the host; the loss is read back every --log-every steps.`,
 	f.BoolVar(&dataOpts.Augment, "augment", false, "random crop and horizontal flip of training images")
 	f.StringVar(&evalData, "eval-data", "", "validation set, read as --data is (any format train takes): evaluated every --eval-every steps and at the end")
 	f.StringVar(&evalDataSplit, "eval-data-split", "", "the split of --eval-data (image folder/tar subfolder, GLUE split; default: --split)")
-	f.StringVar(&dataOpts.ChatTemplate, "chat-template", "", "template of messages data: auto (the tokenizer's, else alpaca), llama3, chatml or alpaca")
+	f.StringVar(&dataOpts.ChatTemplate, "chat-template", "", "template of messages data: auto (the model's own Jinja chat template, else alpaca), model, llama3, chatml or alpaca")
 	f.BoolVar(&dataOpts.Packing, "packing", false, "pack several alpaca/messages examples into each --seq-len sequence (positions restart and attention stays within each example)")
 	bindSettings(f, &flagCfg, true)
 	checksOwnRange(f, "seq-len") // the loader names the model's positions

@@ -48,6 +48,9 @@ type Loader struct {
 	Shuffle bool
 	// Notes are what reading the data found worth telling the user (examples cut or left out).
 	Notes []string
+	// ChatTemplate is the chat template conversations took (chattemplate.Chat's Name: model, llama3, chatml or
+	// alpaca; "" for other data): run.yaml records it.
+	ChatTemplate string
 
 	epoch, pos  int
 	order       []int

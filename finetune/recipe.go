@@ -188,6 +188,11 @@ func (r Recipe) Run(ctx context.Context) (res *Result, err error) {
 			r.Hooks.OnDataNote(n)
 		}
 	}
+	if l, ok := data.(*Loader); ok && l.ChatTemplate != "" {
+		// run.yaml records the template the conversations took (auto resolved), so a resume renders them alike
+		spec.DataOptions.ChatTemplate = l.ChatTemplate
+		res.Spec = spec
+	}
 	if spec.DataOptions.Packing && spec.Config.Attention == attention.KindFlash.String() && r.Hooks.OnDataNote != nil {
 		r.Hooks.OnDataNote("--packing with --attention flash: the fused flash op takes a causal mask and sequence lengths, not the block-diagonal mask of packed sequences; their attention runs memory-efficient (the same values, the scores computed in full)")
 	}
