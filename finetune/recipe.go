@@ -261,7 +261,7 @@ func (r Recipe) Run(ctx context.Context) (res *Result, err error) {
 	}
 	if r.Export.Adapter && out != "" && tr.Adapters != nil {
 		dir := filepath.Join(out, "adapter")
-		if err := tr.ExportAdapter(dir, spec.Model); err != nil {
+		if err := tr.ExportAdapter(dir, spec.ModelName()); err != nil {
 			return res, err
 		}
 		res.AdapterDir = dir
