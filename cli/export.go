@@ -89,7 +89,7 @@ PATH] (the PEFT adapter merged into the model).`,
 				return err
 			}
 			if format == "peft" {
-				err = tr.ExportAdapter(out, spec.ModelName())
+				err = tr.ExportAdapterAt(out, spec.ModelName(), spec.ModelRevision())
 			} else {
 				err = tr.ExportMergedFolder(out, spec.Model, spec.DataOptions.Tokenizer)
 			}

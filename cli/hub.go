@@ -94,7 +94,6 @@ func hubError(flag, value string, err error) error {
 	return err
 }
 
-
 // hubFolders resolves a command's --model and --adapter in place (hubModel; "" stays ""), and says where each
 // came from (nil: a local path).
 func hubFolders(cmd *cobra.Command, model, adapter *string) (modelHub, adapterHub *finetune.HubSource, err error) {

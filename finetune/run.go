@@ -246,6 +246,15 @@ func (s RunSpec) ModelName() string {
 	return s.Model
 }
 
+// ModelRevision is the commit of the Hub repository the base model came from ("" for a local folder), for the
+// PEFT adapter's revision.
+func (s RunSpec) ModelRevision() string {
+	if s.ModelHub != nil {
+		return s.ModelHub.Commit
+	}
+	return ""
+}
+
 // Open loads the run's model (in the config's modes) and opens its data.
 func (s RunSpec) Open() (Model, Iterator, error) {
 	model, err := LoadModel(s.Model, s.Config)

@@ -133,7 +133,6 @@ func isWeights(name string) bool {
 	return false
 }
 
-
 // Model makes the files a memfit run needs from a model (or PEFT adapter) repository available in the cache,
 // downloading what the cache lacks, and returns the snapshot: a folder memfit reads as any model folder. Online
 // it resolves the revision with /api/models/ID/revision/REV?blobs=true (which lists the files with their sizes
