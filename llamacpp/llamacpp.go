@@ -21,6 +21,7 @@ import (
 	"strings"
 
 	"github.com/memfit/memfit/internal/npmtool"
+	"github.com/memfit/memfit/internal/readfile"
 )
 
 // Version is the node-llama-cpp release tools/llamacpp/package.json pins.
@@ -97,7 +98,7 @@ func check(dir string) (node, abs string, err error) {
 
 // installed says whether dir/node_modules holds the pinned node-llama-cpp.
 func installed(dir string) error {
-	pkg, err := os.ReadFile(filepath.Join(dir, "node_modules", "node-llama-cpp", "package.json"))
+	pkg, err := readfile.Read(filepath.Join(dir, "node_modules", "node-llama-cpp", "package.json"), readfile.Config)
 	if err != nil {
 		return errors.New("node-llama-cpp is not installed")
 	}

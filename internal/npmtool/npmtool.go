@@ -30,6 +30,7 @@ import (
 	"strings"
 
 	"github.com/memfit/memfit/internal/filelock"
+	"github.com/memfit/memfit/internal/readfile"
 )
 
 // ErrNoNode says node or npm is not on the PATH: the tool cannot run on this machine at all (a test skips on
@@ -87,11 +88,11 @@ func Install(src string, log io.Writer) (*Installed, error) {
 	if err != nil {
 		return nil, err
 	}
-	pkg, err := os.ReadFile(filepath.Join(src, "package.json"))
+	pkg, err := readfile.Read(filepath.Join(src, "package.json"), readfile.Config)
 	if err != nil {
 		return nil, fmt.Errorf("%s: no package.json to install the tool from", src)
 	}
-	lock, err := os.ReadFile(filepath.Join(src, "package-lock.json"))
+	lock, err := readfile.Read(filepath.Join(src, "package-lock.json"), readfile.Config)
 	if err != nil {
 		return nil, fmt.Errorf("%s: no package-lock.json (the install is pinned by it): run `npm install --package-lock-only` there", src)
 	}
@@ -205,7 +206,7 @@ func scriptFiles(src string) (map[string][]byte, error) {
 		if !e.Type().IsRegular() || n == "package.json" || n == "package-lock.json" || strings.HasPrefix(n, ".") {
 			continue
 		}
-		data, err := os.ReadFile(filepath.Join(src, n))
+		data, err := readfile.Read(filepath.Join(src, n), readfile.Config)
 		if err != nil {
 			return nil, err
 		}
