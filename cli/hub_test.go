@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -90,5 +91,53 @@ func TestHubModelCommands(t *testing.T) {
 	_, errOut, code = run(t, "generate", "--model", "runs/typo", "--prompt", "x")
 	if code != 1 || strings.Count(strings.TrimSpace(errOut), "\n") != 0 || !strings.Contains(errOut, "--model runs/typo: no such file or folder here, and HF_HUB_OFFLINE is set") {
 		t.Errorf("a mistyped folder: exit %d: %s", code, errOut)
+	}
+}
+
+// TestHubTrainRecordsAndResumes: train takes the base model by Hub id; run.yaml records the repository and the
+// commit main resolved to; the PEFT adapter names the Hub id and that commit as its base; a run resumed after the
+// cache was cleared fetches the same commit again (main has moved on meanwhile) and ends where a run straight
+// through ends.
+func TestHubTrainRecordsAndResumes(t *testing.T) {
+	hub, home := standIn(t)
+	repo := hub.Repos()["model:memfit-test/llama-tiny"]
+	first := repo.Branches["main"]
+	data := filepath.Join("..", "data", "hfdata", "testdata", "alpaca.jsonl")
+	common := []string{"--model", "memfit-test/llama-tiny", "--data", data, "--batch-size", "4", "--seq-len", "64", "--method", "lora",
+		"--log-every", "1", "--seed", "3", "--checkpoint-every", "1"}
+	straight := filepath.Join(t.TempDir(), "straight")
+	if _, errOut, code := run(t, append([]string{"train", "--out", straight, "--steps", "3"}, common...)...); code != 0 {
+		t.Fatalf("train: exit %d: %s", code, errOut)
+	}
+	spec := mustRead(t, filepath.Join(straight, "run.yaml"))
+	if !strings.Contains(string(spec), "model_hub:\n  commit: "+first+"\n  repo: memfit-test/llama-tiny\n") {
+		t.Errorf("run.yaml does not record the repository and commit:\n%s", spec)
+	}
+	var peft map[string]any
+	if err := json.Unmarshal(mustRead(t, filepath.Join(straight, "adapter", "adapter_config.json")), &peft); err != nil {
+		t.Fatal(err)
+	}
+	if peft["base_model_name_or_path"] != "memfit-test/llama-tiny" || peft["revision"] != first {
+		t.Errorf("adapter_config.json: base %v, revision %v", peft["base_model_name_or_path"], peft["revision"])
+	}
+
+	part := filepath.Join(t.TempDir(), "part")
+	if _, errOut, code := run(t, append([]string{"train", "--out", part, "--steps", "2"}, common...)...); code != 0 {
+		t.Fatalf("train: exit %d: %s", code, errOut)
+	}
+	// main moves on, and the cache is cleared: the resumed run fetches the commit it started from.
+	hub.Commit(repo, "main", map[string][]byte{"config.json": []byte("{}")})
+	if err := os.RemoveAll(filepath.Join(home, "hub")); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := run(t, "train", "--out", part, "--resume", "--steps", "3"); code != 0 {
+		t.Fatalf("resume: exit %d: %s", code, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(home, "hub", "models--memfit-test--llama-tiny", "snapshots", first, "model.safetensors")); err != nil {
+		t.Errorf("the resumed run did not fetch commit %s: %v", first, err)
+	}
+	w, p := readMetrics(t, filepath.Join(straight, "metrics.jsonl")), readMetrics(t, filepath.Join(part, "metrics.jsonl"))
+	if len(w) == 0 || len(p) != len(w) || w[len(w)-1]["loss"] != p[len(p)-1]["loss"] {
+		t.Errorf("resumed losses %v, straight %v", p, w)
 	}
 }

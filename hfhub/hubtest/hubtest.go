@@ -159,6 +159,13 @@ func (h *Hub) Corrupt(sha string) {
 	h.corrupt[sha] = true
 }
 
+// Repos returns the repositories by "KIND:ORG/NAME" (model:ORG/NAME, dataset:ORG/NAME).
+func (h *Hub) Repos() map[string]*Repo {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return maps.Clone(h.repos)
+}
+
 // Requests returns the requests served so far ("HEAD /path", "GET /path Range: bytes=N-"), Hub and CDN.
 func (h *Hub) Requests() []string {
 	h.mu.Lock()
