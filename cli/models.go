@@ -95,7 +95,7 @@ const maxLabels = 1_000_000
 // modelFiles matches the files of a Hugging Face model folder that init writes or that belong to the model it
 // would replace (a tokenizer left from another model would pair the wrong vocabulary with the new weights).
 var modelFiles = []string{"config.json", "*.safetensors", "model.safetensors.index.json", "tokenizer.json",
-	"tokenizer_config.json", "tokenizer.model", "special_tokens_map.json", "preprocessor_config.json", "generation_config.json"}
+	"tokenizer_config.json", "chat_template.jinja", "tokenizer.model", "special_tokens_map.json", "preprocessor_config.json", "generation_config.json"}
 
 // freshModelFolder refuses an output folder that already holds a model (a config.json or weights) unless
 // overwrite, and with overwrite removes that model's files (and only those).
