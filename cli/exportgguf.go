@@ -81,7 +81,7 @@ func (g ggufExport) export(cmd *cobra.Command, opts *Options) error {
 		if model, err = finetune.LoadModel(spec.Model, spec.Config); err != nil {
 			return err
 		}
-		if _, err := finetune.GGUFConfig(model); err != nil {
+		if err := finetune.CheckGGUF(model); err != nil {
 			return err
 		}
 		backend, err := opts.NewBackend()
@@ -120,7 +120,7 @@ func (g ggufExport) export(cmd *cobra.Command, opts *Options) error {
 		if model, err = finetune.LoadModel(g.model, finetune.Defaults()); err != nil {
 			return err
 		}
-		if _, err := finetune.GGUFConfig(model); err != nil {
+		if err := finetune.CheckGGUF(model); err != nil {
 			return err
 		}
 		var set *finetune.PEFTAdapter

@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/memfit/memfit/finetune"
-	"github.com/memfit/memfit/models/auto"
+	"github.com/memfit/memfit/runner"
 )
 
 func newInitCommand(_ *Options) *cobra.Command {
@@ -60,7 +60,7 @@ when a checkpoint is loaded with a new num_labels; tokenizer files come along.`,
 				return usageError{err}
 			}
 			if from != "" {
-				if err := auto.NewHead(from, numLabels, seed, out); err != nil {
+				if err := finetune.NewHead(from, numLabels, seed, out); err != nil {
 					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "wrote %s (%s with a new %d-label head)\n", out, from, numLabels)
@@ -69,7 +69,7 @@ when a checkpoint is loaded with a new num_labels; tokenizer files come along.`,
 			if arch == "" {
 				return usagef("--arch (vit or llama) or --from is required")
 			}
-			if err := auto.InitAs(arch, preset, numLabels, seed, out, shardMB<<20, dtype); err != nil {
+			if err := finetune.InitModel(arch, preset, numLabels, seed, out, shardMB<<20, dtype); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s (%s %s)\n", out, arch, preset)
@@ -145,7 +145,7 @@ float32).`,
 			if model == "" || inputs == "" {
 				return usagef("--model and --inputs are required")
 			}
-			in, err := auto.ReadInputs(inputs)
+			in, err := runner.ReadInputs(inputs)
 			if err != nil {
 				return err
 			}
@@ -156,16 +156,11 @@ float32).`,
 			if err != nil {
 				return err
 			}
-			var logits *tensors.Tensor
-			if adapter == "" && !finetune.IsGGUF(model) {
-				logits, err = auto.Logits(backend, model, in)
-			} else {
-				logits, err = adapterLogits(backend, model, adapter, in)
-			}
+			logits, err := modelLogits(backend, model, adapter, in)
 			if err != nil {
 				return err
 			}
-			data, err := auto.NestedJSON(logits)
+			data, err := runner.NestedJSON(logits)
 			if err != nil {
 				return err
 			}
@@ -179,17 +174,22 @@ float32).`,
 	return cmd
 }
 
-// adapterLogits runs the model at dir with a PEFT adapter on inputs.
-func adapterLogits(backend compute.Backend, dir, adapter string, in auto.Inputs) (*tensors.Tensor, error) {
+// modelLogits runs the model at dir (with a PEFT adapter unless adapter is "") on the inputs, which must hold
+// what the model reads (attention_mask is optional: without it no token is padding).
+func modelLogits(backend compute.Backend, dir, adapter string, in runner.Batch) (*tensors.Tensor, error) {
 	m, set, err := loadModelAdapter(dir, adapter)
 	if err != nil {
 		return nil, err
 	}
-	b := finetune.Batch{}
-	for name, t := range map[string]*tensors.Tensor{"input_ids": in.InputIDs, "attention_mask": in.AttentionMask, "pixel_values": in.PixelValues} {
-		if t != nil {
-			b[name] = t
+	for _, name := range m.BatchInputs() {
+		if _, ok := in[name]; !ok && name != "labels" && name != "attention_mask" {
+			return nil, fmt.Errorf("the model reads %q: give it in the inputs file", name)
 		}
 	}
-	return finetune.Logits(backend, m, nil, set, b)
+	for name := range in {
+		if !slices.Contains(m.BatchInputs(), name) {
+			return nil, fmt.Errorf("the inputs file gives %q, which the model does not read (it reads %v)", name, m.BatchInputs())
+		}
+	}
+	return finetune.Logits(backend, m, nil, set, in)
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/memfit/memfit/data/hfdata"
@@ -120,9 +121,10 @@ func OpenData(path string, opts DataOptions, model Model, modelDir string, batch
 	if format == FormatParquet {
 		return openParquetData(DataSource{Path: path, Format: format, Options: opts, Model: model, ModelDir: modelDir, BatchSize: batchSize, Seed: seed})
 	}
-	if fam, ok := FamilyOfFormat(format); ok {
-		if of, ok := FamilyOf(model); !ok || of.Name != fam.Name {
-			return nil, fam.WrongModel(format)
+	if readers := FamiliesOfFormat(format); len(readers) > 0 {
+		fam, ok := FamilyOf(model)
+		if !ok || !slices.Contains(fam.Formats, format) || fam.OpenData == nil {
+			return nil, fmt.Errorf("%s data needs a %s model; %s", format, familyTitles(readers), familyTitle(model))
 		}
 		return fam.OpenData(DataSource{Path: path, Format: format, Options: opts, Model: model, ModelDir: modelDir, BatchSize: batchSize, Seed: seed})
 	}
