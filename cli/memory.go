@@ -106,6 +106,9 @@ the cost model (FLOPs recomputed, bytes moved; docs/autopilot.md) with --calibra
 					}
 				}
 			}
+			if model, _, err = hubModel(cmd, "--model", model, hubConfig); err != nil {
+				return err
+			}
 			backend, err := opts.NewBackend()
 			if err != nil {
 				return err

@@ -111,6 +111,9 @@ gradients to the host; the loss is read back every --log-every steps.`,
 				if changed > 0 || model != "" || data != "" || configFile != "" || evalData != "" || dataOpts != (finetune.DataOptions{}) {
 					return usagef("--resume continues the saved run: only --steps may change")
 				}
+				if err := restoreHub(cmd, &spec); err != nil {
+					return err
+				}
 			} else {
 				if model == "" || data == "" {
 					return usagef("--model and --data are required (or --resume)")
@@ -121,18 +124,39 @@ gradients to the host; the loss is read back every --log-every steps.`,
 				if t := dataOpts.ChatTemplate; t != "" && !slices.Contains(generate.Templates, t) {
 					return usagef("--chat-template %q: use one of %s", t, strings.Join(generate.Templates, ", "))
 				}
-				if finetune.DataFormat(data, dataOpts) == finetune.FormatGLUE {
-					var err error
-					if data, dataOpts.Task, err = glueData(data, dataOpts.Task); err != nil {
-						return err
-					}
-				}
 				cfg, err := resolveConfig(cmd, flagCfg, configFile, opts, budget != "")
 				if err != nil {
 					return err
 				}
+				if err := cfg.Validate(); err != nil { // before a download
+					return usageError{err}
+				}
+				// Hub ids (ORG/NAME, hf://datasets/...) become folders of the huggingface_hub cache here.
+				wants := hubFiles
+				if dryRun {
+					wants = hubResolve
+				}
+				var hub hubSources
+				if model, hub.model, err = hubModel(cmd, "--model", model, wants); err != nil {
+					return err
+				}
+				if cfg.InitAdapter, hub.initAdapter, err = hubModel(cmd, "--init-adapter", cfg.InitAdapter, wants); err != nil {
+					return err
+				}
+				if data, hub.data, err = hubData(cmd, "--data", data, dataOpts); err != nil {
+					return err
+				}
+				if finetune.DataFormat(data, dataOpts) == finetune.FormatGLUE {
+					if data, dataOpts.Task, err = glueData(data, dataOpts.Task); err != nil {
+						return err
+					}
+				}
 				if cfg.InitAdapter != "" {
 					cfg.InitAdapter = abs(cfg.InitAdapter)
+				}
+				evalOpts := finetune.RunSpec{DataOptions: dataOpts, EvalData: evalData, EvalDataSplit: evalDataSplit}.EvalDataOptions()
+				if evalData, hub.evalData, err = hubData(cmd, "--eval-data", evalData, evalOpts); err != nil {
+					return err
 				}
 				if evalData != "" && finetune.DataFormat(evalData, dataOpts) == finetune.FormatGLUE {
 					var task string
@@ -143,7 +167,8 @@ gradients to the host; the loss is read back every --log-every steps.`,
 						return usagef("--eval-data %s is GLUE task %s but --data is %s: validate on the task you train", evalData, task, dataOpts.Task)
 					}
 				}
-				spec = finetune.RunSpec{Model: model, Data: data, DataOptions: dataOpts, EvalData: evalData, EvalDataSplit: evalDataSplit, Config: cfg}.AbsPaths()
+				spec = finetune.RunSpec{Model: model, Data: data, DataOptions: dataOpts, EvalData: evalData, EvalDataSplit: evalDataSplit, Config: cfg,
+					ModelHub: hub.model, DataHub: hub.data, EvalDataHub: hub.evalData, InitAdapterHub: hub.initAdapter}.AbsPaths()
 			}
 			if err := spec.Config.Validate(); err != nil {
 				return usageError{err}
