@@ -167,7 +167,7 @@ gradients to the host; the loss is read back every --log-every steps.`,
 						return usagef("--eval-data %s is GLUE task %s but --data is %s: validate on the task you train", evalData, task, dataOpts.Task)
 					}
 				}
-				spec = finetune.RunSpec{Model: model, Data: data, DataOptions: dataOpts, EvalData: evalData, EvalDataSplit: evalDataSplit, Config: cfg,
+				spec = finetune.RunSpec{Model: model, ModelGiven: model, Data: data, DataOptions: dataOpts, EvalData: evalData, EvalDataSplit: evalDataSplit, Config: cfg,
 					ModelHub: hub.model, DataHub: hub.data, EvalDataHub: hub.evalData, InitAdapterHub: hub.initAdapter}.AbsPaths()
 			}
 			if err := spec.Config.Validate(); err != nil {
