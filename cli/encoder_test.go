@@ -16,7 +16,12 @@ import (
 // adapter on the RoBERTa, BERT's WordPiece tokenizer for it, pair data where the task takes single sentences.
 func TestEncoderCommands(t *testing.T) {
 	shared := golden.SharedDir(t)
+	llamaAdapter, aerr := filepath.Abs(filepath.Join("..", "pretrained", "llama-tiny-alpaca"))
+	if aerr != nil {
+		t.Fatal(aerr)
+	}
 	dir := t.TempDir()
+	t.Chdir(dir) // eval glue writes the results of a model outside a run into the current folder
 	p := func(name string) string { return filepath.Join(dir, name) }
 	full, err := os.ReadFile(filepath.Join(shared, "text", "war-and-peace.txt"))
 	if err != nil {
@@ -58,12 +63,13 @@ func TestEncoderCommands(t *testing.T) {
 	withAdapter := mustRun(append(evalArgs, "--model", p("cls"), "--adapter", p("run/adapter"))...)
 	mustRun("export", "--run", p("run"), "--format", "merged", "--out", p("merged"))
 	merged := mustRun(append(evalArgs, "--model", p("merged"))...)
-	if !strings.Contains(withAdapter, "accuracy") || withAdapter != merged {
+	metrics := func(out string) string { return strings.Split(out, ", results in")[0] }
+	if !strings.Contains(withAdapter, "accuracy") || metrics(withAdapter) != metrics(merged) {
 		t.Errorf("eval glue of model + adapter %q, of the merged export %q: want the same metrics", withAdapter, merged)
 	}
 
 	refused("a LLaMA adapter on the RoBERTa", "belongs to another model",
-		append(evalArgs, "--model", p("cls"), "--adapter", filepath.Join("..", "pretrained", "llama-tiny-alpaca"))...)
+		append(evalArgs, "--model", p("cls"), "--adapter", llamaAdapter)...)
 	refused("BERT's WordPiece tokenizer for the RoBERTa", "use the model's own tokenizer",
 		"train", "--model", p("cls"), "--data", glue, "--data-format", "glue", "--task", "rte", "--seq-len", "32", "--steps", "1",
 		"--tokenizer", filepath.Join(shared, "tokenizers", "bert-base-uncased"), "--out", p("run2"))
