@@ -9,9 +9,11 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/gomlx/compute"
 	"github.com/spf13/cobra"
 
 	"github.com/memfit/memfit/data"
+	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/pretrained"
 	"github.com/memfit/memfit/safetensors"
 	"github.com/memfit/memfit/tokenizer/bpetrain"
@@ -286,32 +288,11 @@ tokenizer files. Prints the held-out loss and perplexity (every 50th block is he
     --text ../shared/data/alpaca-libre/alpaca_libre_tasks_v1.jsonl --out pretrained/llama-tiny`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if tok == "" || out == "" || len(texts) == 0 {
-				return usagef("--tokenizer, --text and --out are required")
-			}
-			ins := inputs{}.add("--tokenizer", tok, tokenizerReads...)
-			for _, t := range texts {
-				ins = ins.add("--text", t)
-			}
-			writes := []string{"config.json", "*.safetensors", "model.safetensors.index.json"}
-			if !same(tok, out) { // the documented pipeline trains the tokenizer into the model's folder first
-				writes = append(writes, "tokenizer.json", "tokenizer_config.json")
-			}
-			if err := outputFolder("--out", out, writes, ins, overwrite, true); err != nil {
-				return err
-			}
-			backend, err := opts.NewBackend()
-			if err != nil {
-				return err
-			}
-			defer backend.Finalize()
-			o.OnStep = newProgress(cmd.ErrOrStderr(), o.Steps, 0)
-			loss, ppl, err := pretrained.PretrainLlama(cmd.Context(), backend, tok, texts, out, o)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: held-out loss %.4f, perplexity %.2f\n", out, loss, ppl)
-			return nil
+			return runPretrainText(cmd, opts, tok, out, "", texts, overwrite, o.Steps, "held-out loss",
+				func(backend compute.Backend, onStep func(finetune.StepStats)) (float64, float64, error) {
+					o.OnStep = onStep
+					return pretrained.PretrainLlama(cmd.Context(), backend, tok, texts, out, o)
+				})
 		},
 	}
 	f := cmd.Flags()
@@ -345,32 +326,11 @@ is held out).`,
     --out pretrained/roberta-tiny`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if tok == "" || out == "" || len(texts) == 0 {
-				return usagef("--tokenizer, --text and --out are required")
-			}
-			ins := inputs{}.add("--tokenizer", tok, tokenizerReads...)
-			for _, t := range texts {
-				ins = ins.add("--text", t)
-			}
-			writes := []string{"config.json", "*.safetensors", "model.safetensors.index.json"}
-			if !same(tok, out) {
-				writes = append(writes, "tokenizer.json", "tokenizer_config.json")
-			}
-			if err := outputFolder("--out", out, writes, ins, overwrite, true); err != nil {
-				return err
-			}
-			backend, err := opts.NewBackend()
-			if err != nil {
-				return err
-			}
-			defer backend.Finalize()
-			o.OnStep = newProgress(cmd.ErrOrStderr(), o.Steps, 0)
-			loss, ppl, err := pretrained.PretrainRoberta(cmd.Context(), backend, tok, texts, out, o)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: held-out masked-LM loss %.4f, perplexity %.2f\n", out, loss, ppl)
-			return nil
+			return runPretrainText(cmd, opts, tok, out, o.From, texts, overwrite, o.Steps, "held-out masked-LM loss",
+				func(backend compute.Backend, onStep func(finetune.StepStats)) (float64, float64, error) {
+					o.OnStep = onStep
+					return pretrained.PretrainRoberta(cmd.Context(), backend, tok, texts, out, o)
+				})
 		},
 	}
 	f := cmd.Flags()
@@ -382,6 +342,43 @@ is held out).`,
 	f.IntVar(&o.SeqLen, "seq-len", 128, "tokens per sequence (at most 128)")
 	f.Float64Var(&o.LR, "lr", 1e-3, "peak learning rate")
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the initialisation, the data order and the masking")
+	f.StringVar(&o.From, "from", "", "continue from this RoBERTa masked LM (a further stage with its own schedule) instead of random initialisation")
 	f.BoolVar(&overwrite, "overwrite", false, "replace the model in an --out that holds one")
 	return cmd
+}
+
+// runPretrainText is what the text pretraining commands (llama, roberta) share: the required flags, the output
+// folder's checks (its model files; the tokenizer files too unless --tokenizer is --out, as the documented
+// pipeline trains the tokenizer into the model's folder first; --from read unless it is --out), the backend, the
+// progress line and the result line (what names the loss).
+func runPretrainText(cmd *cobra.Command, opts *Options, tok, out, from string, texts []string, overwrite bool, steps int, what string,
+	train func(backend compute.Backend, onStep func(finetune.StepStats)) (loss, ppl float64, err error)) error {
+	if tok == "" || out == "" || len(texts) == 0 {
+		return usagef("--tokenizer, --text and --out are required")
+	}
+	ins := inputs{}.add("--tokenizer", tok, tokenizerReads...)
+	for _, t := range texts {
+		ins = ins.add("--text", t)
+	}
+	if from != "" && !same(from, out) {
+		ins = ins.add("--from", from, modelReads...)
+	}
+	writes := []string{"config.json", "*.safetensors", "model.safetensors.index.json"}
+	if !same(tok, out) {
+		writes = append(writes, "tokenizer.json", "tokenizer_config.json")
+	}
+	if err := outputFolder("--out", out, writes, ins, overwrite, true); err != nil {
+		return err
+	}
+	backend, err := opts.NewBackend()
+	if err != nil {
+		return err
+	}
+	defer backend.Finalize()
+	loss, ppl, err := train(backend, newProgress(cmd.ErrOrStderr(), steps, 0))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: %s %.4f, perplexity %.2f\n", out, what, loss, ppl)
+	return nil
 }

@@ -35,14 +35,17 @@ type PretrainRobertaOptions struct {
 	Steps, BatchSize, SeqLen int
 	LR                       float64
 	Seed                     uint64
-	OnStep                   func(finetune.StepStats)
+	// From, when set, is a RoBERTa masked LM of RobertaConfig's shape to continue training from (a second stage
+	// with its own schedule) instead of random initialisation.
+	From   string
+	OnStep func(finetune.StepStats)
 }
 
 // PretrainRoberta trains RobertaConfig from random initialisation as a masked LM on texts (each .txt file split
 // into paragraphs), encoded with the RoBERTa-layout tokenizer in tokDir into rows of SeqLen tokens (<s> ...
 // </s>, documents separated by </s>), dynamically masked (15%: 80% <mask>, 10% random, 10% kept); 2% of the rows
 // (every 50th) are held out, masked once with the seed. Full training with AdamW (weight decay 0.01), a linear
-// schedule with 6% warm-up, gradient clipping at 1. It writes config.json, model.safetensors and the tokenizer
+// schedule with 6% warm-up, gradient clipping at 1, from random initialisation or from o.From (a further stage). It writes config.json, model.safetensors and the tokenizer
 // files to out and returns the held-out masked-LM loss and its perplexity.
 func PretrainRoberta(ctx context.Context, backend compute.Backend, tokDir string, texts []string, out string, o PretrainRobertaOptions) (loss, ppl float64, err error) {
 	tok, err := tokenizer.Load(tokDir)
@@ -101,7 +104,20 @@ func PretrainRoberta(ctx context.Context, backend compute.Backend, tokDir string
 		return 0, 0, err
 	}
 	defer os.RemoveAll(initDir)
-	if err := models.SaveCheckpoint(initDir, cj, encoder.RandomParams(c, o.Seed), 0); err != nil {
+	start := encoder.RandomParams(c, o.Seed)
+	if o.From != "" {
+		fc, err := encoder.LoadConfig(o.From)
+		if err != nil {
+			return 0, 0, err
+		}
+		if fj, _ := fc.JSON(); string(fj) != string(cj) {
+			return 0, 0, fmt.Errorf("--from %s is not the shipped RoBERTa's architecture for this tokenizer (RobertaConfig(%d))", o.From, c.VocabSize)
+		}
+		if start, err = encoder.LoadParams(o.From, c); err != nil {
+			return 0, 0, err
+		}
+	}
+	if err := models.SaveCheckpoint(initDir, cj, start, 0); err != nil {
 		return 0, 0, err
 	}
 	cfg := finetune.Defaults()

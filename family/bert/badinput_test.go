@@ -86,26 +86,5 @@ func TestSharedNormPEFTRefused(t *testing.T) {
 	}
 	defer res.Trainer.Release()
 	oneLine(t, "PEFT export of a trained shared norm", res.Trainer.ExportAdapter(t.TempDir(), "x"), "use the merged export")
-	it, err := finetune.OpenData(spec.Data, spec.DataOptions, res.Trainer.Model, dir, 8, 5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	batch, _ := it.Next()
-	delete(batch, "labels")
-	want, err := res.Trainer.Logits(batch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fam, _ := finetune.FamilyByName("roberta")
-	m, err := fam.Load(merged, finetune.ModelOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := finetune.Logits(gtest.Backend(t), m, nil, nil, batch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := gtest.MaxRelDiff(gtest.Float32s(got), gtest.Float32s(want), 1); d > 1e-4 {
-		t.Errorf("merged export: logits differ by %g", d)
-	}
+	sameAsMerged(t, res.Trainer, spec, dir, merged)
 }

@@ -24,7 +24,7 @@ func openData(src finetune.DataSource) (finetune.Iterator, error) {
 	if !ok {
 		return nil, fmt.Errorf("%s data: the model is not an encoder", src.Format)
 	}
-	tok, err := loadTokenizer(src.Options, src.ModelDir, m)
+	tok, _, err := finetune.LoadTextTokenizer(src.Options, src.ModelDir, m)
 	if err != nil {
 		return nil, err
 	}
@@ -39,23 +39,6 @@ func openData(src finetune.DataSource) (finetune.Iterator, error) {
 		return OpenMaskedLM(src.Path, src.Options, m, tok, src.BatchSize, src.Seed)
 	}
 	return nil, fmt.Errorf("%s data cannot train an encoder: give a GLUE task folder (--format glue --task ...) or text for masked-LM pretraining", src.Format)
-}
-
-// loadTokenizer reads the tokenizer of text data for m (opts.Tokenizer, else the model folder's) and checks that
-// it belongs to m.
-func loadTokenizer(opts finetune.DataOptions, modelDir string, m Encoder) (*tokenizer.Tokenizer, error) {
-	path := opts.Tokenizer
-	if path == "" {
-		path = modelDir
-	}
-	tok, err := tokenizer.Load(path)
-	if err != nil {
-		return nil, fmt.Errorf("text data needs a tokenizer (--tokenizer, or tokenizer files in the model folder): %w", err)
-	}
-	if err := checkTokenizer(tok, m); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return tok, nil
 }
 
 // seqLen returns the sequence length of opts for m (DefaultSeqLen when none), checked against its positions.

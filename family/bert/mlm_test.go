@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/memfit/memfit/finetune"
@@ -60,7 +61,7 @@ func TestMaskedLM(t *testing.T) {
 	if math.Abs(share-0.15) > 0.03 || math.Abs(float64(masked)/float64(predicted)-0.8) > 0.1 {
 		t.Errorf("%d of %d tokens predicted (%.3f), %d of them masked", predicted, total, share, masked)
 	}
-	if same(ints(b2["labels"]), labels) {
+	if slices.Equal(ints(b2["labels"]), labels) {
 		t.Error("two batches masked alike")
 	}
 	again, _ := finetune.OpenData(text, opts, m, dir, 16, 3)
@@ -69,7 +70,7 @@ func TestMaskedLM(t *testing.T) {
 		t.Fatal(err)
 	}
 	r1, _ := again.Next()
-	if !same(ints(r1["input_ids"]), ids) || !same(ints(r1["labels"]), labels) {
+	if !slices.Equal(ints(r1["input_ids"]), ids) || !slices.Equal(ints(r1["labels"]), labels) {
 		t.Error("a restored iterator masks differently")
 	}
 
@@ -94,16 +95,4 @@ func ints(t interface{ MustConstFlatData(func(any)) }) []int32 {
 	var out []int32
 	t.MustConstFlatData(func(f any) { out = append(out, f.([]int32)...) })
 	return out
-}
-
-func same(a, b []int32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

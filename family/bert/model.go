@@ -100,22 +100,8 @@ func (m Encoder) GradCheckpoint() bool { return m.Options.GradCheckpoint }
 // (classification), or within the vocabulary or -100 (masked LM).
 func (m Encoder) CheckBatch(b finetune.Batch) error {
 	c := m.Config
-	if ids, ok := b["input_ids"]; ok {
-		if ids.Rank() != 2 {
-			return fmt.Errorf("input_ids has shape %v; the model takes [batch, sequence]", ids.Shape().Dimensions)
-		}
-		if n := ids.Shape().Dim(1); n > c.MaxSequence() {
-			return fmt.Errorf("sequences of %d tokens are longer than the model's %d positions (max_position_embeddings %d): lower the sequence length", n, c.MaxSequence(), c.MaxPositionEmbeddings)
-		}
-		if err := models.CheckRange(ids, "input_ids", 0, c.VocabSize, fmt.Sprintf(
-			"the model's vocabulary has %d tokens (vocab_size): the tokenizer does not belong to this model", c.VocabSize)); err != nil {
-			return err
-		}
-	}
-	if mask, ok := b["attention_mask"]; ok {
-		if err := models.CheckRange(mask, "attention_mask", 0, 2, "a mask holds 0 (padding) or 1"); err != nil {
-			return err
-		}
+	if err := finetune.CheckTokenInputs(b, c.VocabSize, c.MaxSequence(), fmt.Sprintf("max_position_embeddings %d", c.MaxPositionEmbeddings)); err != nil {
+		return err
 	}
 	if tt, ok := b["token_type_ids"]; ok {
 		if err := models.CheckRange(tt, "token_type_ids", 0, c.TypeVocabSize, fmt.Sprintf("the model has %d token types (type_vocab_size)", c.TypeVocabSize)); err != nil {
