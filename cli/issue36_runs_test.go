@@ -3,6 +3,7 @@ package cli_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -502,5 +503,37 @@ func TestGGUFAndEvalOutputs(t *testing.T) {
 	}
 	if got := cli.ResultPathForTest(filepath.Join(run1, "best")); got != filepath.Join(run1, "eval-mmlu-best.json") {
 		t.Errorf("results of a run's best checkpoint go to %s", got)
+	}
+}
+
+// TestPackingCountsSequences (pk07, walk-through): 24 short conversations packed at --seq-len 512 make 3
+// sequences, and --batch-size 8 said "batch size 8 must be in 1..4 (the dataset size)"; --eval-split held out
+// packed sequences but said "examples". Now the refusal names the packing, the hold-out says what it holds out,
+// and the evaluation counts the examples packed into its sequences.
+func TestPackingCountsSequences(t *testing.T) {
+	tmp := t.TempDir()
+	llama, _ := filepath.Abs(filepath.Join("..", "pretrained", "llama-tiny"))
+	var rows []string
+	for i := range 24 {
+		rows = append(rows, fmt.Sprintf(`{"messages": [{"role": "user", "content": "Say %d."}, {"role": "assistant", "content": "%d, as you asked."}]}`, i, i))
+	}
+	chats := filepath.Join(tmp, "chats.jsonl")
+	os.WriteFile(chats, []byte(strings.Join(rows, "\n")+"\n"), 0o644)
+	refusedOneLine(t, tmp, []string{"train", "--model", llama, "--data", chats, "--packing", "--seq-len", "512", "--batch-size", "8", "--out", filepath.Join(tmp, "a")},
+		"--packing made 24 examples into 3 sequences, fewer than --batch-size 8 (a batch is of packed sequences): lower --batch-size to 3 or less")
+	_, stderr, code := run(t, "train", "--model", llama, "--data", chats, "--packing", "--seq-len", "128", "--batch-size", "2",
+		"--eval-split", "0.25", "--eval-every", "1", "--steps", "1", "--out", filepath.Join(tmp, "b"))
+	if code != 0 {
+		t.Fatalf("train: exit %d\n%s", code, stderr)
+	}
+	var held, packed int
+	note, i := strings.Index(stderr, "note: --eval-split 0.25 holds out "), strings.Index(stderr, "packed sequences (")
+	if note < 0 || i < 0 {
+		t.Fatalf("no note of the hold-out saying it holds out packed sequences:\n%s", stderr)
+	}
+	fmt.Sscanf(stderr[note:], "note: --eval-split 0.25 holds out %d of the", &held)
+	fmt.Sscanf(stderr[i:], "packed sequences (%d of the 24 examples", &packed)
+	if packed <= held || !strings.Contains(stderr, fmt.Sprintf("(%d examples, ", packed)) {
+		t.Errorf("%d sequences holding %d examples; the evaluation line should count the examples:\n%s", held, packed, stderr)
 	}
 }
