@@ -190,9 +190,9 @@ gradients to the host; the loss is read back every --log-every steps.`,
 					return err
 				}
 			}
-			if dryRun && !resume && spec.ModelHub == nil {
+			if _, err := os.Stat(filepath.Join(spec.Model, "config.json")); err == nil && dryRun && !resume {
 				// Nothing is loaded, but a model memfit cannot train (its config.json's model_type) is refused, as
-				// the run would refuse it; a Hub model is resolved, not downloaded, by a dry run.
+				// the run would refuse it (a Hub model is resolved, not downloaded, by a dry run: no config.json yet).
 				if _, err := finetune.FamilyOfFolder(spec.Model); err != nil {
 					return err
 				}
