@@ -26,6 +26,11 @@
 #      --compile-time (no weights are read or written), the device-resident step against the 60 s target
 #   f  bench/gpu/compare.sh against PyTorch + PEFT (ViT-B/16 LoRA q,v only) into DEST/compare, when at least
 #      VERIFY_COMPARE_MIN_S seconds are left
+#   m  memory modes (issue 35): bench/gpu/memory_modes.sh into DEST: every memory mode's compiled peak (compile
+#      only), a few real steps (device peak, step time), the ordering ties off and on, PyTorch + PEFT for the LLaMA
+#      cases, and XLA dump digests of the modes that miss their target: memory-modes.json, memory-modes.md; each of
+#      issue 35's targets is a check. It takes the time left (at most VERIFY_MEMORY_S, 450 s): run it alone with
+#      --only memory (stage a, then m), and the other stages without it with --skip-memory.
 # (d runs after e: it is the long one.) Every stage runs under `timeout`, and the whole script within
 # VERIFY_BUDGET_S seconds (default 540); a stage with too little time left is skipped and says so.
 #
@@ -41,7 +46,7 @@
 # Settings (environment): MEMFIT_BIN, MEMFIT_VERIFY_BACKEND (cuda, the default, or go), VERIFY_BUDGET_S (540),
 # VERIFY_COMPARE_MIN_S (240), VERIFY_COMPILE_TARGET_S (60), VERIFY_F32_RTOL (1e-3), VERIFY_BF16_RTOL (1e-2),
 # VERIFY_GRAD_RTOL (5e-2 bfloat16; float32 uses VERIFY_F32_RTOL x 5), PYTHON (python3). --quick: fewer leak steps
-# (2 and 6), no compare.sh.
+# (2 and 6), no compare.sh. --only memory: stages a and m only; --skip-memory: every stage but m.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 ROOT=$PWD
@@ -49,9 +54,20 @@ T0=$SECONDS
 
 QUICK=0
 DEST=""
+ONLY=""
+SKIP_MEMORY=0
+next_only=0
 for arg in "$@"; do
+	if [ "$next_only" = 1 ]; then
+		ONLY=$arg
+		next_only=0
+		continue
+	fi
 	case "$arg" in
 	--quick) QUICK=1 ;;
+	--only) next_only=1 ;;
+	--only=*) ONLY=${arg#--only=} ;;
+	--skip-memory) SKIP_MEMORY=1 ;;
 	-h | --help)
 		sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'
 		exit 0
@@ -64,6 +80,11 @@ for arg in "$@"; do
 	esac
 done
 
+case "$ONLY" in "" | memory) ;; *)
+	echo "verify.sh: --only takes memory (stages a and m), not $ONLY" >&2
+	exit 2
+	;;
+esac
 MODE=${MEMFIT_VERIFY_BACKEND:-cuda}
 DATE=$(date -u +%Y-%m-%d)
 case "$MODE" in
@@ -286,6 +307,40 @@ if [ "$MODE" = cuda ] && [ "$GPU" = 0 ]; then
 fi
 
 # ---------------------------------------------------------------------------------------------------------------
+# m: memory modes (issue 35), bench/gpu/memory_modes.sh; run here first with --only memory, else after stage f.
+memory_stage() {
+	stage "m: memory modes (issue 35) on $DEV"
+	local t
+	if ! t=$(limit "${VERIFY_MEMORY_S:-450}" 60); then
+		record m SKIP "no time left ($(left) s): run bash bench/gpu/verify.sh --only memory"
+		return
+	fi
+	local backend=xla:cuda
+	[ "$MODE" = go ] && backend=go
+	MEMFIT_BIN=$BIN PYTHON=$PY MEMMODES_BACKEND=$backend MEMMODES_BUDGET_S=$t timeout -k 10 $((t + 30)) \
+		bash "$ROOT/bench/gpu/memory_modes.sh" "$DEST" > "$DEST/m-memory-modes.log" 2>&1
+	local rc=$?
+	if [ ! -s "$DEST/memory-modes-checks.tsv" ]; then
+		record m FAIL "memory_modes.sh wrote no checks (exit $rc; see m-memory-modes.log: $(tail -1 "$DEST/m-memory-modes.log" | cut -c1-160))"
+		return
+	fi
+	local status name detail
+	while IFS=$'\t' read -r status name detail; do
+		[ "$MODE" = go ] && [ "$status" = FAIL ] && status=INFO # tiny models on the CPU: the GPU's targets do not apply
+		record "m $name" "$status" "$detail"
+	done < "$DEST/memory-modes-checks.tsv"
+	record m.rows INFO "memory-modes.json: $(grep -c '"mode"' "$DEST/memory-modes.json" 2> /dev/null) rows; tables in memory-modes.md; runs in modes/ (m-memory-modes.log)"
+}
+if [ "$ONLY" = memory ]; then
+	memory_stage
+	total=$((SECONDS - T0))
+	echo
+	echo "=== done in $total s (--only memory): $(grep -c $'\tPASS\t' "$DEST/results.tsv") pass, $(grep -c $'\tFAIL\t' "$DEST/results.tsv") fail; $DEST/summary.md"
+	summary
+	exit $FAILED
+fi
+
+# ---------------------------------------------------------------------------------------------------------------
 stage "b: smoke test, LLaMA-tiny LoRA float32 on $DEV_F32 against the pure-Go backend (CPU)"
 LLAMA=(--model "$ROOT/pretrained/llama-tiny" --data "$ROOT/README.md" --data-format text --steps 3
 	--method lora --lora-targets all-linear)
@@ -441,6 +496,13 @@ else
 	else
 		record f FAIL "$(grep -c ' failed ' "$DEST/f-compare.log") run(s) failed, compare.sh exit $rc (see f-compare.log and compare/*.log)"
 	fi
+fi
+
+# ---------------------------------------------------------------------------------------------------------------
+if [ "$SKIP_MEMORY" = 1 ]; then
+	record m SKIP "--skip-memory (bash bench/gpu/verify.sh --only memory runs it)"
+else
+	memory_stage
 fi
 
 # ---------------------------------------------------------------------------------------------------------------

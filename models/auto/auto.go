@@ -81,30 +81,9 @@ func InitAs(arch, preset string, numLabels int, seed uint64, dir string, maxShar
 	if numLabels < 0 {
 		return fmt.Errorf("--num-labels must not be negative, got %d", numLabels)
 	}
-	var config []byte
-	var random func() models.Params
-	var shapes map[string][]int
-	switch arch {
-	case "vit":
-		cfg, err := vit.Preset(preset, numLabels)
-		if err != nil {
-			return err
-		}
-		if config, err = cfg.JSON(); err != nil {
-			return err
-		}
-		shapes, random = vit.Shapes(cfg), func() models.Params { return vit.RandomParams(cfg, seed) }
-	case "llama":
-		cfg, err := llama.Preset(preset, numLabels)
-		if err != nil {
-			return err
-		}
-		if config, err = cfg.JSON(); err != nil {
-			return err
-		}
-		shapes, random = llama.Shapes(cfg), func() models.Params { return llama.RandomParams(cfg, seed) }
-	default:
-		return fmt.Errorf("unknown architecture %q: use one of %v", arch, Architectures)
+	config, shapes, random, err := presetModel(arch, preset, numLabels, seed)
+	if err != nil {
+		return err
 	}
 	if err := initFits(arch, preset, dir, shapes, dtype); err != nil {
 		return err
@@ -117,6 +96,52 @@ func InitAs(arch, preset string, numLabels int, seed uint64, dir string, maxShar
 		}
 	}
 	return models.SaveCheckpoint(dir, config, params, maxShardBytes)
+}
+
+// InitConfig writes only the config.json of the named architecture and preset (numLabels as for Init) to dir,
+// created if needed: what finetune memory reads to plan a model's step without its weights (a copy with fewer
+// blocks plans a cut model).
+func InitConfig(arch, preset string, numLabels int, dir string) error {
+	if numLabels < 0 {
+		return fmt.Errorf("--num-labels must not be negative, got %d", numLabels)
+	}
+	config, _, _, err := presetModel(arch, preset, numLabels, 0)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return safetensors.WriteAtomic(filepath.Join(dir, "config.json"), func(w *bufio.Writer) error {
+		_, err := w.Write(config)
+		return err
+	})
+}
+
+// presetModel returns the named preset's config.json, its parameter shapes and a function drawing its random
+// weights from seed.
+func presetModel(arch, preset string, numLabels int, seed uint64) (config []byte, shapes map[string][]int, random func() models.Params, err error) {
+	switch arch {
+	case "vit":
+		cfg, err := vit.Preset(preset, numLabels)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if config, err = cfg.JSON(); err != nil {
+			return nil, nil, nil, err
+		}
+		return config, vit.Shapes(cfg), func() models.Params { return vit.RandomParams(cfg, seed) }, nil
+	case "llama":
+		cfg, err := llama.Preset(preset, numLabels)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if config, err = cfg.JSON(); err != nil {
+			return nil, nil, nil, err
+		}
+		return config, llama.Shapes(cfg), func() models.Params { return llama.RandomParams(cfg, seed) }, nil
+	}
+	return nil, nil, nil, fmt.Errorf("unknown architecture %q: use one of %v", arch, Architectures)
 }
 
 // initFits refuses an init whose weights cannot fit: the random weights are made in float32 in memory (plus a
