@@ -14,7 +14,8 @@
 #
 # The stages (each prints PASS/FAIL/SKIP with its figure; the script exits 1 if any check failed, and always writes
 # what it has):
-#   a  the binary (built or given), nvidia-smi, memfit's / GoMLX's / go-xla's versions, the Python packages
+#   a  the binary (built or given), nvidia-smi, memfit's / GoMLX's / go-xla's versions, the CUDA plugin and GPU
+#      finetune version says it would use, the Python packages
 #   b  smoke test: LLaMA-tiny LoRA, float32, 3 steps on xla:cuda (TF32 off) and on the pure-Go backend (CPU):
 #      losses finite, the first loss and gradient norm equal within a tolerance
 #   c  attention: --attention flash (cuDNN fused SDPA) against memory-efficient, bfloat16, LLaMA-tiny and the
@@ -267,11 +268,12 @@ else
 	record a.version PASS "$(sed -n '1p' "$DEST/versions.txt"), $(sed -n '2p' "$DEST/versions.txt"), $(grep -o 'go-xla v[^;]*' "$DEST/versions.txt")"
 fi
 if [ "$MODE" = cuda ]; then
-	if grep -q '^JAX CUDA plugin: ' "$DEST/versions.txt"; then
-		record a.plugin PASS "$(grep '^JAX CUDA plugin: ' "$DEST/versions.txt")"
+	if grep -q '^XLA plugin for --backend xla:cuda: /' "$DEST/versions.txt"; then
+		record a.plugin PASS "$(grep '^XLA plugin for --backend xla:cuda: ' "$DEST/versions.txt")"
 	else
-		record a.plugin INFO "no JAX CUDA plugin found (set MEMFIT_PYTHON_SITE); xla:cuda needs pjrt_c_api_cuda_plugin.so on PJRT_PLUGIN_LIBRARY_PATH then"
+		record a.plugin FAIL "$(grep '^XLA plugin for --backend xla:cuda: ' "$DEST/versions.txt") (set MEMFIT_PYTHON_SITE or PJRT_PLUGIN_LIBRARY_PATH)"
 	fi
+	record a.gpu.memfit INFO "$(grep '^GPU: ' "$DEST/versions.txt")"
 fi
 GPU=0
 if command -v nvidia-smi > /dev/null 2>&1 && timeout 60 nvidia-smi > "$DEST/nvidia-smi.txt" 2>&1; then
