@@ -5,6 +5,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	_ "github.com/memfit/memfit/family/all" // the shipped model families register themselves
 	"io"
 	"os"
 	"runtime/debug"

@@ -19,7 +19,7 @@ import (
 	"github.com/gomlx/compute/dtypes"
 )
 
-// LoadModel loads the model folder dir (of a registered family, by its config's model_type: ViT or LLaMA) with
+// LoadModel loads the model folder dir (of a registered family, by its config's model_type), or a GGUF file, with
 // the model options of cfg (approximate activation, MS-norm, gradient checkpointing, attention kind) and its
 // per-block plan.
 func LoadModel(dir string, cfg Config) (Model, error) {
@@ -40,8 +40,7 @@ func LoadModel(dir string, cfg Config) (Model, error) {
 		if !IsGGUF(dir) {
 			return nil, fmt.Errorf("%s is a file: a model is a folder (config.json and its safetensors), here %s, or a .gguf file", dir, filepath.Dir(dir))
 		}
-		fam = llamaFamily()
-		if model, err = LoadGGUF(dir, opts); err != nil {
+		if model, fam, err = LoadGGUF(dir, opts); err != nil {
 			return nil, err
 		}
 	} else {

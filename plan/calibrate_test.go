@@ -8,9 +8,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/memfit/memfit/family/llama"
+	"github.com/memfit/memfit/family/lm"
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/internal/gtest"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/decoder"
 	"github.com/memfit/memfit/plan"
 )
 
@@ -23,7 +25,7 @@ func scaledLlama(t *testing.T) finetune.Model {
 	}
 	c.VocabSize, c.HiddenSize, c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim, c.IntermediateSize, c.NumHiddenLayers = 1024, 256, 4, 2, 64, 688, 4
 	c.MaxPositionEmbeddings = 512
-	return finetune.Llama{Model: &llama.Model{Config: c, Options: llama.Options{MSNorm: true}}}
+	return lm.Model{Model: &decoder.Model{Config: c, Options: decoder.Options{MSNorm: true}}, Spec: llama.Spec}
 }
 
 // TestFastCalibrationMatchesFull: on the scaled LLaMA at batch 2 x 512 (the real shape: under the calibration's
