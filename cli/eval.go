@@ -14,7 +14,6 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/memfit/memfit/adapter"
 	"github.com/memfit/memfit/data"
@@ -168,18 +167,22 @@ adapter (or the model) as eval-mmlu.json, with the prompt format, shots, averagi
 			if shots == 0 {
 				o.Shots = -1 // evals: 0 means the default (5), a negative number zero-shot
 			}
-			ins := evalInputs(model, adapter, tok).add("--data", dataDir)
-			if err := outputFile("--out", out, ins, overwrite, true); err != nil {
-				return err
-			}
-			path := resultPath(out, model, adapter, "eval-mmlu.json")
-			if err := outputFile("the results file", path, ins, true, false); err != nil {
-				return err
-			}
 			for _, s := range subjects {
 				if _, ok := evals.Categories[s]; !ok {
 					return usagef("unknown MMLU subject %q", s)
 				}
+			}
+			modelHub, adapterHub, err := hubFolders(cmd, &model, &adapter)
+			if err != nil {
+				return err
+			}
+			ins := evalInputs(model, adapter, tok).add("--data", dataDir)
+			if err := outputFile("--out", out, ins, overwrite, true); err != nil {
+				return err
+			}
+			path := resultPath(out, notInCache(model, modelHub), notInCache(adapter, adapterHub), "eval-mmlu.json")
+			if err := outputFile("the results file", path, ins, true, false); err != nil {
+				return err
 			}
 			m, set, t, err := loadForEval(model, adapter, tok)
 			if err != nil {
@@ -333,19 +336,23 @@ next to the adapter or model, or --out).`,
 			if (preds == "") == (model == "") {
 				return usagef("give either --predictions or --model")
 			}
+			if model != "" && (batch < 1 || batch > maxEvalBatch) {
+				return usagef("--batch-size %d: give 1 to %d examples per forward pass", batch, maxEvalBatch)
+			}
+			modelHub, adapterHub, err := hubFolders(cmd, &model, &adapter)
+			if err != nil {
+				return err
+			}
 			ins := evalInputs(model, adapter, tok).add("--data", dataDir).add("--predictions", preds)
 			if err := outputFile("--out", out, ins, overwrite, true); err != nil {
 				return err
 			}
 			resultFile := ""
 			if out != "" || model != "" {
-				resultFile = resultPath(out, model, adapter, "eval-glue-"+task+".json")
+				resultFile = resultPath(out, notInCache(model, modelHub), notInCache(adapter, adapterHub), "eval-glue-"+task+".json")
 				if err := outputFile("the results file", resultFile, ins, true, false); err != nil {
 					return err
 				}
-			}
-			if model != "" && (batch < 1 || batch > maxEvalBatch) {
-				return usagef("--batch-size %d: give 1 to %d examples per forward pass", batch, maxEvalBatch)
 			}
 			dev, err := data.ReadGLUE(dataDir, task, "dev")
 			if err != nil {
@@ -464,10 +471,11 @@ func countProgress(w io.Writer, label string) func(done, total int) {
 	var bar *progressbar.ProgressBar
 	last := -1
 	return func(done, total int) {
-		if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		if cols := terminalColumns(w); cols > 0 {
 			if bar == nil {
+				width, desc := barLayout(cols, total, true)
 				bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(w), progressbar.OptionShowCount(),
-					progressbar.OptionSetDescription(label), progressbar.OptionShowIts(), progressbar.OptionSetWidth(30))
+					progressbar.OptionSetDescription(cut(label, desc)), progressbar.OptionShowIts(), progressbar.OptionSetWidth(width))
 			}
 			_ = bar.Set(done)
 			if done == total {
