@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/memfit/memfit/internal/readfile"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/plan"
 )
@@ -286,7 +287,8 @@ func joinNote(a, b string) string {
 func ptr(v int64) *int64      { return &v }
 func ptrf(v float64) *float64 { return &v }
 func readJSONFile(path string, v any) error {
-	b, err := os.ReadFile(path)
+	b, err := readfile.Read(path, 64<<20) // a JSON result of one run: kilobytes
+
 	if err != nil {
 		return err
 	}
