@@ -238,8 +238,8 @@ adapter (or the model) as eval-mmlu.json, with the prompt format, shots, averagi
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&model, "model", "", "LLaMA causal-LM folder")
-	f.StringVar(&adapter, "adapter", "", "PEFT LoRA adapter folder to apply")
+	f.StringVar(&model, "model", "", "LLaMA causal-LM folder, or a Hub id ORG/NAME[@REVISION]")
+	f.StringVar(&adapter, "adapter", "", "PEFT LoRA adapter folder (or Hub id) to apply")
 	f.StringVar(&tok, "tokenizer", "", "tokenizer (default: the model folder)")
 	f.StringVar(&dataDir, "data", "", "MMLU folder with dev/ and test/")
 	f.StringSliceVar(&subjects, "subjects", nil, "subjects to evaluate (default: all 57)")
@@ -435,8 +435,8 @@ next to the adapter or model, or --out).`,
 	f.StringVar(&task, "task", "", "cola, sst2, mrpc, stsb or rte (default: the task of a --data task folder)")
 	f.StringVar(&dataDir, "data", "", "GLUE data root (../shared/data/glue layout) or one task's folder in it")
 	f.StringVar(&preds, "predictions", "", "file with one label or score per line, in dev-set order")
-	f.StringVar(&model, "model", "", "LLaMA sequence-classification folder")
-	f.StringVar(&adapter, "adapter", "", "PEFT adapter folder to apply")
+	f.StringVar(&model, "model", "", "LLaMA sequence-classification folder, or a Hub id ORG/NAME[@REVISION]")
+	f.StringVar(&adapter, "adapter", "", "PEFT adapter folder (or Hub id) to apply")
 	f.StringVar(&tok, "tokenizer", "", "tokenizer (default: the model folder)")
 	f.IntVar(&seqLen, "seq-len", 128, "tokens per example")
 	f.IntVar(&batch, "batch-size", 32, "examples per forward pass")
