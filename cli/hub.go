@@ -109,15 +109,6 @@ func hubFolders(cmd *cobra.Command, model, adapter *string) (modelHub, adapterHu
 	return modelHub, adapterHub, nil
 }
 
-// notInCache is a folder to write default outputs next to: "" (the current folder) for a snapshot of the Hub
-// cache, which memfit never writes into.
-func notInCache(dir string, src *finetune.HubSource) string {
-	if src != nil {
-		return ""
-	}
-	return dir
-}
-
 // hubSources are where train's inputs came from (nil: local paths).
 type hubSources struct {
 	model, data, evalData, initAdapter *finetune.HubSource

@@ -16,7 +16,6 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"golang.org/x/term"
 	"sigs.k8s.io/yaml"
 
 	"github.com/memfit/memfit/finetune"
@@ -174,7 +173,7 @@ gradients to the host; the loss is read back every --log-every steps.`,
 						return usagef("--eval-data %s is GLUE task %s but --data is %s: validate on the task you train", evalData, task, dataOpts.Task)
 					}
 				}
-				spec = finetune.RunSpec{Model: model, Data: data, DataOptions: dataOpts, EvalData: evalData, EvalDataSplit: evalDataSplit, Config: cfg,
+				spec = finetune.RunSpec{Model: model, ModelGiven: model, Data: data, DataOptions: dataOpts, EvalData: evalData, EvalDataSplit: evalDataSplit, Config: cfg,
 					ModelHub: hub.model, DataHub: hub.data, EvalDataHub: hub.evalData, InitAdapterHub: hub.initAdapter}.AbsPaths()
 			}
 			if err := spec.Config.Validate(); err != nil {
@@ -204,7 +203,7 @@ gradients to the host; the loss is read back every --log-every steps.`,
 			}
 			// The budget flags with the whole config, before anything is loaded, calibrated or printed.
 			var ap *autopilotRequest
-			if budget != "" {
+			if budget != "" || cmd.Flags().Changed("budget") {
 				b, err := parseBudget("--budget", budget)
 				if err != nil {
 					return usageError{err}
@@ -378,14 +377,15 @@ func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out s
 
 // newProgress returns a step hook that draws a progress bar on a terminal, or prints a line per step otherwise.
 func newProgress(w io.Writer, steps, start int) func(finetune.StepStats) {
-	f, isFile := w.(*os.File)
-	if isFile && term.IsTerminal(int(f.Fd())) {
+	if cols := terminalColumns(w); cols > 0 {
+		// The line fits the terminal: a line wider than it wraps, and each redraw then adds a line.
+		width, desc := barLayout(cols, steps, false)
 		bar := progressbar.NewOptions(steps, progressbar.OptionSetWriter(w), progressbar.OptionShowCount(),
-			progressbar.OptionSetWidth(30), progressbar.OptionThrottle(0))
+			progressbar.OptionSetWidth(width), progressbar.OptionThrottle(0))
 		_ = bar.Set(start)
 		return func(s finetune.StepStats) {
 			if s.Synced || s.CompileSeconds > 0 {
-				bar.Describe(describe(s))
+				bar.Describe(fitLine(describeParts(s), desc))
 			}
 			_ = bar.Set(s.Step)
 		}
@@ -399,7 +399,10 @@ func newProgress(w io.Writer, steps, start int) func(finetune.StepStats) {
 
 // describe is the progress line of a step: its loss and gradient norm when they were read back (Synced; Fit
 // does every LogEvery steps), throughput, memory, and the compile time on a step that compiled.
-func describe(s finetune.StepStats) string {
+func describe(s finetune.StepStats) string { return strings.Join(describeParts(s), " ") }
+
+// describeParts are describe's parts, the most useful first (a narrow terminal shows the first that fit).
+func describeParts(s finetune.StepStats) []string {
 	rate := fmt.Sprintf("%.1f ex/s", float64(s.Examples)/s.Seconds)
 	if s.Tokens > 0 {
 		rate = fmt.Sprintf("%.0f tok/s", float64(s.Tokens)/s.Seconds)
@@ -416,7 +419,7 @@ func describe(s finetune.StepStats) string {
 	if s.CompileSeconds > 0 {
 		parts = append(parts, fmt.Sprintf("compile %.2fs", s.CompileSeconds))
 	}
-	return strings.Join(parts, " ")
+	return parts
 }
 
 // describeEval is the progress line of an evaluation: its loss and perplexity (language models) or accuracy
@@ -438,8 +441,8 @@ func describeEval(e finetune.EvalStats, w io.Writer) string {
 	if e.EarlyStop {
 		line += ": early stopping"
 	}
-	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		line = "\n" + line
+	if cols := terminalColumns(w); cols > 0 {
+		line = "\n" + wrapText(line, cols)
 	}
 	return line
 }

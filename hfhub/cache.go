@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+
+	"github.com/memfit/memfit/internal/readfile"
 )
 
 // The huggingface_hub cache layout (file_download.py, _tree_cache.py), which memfit writes and reads as Python
@@ -56,7 +58,7 @@ func (c *Client) cachedCommit(r Repo) string {
 		}
 		return ""
 	}
-	data, err := os.ReadFile(filepath.Join(c.repoDir(r), "refs", filepath.FromSlash(rev)))
+	data, err := readfile.Read(filepath.Join(c.repoDir(r), "refs", filepath.FromSlash(rev)), readfile.Small)
 	if err != nil {
 		return ""
 	}
@@ -74,7 +76,7 @@ func (c *Client) writeRef(r Repo, commit string) error {
 		return nil
 	}
 	path := filepath.Join(c.repoDir(r), "refs", filepath.FromSlash(rev))
-	if old, err := os.ReadFile(path); err == nil && string(old) == commit {
+	if old, err := readfile.Read(path, readfile.Small); err == nil && string(old) == commit {
 		return nil
 	}
 	if err := c.makeRepoDir(r); err != nil {

@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/memfit/memfit/internal/readfile"
 )
 
 // DefaultEndpoint is the Hub huggingface_hub talks to when HF_ENDPOINT is not set.
@@ -56,7 +58,7 @@ func FromEnv() Env {
 	if path == "" {
 		path = filepath.Join(home, "token")
 	}
-	if data, err := os.ReadFile(path); err == nil && len(data) < 1<<16 {
+	if data, err := readfile.Read(path, 1<<16); err == nil {
 		if t := cleanToken(string(data)); t != "" {
 			e.Token, e.TokenFrom = t, path
 		}

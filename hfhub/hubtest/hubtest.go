@@ -46,6 +46,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/memfit/memfit/internal/readfile"
 )
 
 // Hub is the stand-in: the Hub's API and resolve endpoints on one server, LFS storage on another.
@@ -106,7 +108,7 @@ func (h *Hub) AddDir(t testing.TB, kind, id, dir string) *Repo {
 		if err != nil || d.IsDir() {
 			return err
 		}
-		data, err := os.ReadFile(p)
+		data, err := readfile.Read(p, readfile.Data)
 		if err != nil {
 			return err
 		}
