@@ -53,6 +53,9 @@ type CardSplit struct {
 
 // ReadCard reads the configs of the card in fsys (nil, nil when there is no card or it names no configs).
 func ReadCard(fsys fs.FS) ([]CardConfig, error) {
+	if st, err := fs.Stat(fsys, CardFile); err != nil || !st.Mode().IsRegular() {
+		return nil, nil // none, or not a file (a pipe or device is never opened)
+	}
 	f, err := fsys.Open(CardFile)
 	if err != nil {
 		return nil, nil
