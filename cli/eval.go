@@ -7,6 +7,7 @@ import (
 	"github.com/memfit/memfit/runner"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -14,7 +15,6 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/memfit/memfit/adapter"
 	"github.com/memfit/memfit/data"
@@ -108,15 +108,29 @@ func loadTokenizer(path string) (*tokenizer.Tokenizer, error) {
 	return t, err
 }
 
-// resultPath is where results go: --out, or next to the adapter (or the model) as name.
-func resultPath(out, model, adapter, name string) string {
+// resultPath is where an evaluation's results go: --out; else, when the adapter (or the model) evaluated is a
+// checkpoint or adapter of a training run, that run's folder (RUN/eval-mmlu-best.json); else the current folder,
+// named after what was evaluated (eval-mmlu-llama-tiny.json, eval-glue-sst2-chat-q8.json). Never into a model or
+// adapter folder (a read-only or shared model folder got files it did not have), a Hub cache folder, nor under
+// a GGUF file's path. kind is "mmlu" or "glue-TASK"; model and adapter are local paths, or, with their hub
+// source, named by their Hub repository.
+func resultPath(out, kind, model, adapter string, modelHub, adapterHub *finetune.HubSource) string {
 	if out != "" {
 		return out
 	}
+	what, hub := model, modelHub
 	if adapter != "" {
-		return filepath.Join(adapter, name)
+		what, hub = adapter, adapterHub
 	}
-	return filepath.Join(model, name)
+	if hub != nil {
+		return "eval-" + kind + "-" + path.Base(hub.Repo) + ".json"
+	}
+	if dir, run, _, ok := managedFolder(what); ok && run != "" {
+		return filepath.Join(run, "eval-"+kind+"-"+filepath.Base(dir)+".json")
+	}
+	name := filepath.Base(absPath(what))
+	name = strings.TrimSuffix(name, filepath.Ext(name))
+	return "eval-" + kind + "-" + name + ".json"
 }
 
 func writeResult(path string, v any) error {
@@ -145,8 +159,10 @@ from the left. Two scorings are reported: the log-likelihood of the continuation
 argmax over the letter tokens A..D (QLoRA-script style), and with --generate a third: the letter a greedy
 two-token reply starts with (decoded with the key/value cache of finetune generate); each as micro (over questions) and macro (over subjects)
 averages, per subject and per category. --data is a folder with dev/ and test/ CSVs (question,choice0..3,answer
-with an index, or the original layout without header and letter answers). The results JSON goes next to the
-adapter (or the model) as eval-mmlu.json, with the prompt format, shots, averaging and a SHA-256 of the data.`,
+with an index, or the original layout without header and letter answers). The results JSON (with the prompt format, shots,
+averaging and a SHA-256 of the data) goes to --out, or by default to eval-mmlu-NAME.json in the current folder,
+NAME the adapter (or model) evaluated, or into the run folder when that is a training run's checkpoint or adapter
+(RUN/eval-mmlu-best.json); never into the model or adapter folder. The output says where.`,
 		Example: `  finetune eval mmlu --model pretrained/llama-tiny --data ../shared/data/mmlu --subjects anatomy,virology
   finetune eval mmlu --model base --adapter runs/alpaca/adapter --data ../shared/data/mmlu --json`,
 		Args: cobra.NoArgs,
@@ -168,18 +184,22 @@ adapter (or the model) as eval-mmlu.json, with the prompt format, shots, averagi
 			if shots == 0 {
 				o.Shots = -1 // evals: 0 means the default (5), a negative number zero-shot
 			}
-			ins := evalInputs(model, adapter, tok).add("--data", dataDir)
-			if err := outputFile("--out", out, ins, overwrite, true); err != nil {
-				return err
-			}
-			path := resultPath(out, model, adapter, "eval-mmlu.json")
-			if err := outputFile("the results file", path, ins, true, false); err != nil {
-				return err
-			}
 			for _, s := range subjects {
 				if _, ok := evals.Categories[s]; !ok {
 					return usagef("unknown MMLU subject %q", s)
 				}
+			}
+			modelHub, adapterHub, err := hubFolders(cmd, &model, &adapter)
+			if err != nil {
+				return err
+			}
+			ins := evalInputs(model, adapter, tok).add("--data", dataDir)
+			if err := outputFile("--out", out, ins, overwrite, true); err != nil {
+				return err
+			}
+			path := resultPath(out, "mmlu", model, adapter, modelHub, adapterHub)
+			if err := outputFile("the results file", path, ins, true, false); err != nil {
+				return err
 			}
 			m, set, t, err := loadForEval(model, adapter, tok)
 			if err != nil {
@@ -228,6 +248,7 @@ adapter (or the model) as eval-mmlu.json, with the prompt format, shots, averagi
 				return err
 			}
 			if asJSON {
+				fmt.Fprintf(cmd.ErrOrStderr(), "results in %s\n", path)
 				return writeJSON(cmd.OutOrStdout(), full)
 			}
 			return writeMMLUTable(cmd.OutOrStdout(), res, path)
@@ -244,7 +265,7 @@ adapter (or the model) as eval-mmlu.json, with the prompt format, shots, averagi
 	f.IntVar(&o.BatchSize, "batch-size", 8, "prompts per forward pass")
 	f.IntVar(&limit, "limit", 0, "score only the first N test questions of each subject (0: all; the results say so)")
 	f.BoolVar(&o.Generate, "generate", false, "also score by generation: the letter a greedy 2-token reply starts with (the runner of finetune generate)")
-	f.StringVar(&out, "out", "", "results file (default: eval-mmlu.json next to the adapter or model, replaced by each run)")
+	f.StringVar(&out, "out", "", "results file (default: eval-mmlu-NAME.json in the current folder, NAME the adapter or model evaluated; a run's checkpoint or adapter: in its run folder; replaced by each run)")
 	f.BoolVar(&overwrite, "overwrite", false, "replace an existing --out file")
 	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
 	checksOwnRange(f, "seq-len") // 0 is the model's positions; the command names them
@@ -310,8 +331,9 @@ func newEvalGLUECommand(opts *Options) *cobra.Command {
 		Long: `Scores a GLUE task's dev set (../shared/data/glue layout): CoLA Matthews correlation, STS-B Pearson and
 Spearman, MRPC accuracy and F1, SST-2 and RTE accuracy, with the majority-class baseline for the classification
 tasks. --data is the GLUE root with --task, or one task's folder (../shared/data/glue/CoLA), which names the task. --predictions FILE scores a file of one label (or STS-B score) per line in dev-set order, without a model;
---model runs a LLaMA sequence classifier (with --adapter). Results are written as JSON (eval-glue-<task>.json
-next to the adapter or model, or --out).`,
+--model runs a LLaMA sequence classifier (with --adapter). Results are written as JSON to --out, or with --model to
+eval-glue-TASK-NAME.json in the current folder (a run's checkpoint or adapter: in its run folder); the output says
+where.`,
 		Example: `  finetune eval glue --task sst2 --data ../shared/data/glue --predictions preds.txt --json
   finetune eval glue --data ../shared/data/glue/SST-2 --model runs/sst2/merged`,
 		Args: cobra.NoArgs,
@@ -333,19 +355,23 @@ next to the adapter or model, or --out).`,
 			if (preds == "") == (model == "") {
 				return usagef("give either --predictions or --model")
 			}
+			if model != "" && (batch < 1 || batch > maxEvalBatch) {
+				return usagef("--batch-size %d: give 1 to %d examples per forward pass", batch, maxEvalBatch)
+			}
+			modelHub, adapterHub, err := hubFolders(cmd, &model, &adapter)
+			if err != nil {
+				return err
+			}
 			ins := evalInputs(model, adapter, tok).add("--data", dataDir).add("--predictions", preds)
 			if err := outputFile("--out", out, ins, overwrite, true); err != nil {
 				return err
 			}
 			resultFile := ""
 			if out != "" || model != "" {
-				resultFile = resultPath(out, model, adapter, "eval-glue-"+task+".json")
+				resultFile = resultPath(out, "glue-"+task, model, adapter, modelHub, adapterHub)
 				if err := outputFile("the results file", resultFile, ins, true, false); err != nil {
 					return err
 				}
-			}
-			if model != "" && (batch < 1 || batch > maxEvalBatch) {
-				return usagef("--batch-size %d: give 1 to %d examples per forward pass", batch, maxEvalBatch)
 			}
 			dev, err := data.ReadGLUE(dataDir, task, "dev")
 			if err != nil {
@@ -405,6 +431,9 @@ next to the adapter or model, or --out).`,
 				}
 			}
 			if asJSON {
+				if resultFile != "" {
+					fmt.Fprintf(cmd.ErrOrStderr(), "results in %s\n", resultFile)
+				}
 				return writeJSON(cmd.OutOrStdout(), res)
 			}
 			keys := make([]string, 0, len(res.Metrics))
@@ -419,6 +448,9 @@ next to the adapter or model, or --out).`,
 			if res.Majority > 0 {
 				parts = append(parts, fmt.Sprintf("majority baseline %.4f", res.Majority))
 			}
+			if resultFile != "" {
+				parts = append(parts, "results in "+resultFile)
+			}
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "GLUE %s dev (%d examples): %s\n", task, res.Examples, strings.Join(parts, ", "))
 			return err
 		},
@@ -432,7 +464,7 @@ next to the adapter or model, or --out).`,
 	f.StringVar(&tok, "tokenizer", "", "tokenizer (default: the model folder)")
 	f.IntVar(&seqLen, "seq-len", 128, "tokens per example")
 	f.IntVar(&batch, "batch-size", 32, "examples per forward pass")
-	f.StringVar(&out, "out", "", "results file (default with --model: eval-glue-TASK.json next to the adapter or model, replaced by each run)")
+	f.StringVar(&out, "out", "", "results file (default with --model: eval-glue-TASK-NAME.json in the current folder, NAME the adapter or model evaluated; a run's checkpoint or adapter: in its run folder; replaced by each run)")
 	f.BoolVar(&overwrite, "overwrite", false, "replace an existing --out file")
 	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
 	return cmd
@@ -464,10 +496,11 @@ func countProgress(w io.Writer, label string) func(done, total int) {
 	var bar *progressbar.ProgressBar
 	last := -1
 	return func(done, total int) {
-		if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		if cols := terminalColumns(w); cols > 0 {
 			if bar == nil {
+				width, desc := barLayout(cols, total, true)
 				bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(w), progressbar.OptionShowCount(),
-					progressbar.OptionSetDescription(label), progressbar.OptionShowIts(), progressbar.OptionSetWidth(30))
+					progressbar.OptionSetDescription(cut(label, desc)), progressbar.OptionShowIts(), progressbar.OptionSetWidth(width))
 			}
 			_ = bar.Set(done)
 			if done == total {

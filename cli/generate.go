@@ -98,6 +98,9 @@ features): its tensors are dequantised to float32 and its tokenizer rebuilt from
 				}
 				prompts[i].System = system
 			}
+			if _, _, err := hubFolders(cmd, &model, &adapterDir); err != nil {
+				return err
+			}
 			m, set, t, err := loadForEval(model, adapterDir, tok)
 			if err != nil {
 				return err

@@ -46,6 +46,13 @@ when a checkpoint is loaded with a new num_labels; tokenizer files come along.`,
 			if from != "" && same(from, out) {
 				return usagef("--out %s is the --from model: writing there would replace the weights it reads; choose another folder", out)
 			}
+			if from != "" && (arch != "" || cmd.Flags().Changed("preset") || cmd.Flags().Changed("dtype") || cmd.Flags().Changed("max-shard-mb")) {
+				return usagef("--from takes the architecture, shapes, dtype and files from the model; leave out --arch, --preset, --dtype and --max-shard-mb")
+			}
+			var err error
+			if from, _, err = hubModel(cmd, "--from", from, hubFiles); err != nil {
+				return err
+			}
 			if err := outputFolder("--out", out, modelFiles, inputs{}.add("--from", from, modelReads...), overwrite, false); err != nil {
 				return err
 			}
@@ -53,9 +60,6 @@ when a checkpoint is loaded with a new num_labels; tokenizer files come along.`,
 				return usageError{err}
 			}
 			if from != "" {
-				if arch != "" || cmd.Flags().Changed("preset") || cmd.Flags().Changed("dtype") || cmd.Flags().Changed("max-shard-mb") {
-					return usagef("--from takes the architecture, shapes, dtype and files from the model; leave out --arch, --preset, --dtype and --max-shard-mb")
-				}
 				if err := finetune.NewHead(from, numLabels, seed, out); err != nil {
 					return err
 				}
@@ -143,6 +147,9 @@ float32).`,
 			}
 			in, err := runner.ReadInputs(inputs)
 			if err != nil {
+				return err
+			}
+			if _, _, err := hubFolders(cmd, &model, &adapter); err != nil {
 				return err
 			}
 			backend, err := opts.NewBackend()

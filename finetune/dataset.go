@@ -33,6 +33,9 @@ type DataOptions struct {
 	// Split is the subfolder of an image folder or tar (e.g. "train"), the GLUE split (train, dev; default train)
 	// or the split of a parquet dataset folder (train, validation, test; default train).
 	Split string `json:"split,omitempty"`
+	// Config is the config of a parquet dataset folder (--data-config; "" for its default): the card's configs
+	// (README.md), or a config folder (CONFIG/SPLIT-*.parquet, the Hub's parquet conversion CONFIG/SPLIT/).
+	Config string `json:"config,omitempty"`
 	// Columns renames parquet columns to the names memfit reads: "text=content,label=y".
 	Columns string `json:"columns,omitempty"`
 	// Task is the GLUE task (cola, sst2, mrpc, stsb, rte).

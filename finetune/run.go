@@ -209,7 +209,10 @@ func LoadExamples(path string, model Model) (Examples, error) {
 // as run.yaml in the output folder, so export and resume need only that folder.
 type RunSpec struct {
 	Model string `json:"model"`
-	Data  string `json:"data"`
+	// ModelGiven is the base model as the user gave it (--model), before AbsPaths made Model absolute: what the
+	// PEFT adapter's base_model_name_or_path records (ModelName). Empty in runs written before it was kept.
+	ModelGiven string `json:"model_given,omitempty"`
+	Data       string `json:"data"`
 	// DataOptions say how to read Data (format, split, tokenizer, sequence length, augmentation).
 	DataOptions DataOptions `json:"data_options,omitempty"`
 	// EvalData is a validation set, read as Data is (its format from its path, DataOptions with EvalDataSplit
@@ -217,6 +220,46 @@ type RunSpec struct {
 	EvalData      string `json:"eval_data,omitempty"`
 	EvalDataSplit string `json:"eval_data_split,omitempty"`
 	Config        Config `json:"config"`
+	// ModelHub, DataHub, EvalDataHub and InitAdapterHub say which Hub repository and commit Model, Data, EvalData
+	// and Config.InitAdapter came from when they were named by Hub id (they are then folders of the
+	// huggingface_hub cache), so that the run names exactly what it trained.
+	ModelHub       *HubSource `json:"model_hub,omitempty"`
+	DataHub        *HubSource `json:"data_hub,omitempty"`
+	EvalDataHub    *HubSource `json:"eval_data_hub,omitempty"`
+	InitAdapterHub *HubSource `json:"init_adapter_hub,omitempty"`
+}
+
+// HubSource is a Hugging Face Hub repository at the commit a run read.
+type HubSource struct {
+	// Repo is ORG/NAME; Revision the branch, tag or commit named ("" for main); Commit what it resolved to.
+	Repo     string `json:"repo"`
+	Revision string `json:"revision,omitempty"`
+	Commit   string `json:"commit"`
+	// Path is the file or folder of a dataset repository read ("" for all of it); Config its config.
+	Path   string `json:"path,omitempty"`
+	Config string `json:"config,omitempty"`
+}
+
+// ModelName is the base model as the user named it, for the PEFT adapter's base_model_name_or_path: the Hub id
+// when the model came from the Hub, else the path the user gave (ModelGiven; Model, the absolute path, for a
+// run written before memfit kept it). This is the one place that says what the user named the model.
+func (s RunSpec) ModelName() string {
+	switch {
+	case s.ModelHub != nil:
+		return s.ModelHub.Repo
+	case s.ModelGiven != "":
+		return s.ModelGiven
+	}
+	return s.Model
+}
+
+// ModelRevision is the commit of the Hub repository the base model came from ("" for a local folder), for the
+// PEFT adapter's revision.
+func (s RunSpec) ModelRevision() string {
+	if s.ModelHub != nil {
+		return s.ModelHub.Commit
+	}
+	return ""
 }
 
 // Open loads the run's model (in the config's modes) and opens its data.
