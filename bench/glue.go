@@ -16,6 +16,7 @@ import (
 	"github.com/memfit/memfit/evals"
 	"github.com/memfit/memfit/family/bert"
 	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/internal/readfile"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/runner"
@@ -164,7 +165,7 @@ func RunGLUE(ctx context.Context, o GLUEOptions) (*GLUEReport, error) {
 			return nil, err
 		}
 		for _, f := range []string{"tokenizer.json", "tokenizer_config.json"} {
-			if b, err := os.ReadFile(filepath.Join(o.Model, f)); err == nil {
+			if b, err := readfile.Read(filepath.Join(o.Model, f), readfile.Tokenizer); err == nil {
 				if err := os.WriteFile(filepath.Join(head, f), b, 0o644); err != nil {
 					return nil, err
 				}

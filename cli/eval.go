@@ -255,8 +255,8 @@ NAME the adapter (or model) evaluated, or into the run folder when that is a tra
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&model, "model", "", "LLaMA causal-LM folder")
-	f.StringVar(&adapter, "adapter", "", "PEFT LoRA adapter folder to apply")
+	f.StringVar(&model, "model", "", "LLaMA causal-LM folder, or a Hub id ORG/NAME[@REVISION]")
+	f.StringVar(&adapter, "adapter", "", "PEFT LoRA adapter folder (or Hub id) to apply")
 	f.StringVar(&tok, "tokenizer", "", "tokenizer (default: the model folder)")
 	f.StringVar(&dataDir, "data", "", "MMLU folder with dev/ and test/")
 	f.StringSliceVar(&subjects, "subjects", nil, "subjects to evaluate (default: all 57)")
@@ -459,8 +459,8 @@ where.`,
 	f.StringVar(&task, "task", "", "cola, sst2, mrpc, stsb or rte (default: the task of a --data task folder)")
 	f.StringVar(&dataDir, "data", "", "GLUE data root (../shared/data/glue layout) or one task's folder in it")
 	f.StringVar(&preds, "predictions", "", "file with one label or score per line, in dev-set order")
-	f.StringVar(&model, "model", "", "LLaMA sequence-classification folder")
-	f.StringVar(&adapter, "adapter", "", "PEFT adapter folder to apply")
+	f.StringVar(&model, "model", "", "LLaMA sequence-classification folder, or a Hub id ORG/NAME[@REVISION]")
+	f.StringVar(&adapter, "adapter", "", "PEFT adapter folder (or Hub id) to apply")
 	f.StringVar(&tok, "tokenizer", "", "tokenizer (default: the model folder)")
 	f.IntVar(&seqLen, "seq-len", 128, "tokens per example")
 	f.IntVar(&batch, "batch-size", 32, "examples per forward pass")

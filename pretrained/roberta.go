@@ -12,6 +12,7 @@ import (
 
 	"github.com/memfit/memfit/family/bert"
 	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/internal/readfile"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/models/encoder"
 	"github.com/memfit/memfit/tokenizer"
@@ -151,7 +152,7 @@ func PretrainRoberta(ctx context.Context, backend compute.Backend, tokDir string
 		if mustAbs(src) == mustAbs(dst) {
 			continue
 		}
-		b, err := os.ReadFile(src)
+		b, err := readfile.Read(src, readfile.Tokenizer)
 		if err != nil {
 			return 0, 0, err
 		}
