@@ -3,9 +3,11 @@ package cli_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -430,5 +432,178 @@ func TestOutputFitsTheTerminal(t *testing.T) {
 	}
 	if n, l := widest(buf.String()); n > 80 {
 		t.Errorf("a count progress bar of %d columns: %q", n, l)
+	}
+}
+
+// TestGGUFAndEvalOutputs: (gi17) `logits --model X.gguf` with NaN weights printed NaN logits with exit 0 (the same
+// weights as safetensors are refused when loaded); now a GGUF's weights are checked at load, and logits, generate
+// and eval stop there in one line. (gi03) `eval mmlu --model FILE.gguf` wrote its default results file inside the
+// GGUF path, and eval wrote into model and adapter folders; now the default is the current folder (or the run
+// folder of a run's checkpoint or adapter), and the output says where. (gg17, gg18) `--out DIR.gguf` naming a
+// folder suggested DIR.gguf/results.json. The PEFT adapter's base_model_name_or_path is the model as given.
+func TestGGUFAndEvalOutputs(t *testing.T) {
+	tmp := t.TempDir()
+	llama, _ := filepath.Abs(filepath.Join("..", "pretrained", "llama-tiny"))
+	mmlu, _ := filepath.Abs(filepath.Join("..", "..", "shared", "data", "mmlu"))
+	gg := filepath.Join(tmp, "t.gguf")
+	if _, stderr, code := run(t, "export", "--model", llama, "--format", "gguf", "--gguf-type", "f16", "--out", gg); code != 0 {
+		t.Fatalf("export: %s", stderr)
+	}
+	b, _ := os.ReadFile(gg)
+	n := len(b)
+	for i := n - 200000; i < n-100000; i += 2 {
+		b[i], b[i+1] = 0x00, 0x7e // f16 NaN
+	}
+	nan := filepath.Join(tmp, "nan.gguf")
+	os.WriteFile(nan, b, 0o644)
+	in := filepath.Join(tmp, "in.json")
+	os.WriteFile(in, []byte(`{"input_ids": [[4093, 1516, 311]]}`), 0o644)
+	for _, args := range [][]string{
+		{"logits", "--model", nan, "--inputs", in},
+		{"generate", "--model", nan, "--prompt", "It was", "--max-new-tokens", "2"},
+		{"eval", "mmlu", "--model", nan, "--data", mmlu, "--subjects", "anatomy", "--limit", "1", "--out", filepath.Join(tmp, "r.json")},
+	} {
+		refusedOneLine(t, tmp, args, nan+": tensor ")
+		refusedOneLine(t, tmp, args, "holds NaN")
+	}
+	// gg17, gg18: a folder named like a GGUF file.
+	folder := filepath.Join(tmp, "dir.gguf")
+	os.Mkdir(folder, 0o755)
+	refusedOneLine(t, tmp, []string{"export", "--model", llama, "--format", "gguf", "--out", folder},
+		"--out "+folder+" is a folder: give a file name, e.g. "+filepath.Join(folder, "model.gguf"))
+	// gi03: the default results file of a GGUF model, in the current folder, said in the output.
+	work := filepath.Join(tmp, "work")
+	os.Mkdir(work, 0o755)
+	t.Chdir(work)
+	before := snapshot(t, tmp)
+	out, stderr, code := run(t, "eval", "mmlu", "--model", gg, "--data", mmlu, "--subjects", "anatomy", "--limit", "1", "--shots", "0")
+	if code != 0 || !strings.Contains(out, "results in eval-mmlu-t.json") {
+		t.Fatalf("eval mmlu --model FILE.gguf: exit %d\n%s%s", code, out, stderr)
+	}
+	after := snapshot(t, tmp)
+	for f := range after {
+		if _, ok := before[f]; !ok && f != filepath.Join(work, "eval-mmlu-t.json") {
+			t.Errorf("eval wrote %s", f)
+		}
+	}
+	// A run's adapter: the results go to the run folder; and the adapter names the base model as given.
+	_, model, data := vitFixture(t)
+	rel := "vit-model"
+	copyTree(t, model, filepath.Join(work, rel))
+	run1 := filepath.Join(tmp, "run")
+	if _, stderr, code := run(t, "train", "--model", rel, "--data", data, "--out", run1, "--steps", "1", "--batch-size", "4"); code != 0 {
+		t.Fatalf("train: %s", stderr)
+	}
+	raw, _ := os.ReadFile(filepath.Join(run1, "adapter", "adapter_config.json"))
+	var peft map[string]any
+	if err := json.Unmarshal(raw, &peft); err != nil || peft["base_model_name_or_path"] != rel {
+		t.Errorf("base_model_name_or_path %v, want the path given, %q", peft["base_model_name_or_path"], rel)
+	}
+	if got := cli.ResultPathForTest(filepath.Join(run1, "adapter")); got != filepath.Join(run1, "eval-mmlu-adapter.json") {
+		t.Errorf("results of a run's adapter go to %s", got)
+	}
+	if got := cli.ResultPathForTest(filepath.Join(run1, "best")); got != filepath.Join(run1, "eval-mmlu-best.json") {
+		t.Errorf("results of a run's best checkpoint go to %s", got)
+	}
+}
+
+// TestPackingCountsSequences (pk07, walk-through): 24 short conversations packed at --seq-len 512 make 3
+// sequences, and --batch-size 8 said "batch size 8 must be in 1..4 (the dataset size)"; --eval-split held out
+// packed sequences but said "examples". Now the refusal names the packing, the hold-out says what it holds out,
+// and the evaluation counts the examples packed into its sequences.
+func TestPackingCountsSequences(t *testing.T) {
+	tmp := t.TempDir()
+	llama, _ := filepath.Abs(filepath.Join("..", "pretrained", "llama-tiny"))
+	var rows []string
+	for i := range 24 {
+		rows = append(rows, fmt.Sprintf(`{"messages": [{"role": "user", "content": "Say %d."}, {"role": "assistant", "content": "%d, as you asked."}]}`, i, i))
+	}
+	chats := filepath.Join(tmp, "chats.jsonl")
+	os.WriteFile(chats, []byte(strings.Join(rows, "\n")+"\n"), 0o644)
+	refusedOneLine(t, tmp, []string{"train", "--model", llama, "--data", chats, "--packing", "--seq-len", "512", "--batch-size", "8", "--out", filepath.Join(tmp, "a")},
+		"--packing made 24 examples into 3 sequences, fewer than --batch-size 8 (a batch is of packed sequences): lower --batch-size to 3 or less")
+	_, stderr, code := run(t, "train", "--model", llama, "--data", chats, "--packing", "--seq-len", "128", "--batch-size", "2",
+		"--eval-split", "0.25", "--eval-every", "1", "--steps", "1", "--out", filepath.Join(tmp, "b"))
+	if code != 0 {
+		t.Fatalf("train: exit %d\n%s", code, stderr)
+	}
+	var held, packed int
+	note, i := strings.Index(stderr, "note: --eval-split 0.25 holds out "), strings.Index(stderr, "packed sequences (")
+	if note < 0 || i < 0 {
+		t.Fatalf("no note of the hold-out saying it holds out packed sequences:\n%s", stderr)
+	}
+	fmt.Sscanf(stderr[note:], "note: --eval-split 0.25 holds out %d of the", &held)
+	fmt.Sscanf(stderr[i:], "packed sequences (%d of the 24 examples", &packed)
+	if packed <= held || !strings.Contains(stderr, fmt.Sprintf("(%d examples, ", packed)) {
+		t.Errorf("%d sequences holding %d examples; the evaluation line should count the examples:\n%s", held, packed, stderr)
+	}
+}
+
+// TestWalkThroughMessages: `finetune version` names the module version of an installed release (go install
+// ...@v0.4.0 stamps it; it printed "(devel)" for every build), or the commit of a development build; `train
+// --dry-run` refuses a model_type memfit cannot train (it printed the run and exited 0); `train --help` no longer
+// says --data is safetensors.
+func TestWalkThroughMessages(t *testing.T) {
+	for _, c := range []struct {
+		info debug.BuildInfo
+		want string
+	}{
+		{debug.BuildInfo{Main: debug.Module{Path: "github.com/memfit/memfit", Version: "v0.4.0"}}, "v0.4.0"},
+		{debug.BuildInfo{Main: debug.Module{Version: "v0.0.0-20261127092220-9f05182dddf8+dirty"}}, "v0.0.0-20261127092220-9f05182dddf8+dirty"},
+		{debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "9f05182dddf823ea803387fe65b38734bd90e1a6"},
+			{Key: "vcs.time", Value: "2026-11-27T09:22:20Z"}, {Key: "vcs.modified", Value: "true"}}}, "(devel) commit 9f05182dddf8 of 2026-11-27T09:22:20Z, with uncommitted changes"},
+		{debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, "(devel: built from a source tree without version information; go install github.com/memfit/memfit/cmd/finetune@VERSION names its version)"},
+	} {
+		if got := cli.ModuleVersionForTest(&c.info); got != c.want {
+			t.Errorf("version of %+v: %q, want %q", c.info.Main, got, c.want)
+		}
+	}
+	if out, _, code := run(t, "version"); code != 0 || !strings.HasPrefix(out, "memfit v") && !strings.HasPrefix(out, "memfit (devel") {
+		t.Errorf("version: %q", out)
+	}
+	tmp := t.TempDir()
+	gpt2 := filepath.Join(tmp, "gpt2")
+	os.Mkdir(gpt2, 0o755)
+	os.WriteFile(filepath.Join(gpt2, "config.json"), []byte(`{"model_type": "gpt2", "n_layer": 2}`), 0o644)
+	data := filepath.Join(tmp, "d.jsonl")
+	os.WriteFile(data, []byte(`{"instruction": "a", "input": "", "output": "b"}`+"\n"), 0o644)
+	refusedOneLine(t, tmp, []string{"train", "--model", gpt2, "--data", data, "--out", filepath.Join(tmp, "o"), "--dry-run"},
+		`field "model_type" is "gpt2": memfit supports`)
+	help, _, _ := run(t, "train", "--help")
+	if strings.Contains(help, "(safetensors)") || !strings.Contains(help, "training data: a file or folder in any format") {
+		t.Errorf("train --help on --data:\n%s", help)
+	}
+}
+
+// TestDocsGoCommandsCarryTheSettings (walk-through): the docs' `go run` lines lacked the README's toolchain
+// settings, so a reader's Go 1.26 refused them (GoMLX needs Go 1.27) or built without the vector kernels. Every
+// go run / build / install / test line of memfit's commands of a shell block in README.md and docs/ sets GOTOOLCHAIN and GOEXPERIMENT
+// on it, or exported earlier in its block.
+func TestDocsGoCommandsCarryTheSettings(t *testing.T) {
+	files, _ := filepath.Glob(filepath.Join("..", "docs", "*.md"))
+	more, _ := filepath.Glob(filepath.Join("..", "docs", "*", "*.md"))
+	files = append(append(files, filepath.Join("..", "README.md")), more...)
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inBlock, exported := false, false
+		for i, line := range strings.Split(string(raw), "\n") {
+			switch trimmed := strings.TrimSpace(line); {
+			case strings.HasPrefix(trimmed, "```"):
+				inBlock, exported = !inBlock && (trimmed == "```sh" || trimmed == "```bash"), false
+			case !inBlock:
+			case strings.HasPrefix(trimmed, "export GOTOOLCHAIN="):
+				exported = true
+			default:
+				memfit := strings.Contains(line, "./cmd/") || strings.Contains(line, "github.com/memfit/") || strings.Contains(line, "go test ./")
+				for _, cmd := range []string{"go run ", "go build ", "go install ", "go test "} {
+					if memfit && strings.Contains(line, cmd) && !exported && !(strings.Contains(line, "GOTOOLCHAIN=") && strings.Contains(line, "GOEXPERIMENT=simd")) {
+						t.Errorf("%s:%d: %s without the README's GOTOOLCHAIN=go1.27.3 GOEXPERIMENT=simd", f, i+1, trimmed)
+					}
+				}
+			}
+		}
 	}
 }

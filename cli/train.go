@@ -56,6 +56,11 @@ func newTrainCommand(opts *Options) *cobra.Command {
                (data/train-00000-of-00002.parquet or train/*.parquet; --split train|validation|test, default
                train); its columns say what it holds: instruction/input/output (Alpaca), text, GLUE's columns
                with --task (sequence classification), image + label (ViT); --columns text=content renames
+Hugging Face Hub ids work for both (docs/hub.md): --model ORG/NAME[@REVISION] (also --init-adapter), --data and
+--eval-data hf://datasets/ORG/NAME[@REVISION][/PATH], its config chosen by --data-config (the card's configs, its
+default when not given) and its split by --split; a dataset without parquet files is read from the Hub's parquet
+conversion. Files go to the huggingface_hub cache Python's tools share (HF_HUB_CACHE, HF_HOME/hub,
+~/.cache/huggingface/hub); HF_ENDPOINT, HF_TOKEN and HF_HUB_OFFLINE=1 are read as huggingface_hub reads them.
 Text formats use --tokenizer (default: the model folder). Settings come from the defaults, then --config (YAML
 with the same keys as the flags, snake_case: --lora-r is lora_r), then the flags given; the whole config is
 validated before anything is printed, and printed before any compute. The output folder receives run.yaml,
@@ -83,6 +88,7 @@ gradients to the host; the loss is read back every --log-every steps.`,
   finetune train --model pretrained/llama-tiny --data chats.jsonl --seq-len 512 --packing --out runs/chat --steps 200
   finetune train --model pretrained/llama-tiny --data my-hub-dataset --split train --columns output=response \
     --out runs/alpaca --steps 100
+  finetune train --model HuggingFaceTB/SmolLM2-135M --data hf://datasets/tatsu-lab/alpaca --seq-len 512 --out runs/smol --steps 200
   finetune train --out runs/vit --resume --steps 400`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -167,7 +173,7 @@ gradients to the host; the loss is read back every --log-every steps.`,
 						return usagef("--eval-data %s is GLUE task %s but --data is %s: validate on the task you train", evalData, task, dataOpts.Task)
 					}
 				}
-				spec = finetune.RunSpec{Model: model, Data: data, DataOptions: dataOpts, EvalData: evalData, EvalDataSplit: evalDataSplit, Config: cfg,
+				spec = finetune.RunSpec{Model: model, ModelGiven: model, Data: data, DataOptions: dataOpts, EvalData: evalData, EvalDataSplit: evalDataSplit, Config: cfg,
 					ModelHub: hub.model, DataHub: hub.data, EvalDataHub: hub.evalData, InitAdapterHub: hub.initAdapter}.AbsPaths()
 			}
 			if err := spec.Config.Validate(); err != nil {
@@ -187,6 +193,13 @@ gradients to the host; the loss is read back every --log-every steps.`,
 				}
 				// The run's own files: --overwrite deletes and rewrites them (CheckFreshRun), never an input.
 				if err := outputFolder("--out", out, trainWrites, ins, true, false); err != nil {
+					return err
+				}
+			}
+			if _, err := os.Stat(filepath.Join(spec.Model, "config.json")); err == nil && dryRun && !resume {
+				// Nothing is loaded, but a model memfit cannot train (its config.json's model_type) is refused, as
+				// the run would refuse it (a Hub model is resolved, not downloaded, by a dry run: no config.json yet).
+				if _, err := finetune.FamilyOfFolder(spec.Model); err != nil {
 					return err
 				}
 			}
@@ -221,8 +234,8 @@ gradients to the host; the loss is read back every --log-every steps.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&model, "model", "", "base model folder (config.json + safetensors)")
-	f.StringVar(&data, "data", "", "training examples (safetensors)")
+	f.StringVar(&model, "model", "", "base model: a folder (config.json + safetensors) or a Hub id ORG/NAME[@REVISION] (docs/hub.md)")
+	f.StringVar(&data, "data", "", "training data: a file or folder in any format below, or hf://datasets/ORG/NAME[@REVISION][/PATH]")
 	f.StringVar(&out, "out", "", "output folder")
 	f.StringVar(&configFile, "config", "", "YAML config file (keys as the flags, snake_case)")
 	f.BoolVar(&resume, "resume", false, "continue the run in --out from its latest checkpoint")
@@ -230,10 +243,11 @@ gradients to the host; the loss is read back every --log-every steps.`,
 	f.Float64Var(&budgetMargin, "budget-margin", 0.05, "fraction of --budget kept free")
 	f.BoolVar(&calibrate, "calibrate", true, "with --budget: time the modes on a one- and a two-block model of the real width (seconds, cached); false: predict them with the cost model")
 	f.BoolVar(&budgetBatch, "budget-batch", false, "with --budget: also choose the micro-batch (a divisor of --batch-size x --accum-steps, with accumulation keeping that effective batch) that runs fastest")
-	f.BoolVar(&dryRun, "dry-run", false, "print the resolved run (run.yaml: flags over --config over defaults) and exit without loading anything")
+	f.BoolVar(&dryRun, "dry-run", false, "print the resolved run (run.yaml: flags over --config over defaults) and exit without loading the model or data (its config.json's model_type is checked)")
 	f.BoolVar(&overwrite, "overwrite", false, "start a new run in an --out that holds one, deleting its checkpoints, metrics and adapter")
 	f.StringVar(&dataOpts.Format, "data-format", "", "safetensors, images, image-tar, idx, alpaca, messages, text, glue or parquet (default: from the path)")
 	f.StringVar(&dataOpts.Split, "split", "", "subfolder of an image folder or tar (e.g. train), GLUE split (train, dev), or split of a parquet dataset folder (train, validation, test; default train)")
+	f.StringVar(&dataOpts.Config, "data-config", "", "config of a parquet dataset: one of its card's (README.md configs), or a config folder (default: the card's default, or the folder itself)")
 	f.StringVar(&dataOpts.Columns, "columns", "", "parquet columns to read under memfit's names, NAME=COLUMN,... (e.g. text=content,label=fine_label)")
 	f.StringVar(&dataOpts.Task, "task", "", "GLUE task: cola, sst2, mrpc, stsb, rte (with --data-format glue)")
 	f.StringVar(&dataOpts.Tokenizer, "tokenizer", "", "tokenizer of text data (default: the model folder)")
