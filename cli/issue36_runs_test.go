@@ -126,12 +126,7 @@ func refusedOneLine(t *testing.T, root string, args []string, want string) {
 // export there survives the run going on. (ow03, ow05) export --overwrite removes an earlier export of either
 // format: a merged export over a PEFT one left adapter_config.json beside config.json.
 func TestExportNeverIntoManagedFolders(t *testing.T) {
-	tmp, model, data := vitFixture(t)
-	out := filepath.Join(tmp, "run")
-	if _, stderr, code := run(t, "train", "--model", model, "--data", data, "--out", out, "--steps", "2", "--batch-size", "4",
-		"--eval-split", "0.25", "--eval-every", "1", "--checkpoint-every", "1", "--keep-checkpoints", "1"); code != 0 {
-		t.Fatalf("train: exit %d\n%s", code, stderr)
-	}
+	tmp, _, _, out := vitRun(t, "--steps", "2", "--batch-size", "4", "--eval-split", "0.25", "--eval-every", "1", "--checkpoint-every", "1", "--keep-checkpoints", "1")
 	best, ckpt := filepath.Join(out, "best"), filepath.Join(out, "checkpoint-2")
 	for _, c := range []struct {
 		args []string
@@ -185,6 +180,18 @@ func TestExportNeverIntoManagedFolders(t *testing.T) {
 	}
 }
 
+// vitRun trains, in a new folder of vitFixture's (returned with its model, data and the run folder), the tiny
+// ViT with train's extra flags.
+func vitRun(t *testing.T, extra ...string) (tmp, model, data, out string) {
+	t.Helper()
+	tmp, model, data = vitFixture(t)
+	out = filepath.Join(tmp, "run")
+	if _, stderr, code := run(t, append([]string{"train", "--model", model, "--data", data, "--out", out}, extra...)...); code != 0 {
+		t.Fatalf("train: exit %d\n%s", code, stderr)
+	}
+	return tmp, model, data, out
+}
+
 // trainedStep returns the step a checkpoint folder's trainer_state.json records.
 func trainedStep(t *testing.T, dir string) int {
 	t.Helper()
@@ -216,12 +223,7 @@ func replaceWith(t *testing.T, from, dir string) {
 // checkpoint first and copies it to best/, and a resume makes best/ agree with the resumed checkpoint: restored
 // from it when it is itself the best (both the old kill and a kill between the new order's two writes).
 func TestBestNeverAheadOfTheRun(t *testing.T) {
-	tmp, model, data := vitFixture(t)
-	out := filepath.Join(tmp, "run")
-	if _, stderr, code := run(t, "train", "--model", model, "--data", data, "--out", out, "--steps", "2", "--batch-size", "4",
-		"--eval-split", "0.25", "--eval-every", "1", "--lr", "0.003", "--train-modules", "classifier"); code != 0 {
-		t.Fatalf("train: exit %d\n%s", code, stderr)
-	}
+	tmp, _, _, out := vitRun(t, "--steps", "2", "--batch-size", "4", "--eval-split", "0.25", "--eval-every", "1", "--lr", "0.003", "--train-modules", "classifier")
 	// Every evaluation improved (the training and held-out examples share their labels' pattern): checkpoint-1 was
 	// written by its evaluation though --checkpoint-every is 0.
 	best := filepath.Join(out, "best")
@@ -267,12 +269,7 @@ func TestBestNeverAheadOfTheRun(t *testing.T) {
 // step's checkpoint (so latest exists: TestBestNeverAheadOfTheRun), and a folder with only best/ (from an older
 // memfit) resumes from best/, saying so.
 func TestRunWithOnlyBestResumes(t *testing.T) {
-	tmp, model, data := vitFixture(t)
-	out := filepath.Join(tmp, "run")
-	if _, stderr, code := run(t, "train", "--model", model, "--data", data, "--out", out, "--steps", "1", "--batch-size", "4",
-		"--eval-split", "0.25", "--eval-every", "1"); code != 0 {
-		t.Fatalf("train: exit %d\n%s", code, stderr)
-	}
+	_, _, _, out := vitRun(t, "--steps", "1", "--batch-size", "4", "--eval-split", "0.25", "--eval-every", "1")
 	for _, f := range []string{"checkpoint-1", "latest", "adapter"} {
 		os.RemoveAll(filepath.Join(out, f))
 	}
@@ -316,12 +313,7 @@ func TestResumeRefusesChangedValidationSet(t *testing.T) {
 // --steps is refused for a linear or cosine schedule, saying how to train further; a constant schedule (the
 // default) still extends exactly. (k7r) --steps below the checkpoint named RUN/adapter where there was none.
 func TestResumeStepsKeepTheSchedule(t *testing.T) {
-	tmp, model, data := vitFixture(t)
-	out := filepath.Join(tmp, "run")
-	if _, stderr, code := run(t, "train", "--model", model, "--data", data, "--out", out, "--steps", "2", "--batch-size", "4",
-		"--schedule", "linear", "--checkpoint-every", "1"); code != 0 {
-		t.Fatalf("train: exit %d\n%s", code, stderr)
-	}
+	tmp, _, _, out := vitRun(t, "--steps", "2", "--batch-size", "4", "--schedule", "linear", "--checkpoint-every", "1")
 	refusedOneLine(t, tmp, []string{"train", "--out", out, "--resume", "--steps", "4"},
 		"--steps 4: the run's linear learning-rate schedule decays over its 2 steps, and a resume continues it exactly")
 	os.RemoveAll(filepath.Join(out, "adapter"))
@@ -334,12 +326,7 @@ func TestResumeStepsKeepTheSchedule(t *testing.T) {
 // validation set keep one" of a run that has one but has not evaluated yet. Now checkpoints take the run
 // folder's permissions, and the message says the first evaluation writes best/.
 func TestCheckpointsReadableAndBestMessages(t *testing.T) {
-	tmp, model, data := vitFixture(t)
-	out := filepath.Join(tmp, "run")
-	if _, stderr, code := run(t, "train", "--model", model, "--data", data, "--out", out, "--steps", "1", "--batch-size", "4",
-		"--eval-split", "0.25", "--eval-every", "5"); code != 0 {
-		t.Fatalf("train: exit %d\n%s", code, stderr)
-	}
+	tmp, _, _, out := vitRun(t, "--steps", "1", "--batch-size", "4", "--eval-split", "0.25", "--eval-every", "5")
 	st, _ := os.Stat(out)
 	for _, f := range []string{"checkpoint-1", "best", "latest", "checkpoint-1/trainer_state.json", "best/trainable.safetensors"} {
 		fst, err := os.Stat(filepath.Join(out, f))
@@ -353,6 +340,14 @@ func TestCheckpointsReadableAndBestMessages(t *testing.T) {
 	os.RemoveAll(filepath.Join(out, "best"))
 	refusedOneLine(t, tmp, []string{"export", "--run", out, "--checkpoint", "best", "--out", filepath.Join(tmp, "x")},
 		"--checkpoint best: "+out+" has no best checkpoint yet ("+filepath.Join(out, "best")+"): the run has a validation set, and its first evaluation (at step 1) writes one")
+	// A checkpoint file that is a link to /dev/zero was hashed without end (its checksum is checked before it is
+	// read): refused in one line.
+	weights := filepath.Join(out, "checkpoint-1", "trainable.safetensors")
+	os.Remove(weights)
+	os.Symlink("/dev/zero", weights)
+	if _, stderr, code := runWithin(t, 60*time.Second, "export", "--run", out, "--out", filepath.Join(tmp, "y")); code == 0 || strings.Count(strings.TrimSpace(stderr), "\n") != 0 || !strings.Contains(stderr, weights+" is a character device, not a regular file") {
+		t.Errorf("a checkpoint linked to /dev/zero: exit %d\n%s", code, stderr)
+	}
 }
 
 // TestBudgetUnits (pl_1PiB_, pl_2PiB_, pl____, au06): `--budget 1PiB` was "not a size" while the limit was stated
