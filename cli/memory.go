@@ -273,6 +273,11 @@ func writeJSON(w io.Writer, v any) error {
 
 func writeMemoryTable(out io.Writer, rep *plan.Report) error {
 	shape := fmt.Sprintf("batch %d", rep.Shape.Batch)
+	method := rep.Method
+	if rep.Objective != "" {
+		shape = fmt.Sprintf("batch %d pairs (chosen + rejected: %d sequences)", rep.Shape.Batch, 2*rep.Shape.Batch)
+		method += ", objective " + rep.Objective
+	}
 	if rep.Shape.Seq > 0 {
 		shape += fmt.Sprintf(", sequence %d", rep.Shape.Seq)
 	}
@@ -280,7 +285,7 @@ func writeMemoryTable(out io.Writer, rep *plan.Report) error {
 		shape += " (packed)"
 	}
 	fmt.Fprintf(out, "%s (%s), method %s, %s, %s attention, %s, backend %s\n\n", rep.Model, rep.ModelType,
-		rep.Method, rep.ComputeDType, rep.Attention, shape, rep.Backend)
+		method, rep.ComputeDType, rep.Attention, shape, rep.Backend)
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(w, "variant\tsaved act.\t")
 	for _, k := range engine.Kinds {

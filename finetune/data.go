@@ -123,15 +123,20 @@ type loaderState struct {
 // that the data changed since its checkpoint. It is computed once.
 func (l *Loader) Fingerprint() string {
 	if l.fingerprint == "" {
-		h := sha256.New()
-		for _, name := range slices.Sorted(maps.Keys(l.Data)) {
-			t := l.Data[name]
-			fmt.Fprintf(h, "%s %s %v\n", name, t.DType(), t.Shape().Dimensions)
-			_ = t.ConstBytes(func(b []byte) { h.Write(b) })
-		}
-		l.fingerprint = hex.EncodeToString(h.Sum(nil))[:16]
+		l.fingerprint = examplesFingerprint(l.Data)
 	}
 	return l.fingerprint
+}
+
+// examplesFingerprint hashes a dataset: SHA-256 of its tensors' names, dtypes, shapes and bytes (16 hex digits).
+func examplesFingerprint(ex Examples) string {
+	h := sha256.New()
+	for _, name := range slices.Sorted(maps.Keys(ex)) {
+		t := ex[name]
+		fmt.Fprintf(h, "%s %s %v\n", name, t.DType(), t.Shape().Dimensions)
+		_ = t.ConstBytes(func(b []byte) { h.Write(b) })
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 // State returns the position (epoch and offset).

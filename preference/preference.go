@@ -74,31 +74,31 @@ type Config struct {
 	Lambda float64
 }
 
-// Validate checks the settings; the messages name the command-line flags.
+// Validate checks the settings; the messages name them by their config keys (dpo_beta: the flag --dpo-beta).
 func (c Config) Validate() error {
 	switch c.Objective {
 	case DPO:
 		if !(c.Beta > 0) || math.IsInf(c.Beta, 0) {
-			return fmt.Errorf("--dpo-beta must be positive, got %g", c.Beta)
+			return fmt.Errorf("dpo_beta must be positive, got %g", c.Beta)
 		}
 		switch c.Loss {
 		case LossSigmoid:
 		case LossIPO:
 			if c.LabelSmoothing != 0 {
-				return fmt.Errorf("--dpo-label-smoothing applies to the sigmoid loss, not ipo: leave it out")
+				return fmt.Errorf("dpo_label_smoothing applies to the sigmoid loss, not ipo: leave it out")
 			}
 		default:
-			return fmt.Errorf("--dpo-loss must be %s or %s, got %q", LossSigmoid, LossIPO, c.Loss)
+			return fmt.Errorf("dpo_loss must be %s or %s, got %q", LossSigmoid, LossIPO, c.Loss)
 		}
 		if !(c.LabelSmoothing >= 0 && c.LabelSmoothing < 0.5) {
-			return fmt.Errorf("--dpo-label-smoothing is the probability that a preference is flipped: it must be in [0, 0.5), got %g", c.LabelSmoothing)
+			return fmt.Errorf("dpo_label_smoothing is the probability that a preference is flipped: it must be in [0, 0.5), got %g", c.LabelSmoothing)
 		}
 	case ORPO:
 		if !(c.Lambda >= 0) || math.IsInf(c.Lambda, 0) {
-			return fmt.Errorf("--orpo-lambda must not be negative, got %g", c.Lambda)
+			return fmt.Errorf("orpo_lambda must not be negative, got %g", c.Lambda)
 		}
 	default:
-		return fmt.Errorf("preference objective must be %s or %s, got %q", DPO, ORPO, c.Objective)
+		return fmt.Errorf("objective must be %s or %s, got %q", DPO, ORPO, c.Objective)
 	}
 	return nil
 }
