@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"unicode/utf8"
 )
@@ -200,6 +201,30 @@ func CheckPreference(p Preference) error {
 			if strings.TrimSpace(m.Content) == "" {
 				return fmt.Errorf("%q message %d has empty content", f.key, i+1)
 			}
+		}
+	}
+	return nil
+}
+
+// WritePreferences writes pairs as JSONL in TRL's preference format, one {"prompt", "chosen", "rejected"} object
+// per line (strings, or message lists), the file ReadPreferences reads back.
+func WritePreferences(w io.Writer, pairs []Preference) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	value := func(t Text) any {
+		if t.Conversational() {
+			return t.Messages
+		}
+		return t.String
+	}
+	for _, p := range pairs {
+		row := struct {
+			Prompt   any `json:"prompt"`
+			Chosen   any `json:"chosen"`
+			Rejected any `json:"rejected"`
+		}{value(p.Prompt), value(p.Chosen), value(p.Rejected)}
+		if err := enc.Encode(row); err != nil {
+			return err
 		}
 	}
 	return nil
