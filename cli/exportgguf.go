@@ -208,7 +208,7 @@ func (g ggufExport) exportMerged(cmd *cobra.Command) error {
 	}
 	ins := inputs{}.add("--model", g.model, modelReads...).add("--adapter", g.adapter, adapterReads...).
 		add("--tokenizer", g.tokenizer, tokenizerReads...)
-	if err := exportTarget(g.out, g.model, "merged", g.overwrite, ins); err != nil {
+	if err := exportTarget(g.out, g.model, "merged", "merged", g.overwrite, ins); err != nil {
 		return err
 	}
 	model, err := finetune.LoadModel(g.model, finetune.Defaults())
@@ -229,9 +229,13 @@ func (g ggufExport) exportMerged(cmd *cobra.Command) error {
 	return nil
 }
 
-// checkOut refuses, before any work, a GGUF --out (or its Modelfile) that is a folder, lies in a missing
-// folder, is a file the export reads, or exists without --overwrite.
+// checkOut refuses, before any work, a GGUF --out (or its Modelfile) that lies in a folder training manages
+// (a checkpoint, best/: managedFolder), is a folder, lies in a missing folder, is a file the export reads, or
+// exists without --overwrite.
 func (g ggufExport) checkOut(ins inputs) error {
+	if err := notInManaged("--out", g.out, filepath.Base(g.out)); err != nil {
+		return err
+	}
 	if err := outputFile("--out", g.out, ins, g.overwrite, true); err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/gomlx/core/tensors"
@@ -104,7 +105,11 @@ func clearFiles(out string, patterns []string, what string, overwrite bool) erro
 	var found []string
 	for _, pat := range patterns {
 		m, _ := filepath.Glob(filepath.Join(out, pat))
-		found = append(found, m...)
+		for _, f := range m {
+			if !slices.Contains(found, f) { // two patterns may match one file (*.safetensors, adapter_model.safetensors)
+				found = append(found, f)
+			}
+		}
 	}
 	if len(found) == 0 {
 		return nil

@@ -15,6 +15,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/memfit/memfit/internal/readfile"
 )
 
 // ImageExtensions are the image files the folder and tar sources read.
@@ -67,7 +69,7 @@ func (t *tree) Image(i int) (image.Image, error) {
 	b := e.data
 	if b == nil {
 		var err error
-		if b, err = os.ReadFile(e.name); err != nil {
+		if b, err = readfile.Read(e.name, maxImageBytes); err != nil {
 			return nil, err
 		}
 	}

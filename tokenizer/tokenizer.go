@@ -9,9 +9,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/memfit/memfit/internal/readfile"
 )
 
 // Tokenizer turns text into token ids and back.
@@ -79,7 +82,7 @@ func Load(path string) (*Tokenizer, error) {
 		t, err = loadSentencePiece(file)
 	} else {
 		var data []byte
-		if data, err = os.ReadFile(file); err == nil {
+		if data, err = readfile.Read(file, readfile.Tokenizer); err == nil {
 			t, err = parseTokenizerJSON(data)
 		}
 	}
@@ -87,10 +90,12 @@ func Load(path string) (*Tokenizer, error) {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
 	t.Path = file
-	if data, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json")); err == nil {
+	if data, err := readfile.Read(filepath.Join(dir, "tokenizer_config.json"), readfile.Config); err == nil {
 		if err := t.readConfig(data); err != nil {
 			return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "tokenizer_config.json"), err)
 		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
 	}
 	if t.spBOS != 0 || t.spEOS != 0 {
 		t.spTemplate()
@@ -212,7 +217,8 @@ func (t *Tokenizer) resolveSpecial() {
 func (t *Tokenizer) Encode(text string, addSpecial bool) []int {
 	ids := t.encodeText(text)
 	if addSpecial && t.post != nil {
-		ids = t.post.single(ids)
+		out, _ := t.post.process(typed(ids, 0), nil)
+		ids = out.ids
 	}
 	return ids
 }
@@ -220,18 +226,103 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []int {
 // EncodePair returns the ids of a pair of texts (sentence-pair tasks), joined by the post-processor's pair
 // template when addSpecial (simply concatenated otherwise).
 func (t *Tokenizer) EncodePair(a, b string, addSpecial bool) []int {
-	x, y := t.encodeText(a), t.encodeText(b)
-	if addSpecial && t.post != nil {
-		return t.post.pair(x, y)
+	if !addSpecial {
+		return append(t.encodeText(a), t.encodeText(b)...)
 	}
-	return append(x, y...)
+	return t.EncodeInputs(a, b, true, 0).IDs
+}
+
+// Encoding is what a model's input reads of a text or a text pair: its token ids with the post-processor's special
+// tokens, and their token type ids (segment ids: 0 for the first text, 1 for the second, or as the template gives
+// them), as Hugging Face tokenizers' Encoding has them.
+type Encoding struct {
+	IDs, TypeIDs []int
+}
+
+// EncodeInputs encodes text a, or the pair (a, b) when pair, with the post-processor's special tokens and token
+// type ids, cut to maxLength tokens (0: no limit) as Hugging Face tokenizers truncate (truncation=True, the
+// longest_first strategy): tokens are dropped from the end of the texts, never the special tokens, the longer
+// text first. A maxLength too short to hold the special tokens is honoured as far as it can be (the texts are
+// emptied).
+func (t *Tokenizer) EncodeInputs(a, b string, pair bool, maxLength int) Encoding {
+	xi, xEnds := t.encodePieces(a)
+	x := typed(xi, 0)
+	var y *seq
+	var yEnds []int
+	if pair {
+		var yi []int
+		yi, yEnds = t.encodePieces(b)
+		s := typed(yi, 1)
+		y = &s
+	}
+	if maxLength > 0 {
+		added := 0
+		if t.post != nil {
+			added = t.post.added(pair)
+		}
+		budget := max(maxLength-added, 0)
+		if y == nil {
+			x.ids, x.types = x.ids[:min(len(x.ids), budget)], x.types[:min(len(x.types), budget)]
+		} else {
+			n1, n2 := TruncatePair(cappedLength(xEnds, maxLength), cappedLength(yEnds, maxLength), budget)
+			x, *y = seq{x.ids[:n1], x.types[:n1]}, seq{y.ids[:n2], y.types[:n2]}
+		}
+	}
+	out := x
+	if t.post != nil {
+		var rest *seq
+		if out, rest = t.post.process(x, y); rest != nil {
+			out = out.concat(*rest)
+		}
+	} else if y != nil {
+		out = x.concat(*y)
+	}
+	return Encoding{IDs: out.ids, TypeIDs: out.types}
+}
+
+// TruncatePair returns the lengths two texts of n1 and n2 tokens keep when their total must fit budget (the
+// maximum length less the special tokens the pair template adds), as Hugging Face tokenizers' longest_first
+// truncation gives them (checked against tokenizers 0.23): the shorter keeps all it has when the longer can take
+// the rest, else both get half the budget, the longer (the second on a tie) the odd token. (Hugging Face
+// tokenizers compares lengths it has already cut at the first pre-tokenized word that reaches the maximum length;
+// EncodeInputs passes those.)
+func TruncatePair(n1, n2, budget int) (int, int) {
+	budget = max(budget, 0)
+	a, b := n1, n2
+	if a+b <= budget {
+		return a, b
+	}
+	swap := a > b
+	if swap {
+		a, b = b, a
+	}
+	if a > budget {
+		b = a
+	} else {
+		b = max(a, budget-a)
+	}
+	if a+b > budget {
+		a = budget / 2
+		b = a + budget%2
+	}
+	if swap {
+		a, b = b, a
+	}
+	return min(a, n1), min(b, n2)
 }
 
 func (t *Tokenizer) encodeText(text string) []int {
-	var ids []int
+	ids, _ := t.encodePieces(text)
+	return ids
+}
+
+// encodePieces returns the ids of text and, per pre-tokenized piece (or added token), the number of ids up to its
+// end.
+func (t *Tokenizer) encodePieces(text string) (ids, ends []int) {
 	for _, seg := range t.added.split(text) {
 		if seg.id >= 0 {
 			ids = append(ids, seg.id)
+			ends = append(ends, len(ids))
 			continue
 		}
 		s := seg.text
@@ -248,10 +339,25 @@ func (t *Tokenizer) encodeText(text string) []int {
 		for _, p := range pieces {
 			if p != "" {
 				ids = t.model.tokenize(p, ids)
+				ends = append(ends, len(ids))
 			}
 		}
 	}
-	return ids
+	return ids, ends
+}
+
+// cappedLength is the number of ids Hugging Face tokenizers holds of a text encoded with truncation to maxLength
+// before it truncates the pair: it stops at the first piece that reaches maxLength ids.
+func cappedLength(ends []int, maxLength int) int {
+	for _, e := range ends {
+		if e >= maxLength {
+			return e
+		}
+	}
+	if len(ends) == 0 {
+		return 0
+	}
+	return ends[len(ends)-1]
 }
 
 // Decode returns the text of ids; skipSpecial drops special tokens (BOS, EOS, padding, ...).
