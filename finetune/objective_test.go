@@ -2,6 +2,8 @@ package finetune_test
 
 import (
 	"math"
+
+	"github.com/gomlx/gomlx/core/tensors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,7 +23,7 @@ var tinyDir = filepath.Join("..", "pretrained", "llama-tiny")
 // its path.
 func pairFile(t *testing.T, n int) string {
 	t.Helper()
-	rows, err := data.ReadInstructions(filepath.Join(golden.SharedDir(t), "alpaca-libre", "alpaca_libre_tasks_v1.jsonl"))
+	rows, err := data.ReadInstructions(pairSource(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,6 +41,21 @@ func pairFile(t *testing.T, n int) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// pairSource is alpaca-libre v1 in the shared data (the test skips without it).
+func pairSource(t *testing.T) string {
+	return filepath.Join(golden.SharedDir(t), "alpaca-libre", "alpaca_libre_tasks_v1.jsonl")
+}
+
+// int32s returns an integer tensor's values.
+func int32s(t *testing.T, x *tensors.Tensor) []int32 {
+	t.Helper()
+	var out []int32
+	for _, v := range gtest.Float32s(x) {
+		out = append(out, int32(v))
+	}
+	return out
 }
 
 // firstRows returns the first n examples of ex as a batch.
