@@ -253,3 +253,85 @@ func TestPreferenceMatchesTRLFromLogits(t *testing.T) {
 		})
 	}
 }
+
+// TestPreferenceBadInput: the preference settings and data are refused in one line, exit 2, before anything is
+// written, when they do not go together.
+func TestPreferenceBadInput(t *testing.T) {
+	model := filepath.Join("..", "pretrained", "llama-tiny")
+	tmp := t.TempDir()
+	pairs := filepath.Join(tmp, "pairs.jsonl")
+	writePairs(t, pairs, checkPairs(t, 4))
+	alpaca := filepath.Join(tmp, "alpaca.jsonl")
+	if err := os.WriteFile(alpaca, []byte(`{"instruction": "Say hi.", "input": "", "output": "Hi."}`+"\n"+`{"instruction": "Say bye.", "input": "", "output": "Bye."}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	train := func(args ...string) []string {
+		return append([]string{"train", "--model", model, "--out", filepath.Join(tmp, "run"), "--steps", "1", "--batch-size", "2", "--seq-len", "96"}, args...)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{train("--data", alpaca, "--objective", "dpo"), "objective dpo trains on preference pairs"},
+		{train("--data", pairs), "train on them with --objective dpo or --objective orpo"},
+		{train("--data", pairs, "--objective", "kto"), "objective must be dpo or orpo"},
+		{train("--data", pairs, "--dpo-beta", "0.2"), "go with objective dpo or orpo"},
+		{train("--data", pairs, "--objective", "orpo", "--precompute-ref"), "ORPO has no reference model"},
+		{train("--data", pairs, "--objective", "dpo", "--dpo-loss", "ipo", "--dpo-label-smoothing", "0.1"), "applies to the sigmoid loss"},
+		{train("--data", pairs, "--objective", "dpo", "--dpo-beta", "0"), "dpo_beta must be positive"},
+		{train("--data", alpaca, "--max-prompt-len", "16"), "--max-prompt-len cuts the prompts of preference pairs"},
+		{train("--data", pairs, "--objective", "dpo", "--seq-len", "8"), "no pair keeps a completion token within --seq-len 8"},
+	} {
+		_, stderr, code := run(t, tc.args...)
+		if code == 0 || strings.Count(strings.TrimSpace(stderr), "\n") != 0 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want one line saying %q", tc.args[5:], code, stderr, tc.want)
+		}
+		if _, err := os.Stat(filepath.Join(tmp, "run")); err == nil {
+			t.Fatalf("%v: the refused run left its folder behind", tc.args[5:])
+		}
+	}
+}
+
+// TestPreferenceResumeIsExact: a DPO run with precomputed reference log-likelihoods, stopped after 2 steps and
+// resumed to 4, writes the metrics of a straight 4-step run (the cached log-likelihoods read back, the data
+// position and the validation state restored); memory --objective dpo plans the pair step.
+func TestPreferenceResumeIsExact(t *testing.T) {
+	model := filepath.Join("..", "pretrained", "llama-tiny")
+	tmp := t.TempDir()
+	pairs := filepath.Join(tmp, "pairs.jsonl")
+	writePairs(t, pairs, checkPairs(t, 10))
+	args := func(out, steps string) []string {
+		return []string{"train", "--model", model, "--data", pairs, "--objective", "dpo", "--precompute-ref", "--eval-split", "0.2",
+			"--eval-every", "2", "--lora-targets", "all-linear", "--batch-size", "4", "--lr", "0.003", "--seq-len", "96",
+			"--log-every", "1", "--steps", steps, "--out", out}
+	}
+	straight, split := filepath.Join(tmp, "straight"), filepath.Join(tmp, "split")
+	for _, a := range [][]string{args(straight, "4"), args(split, "2"), {"train", "--out", split, "--resume", "--steps", "4"}} {
+		if _, stderr, code := run(t, a...); code != 0 {
+			t.Fatalf("%v: exit %d: %s", a, code, stderr)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(split, "reference-logps.safetensors")); err != nil {
+		t.Fatal(err)
+	}
+	strip := func(lines []map[string]any) string {
+		for _, l := range lines {
+			for k := range l {
+				if strings.Contains(k, "second") {
+					delete(l, k)
+				}
+			}
+		}
+		b, _ := json.Marshal(lines)
+		return string(b)
+	}
+	a, b := strip(readMetrics(t, filepath.Join(straight, "metrics.jsonl"))), strip(readMetrics(t, filepath.Join(split, "metrics.jsonl")))
+	if a != b || !strings.Contains(a, `"eval_rewards/accuracies"`) || !strings.Contains(a, `"rewards/margins"`) {
+		t.Errorf("resumed metrics differ from the straight run's:\n%s\n%s", a, b)
+	}
+	stdout, stderr, code := run(t, "memory", "--model", "llama:tiny", "--objective", "dpo", "--lora-targets", "all-linear",
+		"--batch-size", "2", "--seq-len", "32", "--variants", "plain,approx-act+ms-norm")
+	if code != 0 || !strings.Contains(stdout, "objective dpo") || !strings.Contains(stdout, "batch 2 pairs (chosen + rejected: 4 sequences)") {
+		t.Errorf("memory --objective dpo: exit %d\n%s%s", code, stdout, stderr)
+	}
+}

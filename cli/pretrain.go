@@ -321,14 +321,15 @@ tokenizer files. Prints the held-out loss and perplexity (every 50th block is he
 
 func newPretrainPreferenceDataCommand() *cobra.Command {
 	var in, out string
-	var n int
+	var n, perPrompt int
 	var seed uint64
 	var overwrite bool
 	cmd := &cobra.Command{
-		Use:   "preference-data --data ALPACA.jsonl --out PAIRS.jsonl [--pairs N] [--seed S]",
+		Use:   "preference-data --data ALPACA.jsonl --out PAIRS.jsonl [--prompts N] [--per-prompt K] [--seed S]",
 		Short: "Write a preference set (prompt, chosen, rejected JSONL) built from Alpaca instructions",
 		Long: `Builds DPO/ORPO training pairs from Alpaca-format instructions, reproducibly: each pair's prompt is a row's
-Alpaca prompt, chosen its own response and rejected another row's response (drawn by a shuffle seeded by --seed).
+Alpaca prompt, chosen its own response and rejected another row's response (drawn by a shuffle seeded by --seed;
+--per-prompt K makes K pairs of each prompt, each rejecting a response of its own shuffle).
 Nothing but relevance to the prompt tells them apart, so a model that learns to prefer the chosen replies on pairs
 it never trained on has learned to answer the prompt. docs/preference.md trains on the set this writes from
 ../shared/data/alpaca-libre.`,
@@ -338,8 +339,8 @@ it never trained on has learned to answer the prompt. docs/preference.md trains 
 			if in == "" || out == "" {
 				return usagef("--data and --out are required")
 			}
-			if n < 0 {
-				return usagef("--pairs must not be negative, got %d", n)
+			if n < 0 || perPrompt < 1 {
+				return usagef("--prompts must not be negative and --per-prompt must be at least 1 (got %d, %d)", n, perPrompt)
 			}
 			if err := outputFile("--out", out, inputs{}.add("--data", in), overwrite, true); err != nil {
 				return err
@@ -348,7 +349,7 @@ it never trained on has learned to answer the prompt. docs/preference.md trains 
 			if err != nil {
 				return err
 			}
-			pairs, err := preference.FromInstructions(rows, n, seed)
+			pairs, err := preference.FromInstructions(rows, n, perPrompt, seed)
 			if err != nil {
 				return fmt.Errorf("%s: %w", in, err)
 			}
@@ -362,7 +363,8 @@ it never trained on has learned to answer the prompt. docs/preference.md trains 
 	f := cmd.Flags()
 	f.StringVar(&in, "data", "", "Alpaca-format JSONL (instruction, input, output; rows whose status is not ok are skipped)")
 	f.StringVar(&out, "out", "", "the preference JSONL to write")
-	f.IntVar(&n, "pairs", 0, "pairs to make from the first rows with a response (0: all)")
+	f.IntVar(&n, "prompts", 0, "prompts to make pairs of: the first rows with a response (0: all)")
+	f.IntVar(&perPrompt, "per-prompt", 1, "pairs per prompt, each rejecting another shuffled response")
 	f.Uint64Var(&seed, "seed", 1, "seed of the shuffle that draws each rejected response")
 	f.BoolVar(&overwrite, "overwrite", false, "replace an --out that exists")
 	return cmd

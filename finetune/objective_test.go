@@ -27,7 +27,7 @@ func pairFile(t *testing.T, n int) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pairs, err := preference.FromInstructions(rows, n, 1)
+	pairs, err := preference.FromInstructions(rows, n, 1, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

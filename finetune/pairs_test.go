@@ -72,7 +72,7 @@ func TestPairDataForms(t *testing.T) {
 			kept = append(kept, r)
 		}
 	}
-	standard, err := preference.FromInstructions(kept, 0, 3)
+	standard, err := preference.FromInstructions(kept, 0, 1, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
