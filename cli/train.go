@@ -465,19 +465,11 @@ func signalName(s os.Signal) string {
 }
 
 // preferenceFigures are the progress line's figures of a preference objective's metrics (none without): the
-// reward accuracy and margin, and the chosen and rejected rewards, as TRL's progress shows them.
+// reward accuracy and margin, and the chosen and rejected rewards (TRL's rewards/*).
 func preferenceFigures(m map[string]float64) []string {
 	if len(m) == 0 {
 		return nil
 	}
-	var out []string
-	for _, k := range []struct{ key, short, format string }{
-		{"rewards/accuracies", "acc", "%.3f"}, {"rewards/margins", "margin", "%.4f"},
-		{"rewards/chosen", "chosen", "%.4f"}, {"rewards/rejected", "rejected", "%.4f"},
-	} {
-		if v, ok := m[k.key]; ok {
-			out = append(out, fmt.Sprintf("%s "+k.format, k.short, v))
-		}
-	}
-	return out
+	return []string{fmt.Sprintf("rewards: acc %.3f margin %.4f chosen %.4f rejected %.4f", m["rewards/accuracies"],
+		m["rewards/margins"], m["rewards/chosen"], m["rewards/rejected"])}
 }
