@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -65,6 +67,9 @@ PATH] (the PEFT adapter merged into the model).`,
 			if err != nil {
 				return err
 			}
+			if err := restoreHub(cmd, &spec); err != nil {
+				return err
+			}
 			ins := inputs{}.add("--run", run, runReads...).add("--checkpoint", checkpointPath(run, checkpoint), checkpointReads...).
 				add("the run's base model", spec.Model, modelReads...).add("the run's tokenizer", spec.DataOptions.Tokenizer, tokenizerReads...)
 			if err := exportTarget(out, spec.Model, format, exportName(format, checkpoint), overwrite, ins); err != nil {
@@ -87,7 +92,7 @@ PATH] (the PEFT adapter merged into the model).`,
 				return err
 			}
 			if format == "peft" {
-				err = tr.ExportAdapter(out, spec.Model)
+				err = tr.ExportAdapterAt(out, spec.ModelName(), spec.ModelRevision())
 			} else {
 				err = tr.ExportMergedFolder(out, spec.Model, spec.DataOptions.Tokenizer)
 			}
@@ -141,7 +146,16 @@ func checkpointOf(run, checkpoint string) (string, error) {
 	dir := checkpointPath(run, checkpoint)
 	if _, err := os.Stat(filepath.Join(dir, finetune.StateFile)); err != nil {
 		switch {
+		case errors.Is(err, fs.ErrPermission):
+			return "", fmt.Errorf("--checkpoint %s: %v: this user cannot read that checkpoint (ask its owner to make it readable: chmod -R a+rX %s)", checkpoint, err, dir)
 		case checkpoint == finetune.BestDir:
+			if spec, err := finetune.ReadRunSpec(run); err == nil && (spec.EvalData != "" || spec.Config.EvalSplit > 0) {
+				when := "at its last step"
+				if n := spec.Config.EvalEvery; n > 0 {
+					when = fmt.Sprintf("at step %d", min(n, spec.Config.Steps))
+				}
+				return "", fmt.Errorf("--checkpoint best: %s has no best checkpoint yet (%s): the run has a validation set, and its first evaluation (%s) writes one: wait for it, or export another checkpoint", run, dir, when)
+			}
 			return "", fmt.Errorf("--checkpoint best: %s has no best checkpoint (%s): only runs with a validation set (--eval-data or --eval-split) keep one", run, dir)
 		case isStep(checkpoint):
 			return "", fmt.Errorf("--checkpoint %s: %s has no checkpoint of step %s (%s): the run keeps %s", checkpoint, run, checkpoint, dir, keptCheckpoints(run))

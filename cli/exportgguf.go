@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/memfit/memfit/chattemplate"
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/gguf"
 	"github.com/memfit/memfit/gguf/llamagguf"
@@ -62,6 +63,9 @@ func (g ggufExport) export(cmd *cobra.Command, opts *Options) error {
 		if err != nil {
 			return err
 		}
+		if err := restoreHub(cmd, &spec); err != nil {
+			return err
+		}
 		ins := inputs{}.add("--run", g.run, runReads...).add("--checkpoint", checkpointPath(g.run, g.checkpoint), checkpointReads...).
 			add("the run's base model", spec.Model, modelReads...).add("the run's tokenizer", spec.DataOptions.Tokenizer, tokenizerReads...)
 		if err := g.checkOut(ins); err != nil {
@@ -77,7 +81,7 @@ func (g ggufExport) export(cmd *cobra.Command, opts *Options) error {
 		if model, err = finetune.LoadModel(spec.Model, spec.Config); err != nil {
 			return err
 		}
-		if _, err := finetune.GGUFConfig(model); err != nil {
+		if err := finetune.CheckGGUF(model); err != nil {
 			return err
 		}
 		backend, err := opts.NewBackend()
@@ -105,6 +109,9 @@ func (g ggufExport) export(cmd *cobra.Command, opts *Options) error {
 		if llamagguf.IsGGUF(g.model) {
 			return usagef("--model %s is a GGUF file already: export reads a Hugging Face model folder", g.model)
 		}
+		if _, _, err := hubFolders(cmd, &g.model, &g.adapter); err != nil {
+			return err
+		}
 		ins := inputs{}.add("--model", g.model, modelReads...).add("--adapter", g.adapter, adapterReads...).
 			add("--tokenizer", g.tokenizer, tokenizerReads...)
 		if err := g.checkOut(ins); err != nil {
@@ -113,7 +120,7 @@ func (g ggufExport) export(cmd *cobra.Command, opts *Options) error {
 		if model, err = finetune.LoadModel(g.model, finetune.Defaults()); err != nil {
 			return err
 		}
-		if _, err := finetune.GGUFConfig(model); err != nil {
+		if err := finetune.CheckGGUF(model); err != nil {
 			return err
 		}
 		var set *finetune.PEFTAdapter
@@ -142,7 +149,7 @@ func (g ggufExport) export(cmd *cobra.Command, opts *Options) error {
 		return err
 	}
 	var notes []string
-	format := ""
+	var tr ollama.Translation
 	why := ""
 	if tok == nil {
 		why = "the model was exported without a tokenizer"
@@ -152,14 +159,16 @@ func (g ggufExport) export(cmd *cobra.Command, opts *Options) error {
 		if err := finetune.CheckTokenizer(tok, model); err != nil {
 			return fmt.Errorf("%s: %w", tokPath, err)
 		}
-		switch {
-		case tok.Config.ChatTemplate == "":
-			tok.Config.ChatTemplate, format = ollama.AlpacaJinja, ollama.Alpaca
+		if tok.Config.ChatTemplate == "" {
+			tok.Config.ChatTemplate = ollama.AlpacaJinja
+			tr = ollama.AlpacaTranslation()
 			notes = append(notes, "the tokenizer has no chat template: the GGUF gets the Alpaca prompt's (what finetune generate --chat uses for it)")
-		case tok.ChatFormat() != "":
-			format = tok.ChatFormat()
-		default:
-			notes = append(notes, "the tokenizer's chat template is not one memfit translates for Ollama (Llama-3, ChatML, Alpaca): the GGUF keeps it for llama.cpp, the Modelfile has no TEMPLATE (see the comment in it)")
+		} else if tmpl, err := chattemplate.FromTokenizer(tok); err != nil {
+			why = "the tokenizer's chat template does not parse"
+			notes = append(notes, fmt.Sprintf("%v: the GGUF keeps it, the Modelfile has no TEMPLATE", err))
+		} else if tr, err = ollama.Translate(tmpl.Render, tok.Config.BOSToken); err != nil {
+			why = err.Error()
+			notes = append(notes, fmt.Sprintf("%s; the GGUF keeps it for llama.cpp, the Modelfile has no TEMPLATE (see the comment in it)", err))
 		}
 	}
 	name := strings.TrimSuffix(filepath.Base(g.out), filepath.Ext(g.out))
@@ -175,7 +184,7 @@ func (g ggufExport) export(cmd *cobra.Command, opts *Options) error {
 		}
 	}
 	mf := modelfileOf(g.out)
-	text, _ := ollama.Modelfile(filepath.Base(g.out), filepath.Base(mf), format, stops, why)
+	text := ollama.ModelfileOf(filepath.Base(g.out), filepath.Base(mf), tr, stops, why)
 	if err := writeFileAtomic(mf, []byte(text)); err != nil {
 		return err
 	}
@@ -205,6 +214,9 @@ func (g ggufExport) exportMerged(cmd *cobra.Command) error {
 		return usagef("--format merged --model needs --adapter: the model folder is already a merged model")
 	case g.out == "":
 		return usagef("--out is required")
+	}
+	if _, _, err := hubFolders(cmd, &g.model, &g.adapter); err != nil {
+		return err
 	}
 	ins := inputs{}.add("--model", g.model, modelReads...).add("--adapter", g.adapter, adapterReads...).
 		add("--tokenizer", g.tokenizer, tokenizerReads...)

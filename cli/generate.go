@@ -6,13 +6,13 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/generate"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/hfconfig"
 	"github.com/memfit/memfit/runner"
 )
 
@@ -40,8 +40,10 @@ prompts, then one decode program per token with the key/value cache kept on the 
 (--temperature 0, the default) or sampled (--temperature, --top-k, --top-p; deterministic for a --seed, each
 prompt drawing from its own stream keyed by its index in the input, so --batch-size changes nothing), and stops
 at the tokenizer's EOS (and the chat template's end-of-turn token), at a --stop string, or after
---max-new-tokens. --chat formats a --prompt as a user's turn with the chat template (--chat-template: the
-tokenizer's Llama-3 or ChatML template, else the Alpaca prompt memfit's instruction fine-tuning trains on).
+--max-new-tokens. --chat formats a --prompt as a user's turn with the chat template (--chat-template: auto is
+the model's own Jinja chat template from its tokenizer_config.json or chat_template.jinja, rendered as
+transformers' apply_chat_template renders it, else the Alpaca prompt memfit's instruction fine-tuning trains
+on; model, llama3, chatml and alpaca choose).
 
 --prompts reads a JSONL file, one object per line: {"prompt": TEXT}, {"instruction": TEXT, "input": TEXT} (the
 Alpaca prompt, as training formats it) or {"messages": [{"role": "user", "content": TEXT}, ...]}, with an
@@ -96,26 +98,33 @@ features): its tensors are dequantised to float32 and its tokenizer rebuilt from
 				}
 				prompts[i].System = system
 			}
+			if _, _, err := hubFolders(cmd, &model, &adapterDir); err != nil {
+				return err
+			}
 			m, set, t, err := loadForEval(model, adapterDir, tok)
 			if err != nil {
 				return err
 			}
-			l, ok := m.(finetune.Llama)
-			if !ok || l.Config.Architecture != llama.ArchCausalLM {
-				return fmt.Errorf("%s: generate needs a LLaMA causal LM (LlamaForCausalLM)", model)
+			l, ok := causalLM(m)
+			if !ok {
+				return fmt.Errorf("%s: generate needs a causal LM (a ...ForCausalLM model)", model)
 			}
+			spec := l.TextSpec()
 			f := generate.Formatter{Tok: t, Chat: chat, Template: template}
 			needed := template != generate.TemplateAuto
 			for _, p := range prompts {
 				needed = needed || f.UsesTemplate(p)
 			}
+			note := ""
 			if needed {
-				if _, err := f.Resolved(); err != nil {
+				c, err := f.Resolve()
+				if err != nil {
 					if template != generate.TemplateAuto {
 						err = fmt.Errorf("--chat-template %s: %w", template, err)
 					}
 					return usageError{err}
 				}
+				note = c.Note
 			}
 			ids := make([][]int, len(prompts))
 			texts := make([]string, len(prompts))
@@ -127,21 +136,24 @@ features): its tensors are dequantised to float32 and its tokenizer rebuilt from
 					return fmt.Errorf("prompt %d: %w", i+1, err)
 				}
 			}
+			if note != "" { // said once every prompt is known to render
+				fmt.Fprintf(cmd.ErrOrStderr(), "note: %s\n", note)
+			}
 			backend, err := opts.NewBackend()
 			if err != nil {
 				return err
 			}
 			defer backend.Finalize()
 			gen := runner.NewGenerator(backend, l, nil, set)
-			o.Pad = max(l.Config.PadTokenID, 0)
-			o.MaxPositions = l.Config.MaxPositionEmbeddings
+			o.Pad = max(spec.PadID, 0)
+			o.MaxPositions = spec.MaxPositions
 			o.StopStrings = stops
 			o.Detokenize = func(ids []int) string { return t.Decode(ids, true) }
 			// Every id of eos_token_id (a list in Llama-3.x Instruct configs), and of generation_config.json's, which
 			// transformers' generate stops at too (Llama-3 Instruct lists <|eot_id|> only there).
-			eos := l.Config.EOSIDs()
+			eos := slices.Clone(spec.EOSIDs)
 			if st, err := os.Stat(model); err == nil && st.IsDir() {
-				more, err := llama.GenerationEOS(model, l.Config.VocabSize)
+				more, err := hfconfig.GenerationEOS(model, spec.VocabSize)
 				if err != nil {
 					return err
 				}

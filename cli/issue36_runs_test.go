@@ -1,12 +1,17 @@
 package cli_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"maps"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
+
+	"github.com/memfit/memfit/cli"
 )
 
 // Issue 36 (the reliability probe of 2026-11-27, ../shared/notes/probe-2026-11-27.md): runs, resume, exports and
@@ -159,5 +164,271 @@ func TestExportNeverIntoManagedFolders(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(x, f)); err == nil {
 			t.Errorf("peft --overwrite left the merged export's %s", f)
 		}
+	}
+}
+
+// trainedStep returns the step a checkpoint folder's trainer_state.json records.
+func trainedStep(t *testing.T, dir string) int {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(dir, "trainer_state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s struct {
+		Step int `json:"step"`
+	}
+	if err := json.Unmarshal(raw, &s); err != nil {
+		t.Fatal(err)
+	}
+	return s.Step
+}
+
+// replaceWith makes dir a copy of the folder from (files only, one level and init-adapter below).
+func replaceWith(t *testing.T, from, dir string) {
+	t.Helper()
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	copyTree(t, from, dir)
+}
+
+// TestBestNeverAheadOfTheRun (k8r, k8e): validation wrote best/ before the checkpoint of the same step, so a kill
+// between the two left best/ at step 2 and latest at checkpoint-1; `--resume --steps 1` then reported the best
+// as step 1 while best/ (and export --checkpoint best) held step 2. Now an evaluation that improves writes its
+// checkpoint first and copies it to best/, and a resume makes best/ agree with the resumed checkpoint: restored
+// from it when it is itself the best (both the old kill and a kill between the new order's two writes).
+func TestBestNeverAheadOfTheRun(t *testing.T) {
+	tmp, model, data := vitFixture(t)
+	out := filepath.Join(tmp, "run")
+	if _, stderr, code := run(t, "train", "--model", model, "--data", data, "--out", out, "--steps", "2", "--batch-size", "4",
+		"--eval-split", "0.25", "--eval-every", "1", "--lr", "0.003", "--train-modules", "classifier"); code != 0 {
+		t.Fatalf("train: exit %d\n%s", code, stderr)
+	}
+	// Every evaluation improved (the training and held-out examples share their labels' pattern): checkpoint-1 was
+	// written by its evaluation though --checkpoint-every is 0.
+	best := filepath.Join(out, "best")
+	if got := trainedStep(t, best); got != 2 {
+		t.Fatalf("best/ holds step %d, want 2 (the test needs every evaluation to improve)", got)
+	}
+	for _, c := range []string{"checkpoint-1", "checkpoint-2"} {
+		if _, err := os.Stat(filepath.Join(out, c, "trainer_state.json")); err != nil {
+			t.Fatalf("%s was not written by its improving evaluation: %v", c, err)
+		}
+	}
+	// The probe's kill: best/ at step 2, checkpoint-2 not written, latest at checkpoint-1.
+	os.RemoveAll(filepath.Join(out, "checkpoint-2"))
+	os.WriteFile(filepath.Join(out, "latest"), []byte("checkpoint-1\n"), 0o644)
+	stdout, stderr, code := run(t, "train", "--out", out, "--resume", "--steps", "1")
+	if code != 0 {
+		t.Fatalf("resume: exit %d\n%s", code, stderr)
+	}
+	if !strings.Contains(stderr, "note: "+best+" held step 2, not the best evaluation the resumed checkpoint records (step 1, this checkpoint): restored from "+filepath.Join(out, "checkpoint-1")) {
+		t.Errorf("no note of best/ restored:\n%s", stderr)
+	}
+	if got := trainedStep(t, best); got != 1 || !strings.Contains(stdout, "at step 1) in "+best) {
+		t.Errorf("best/ holds step %d after the resume:\n%s", got, stdout)
+	}
+	exp := filepath.Join(tmp, "exp")
+	if stdout, stderr, code := run(t, "export", "--run", out, "--checkpoint", "best", "--out", exp); code != 0 || !strings.Contains(stdout, "step 1)") {
+		t.Errorf("export --checkpoint best: exit %d\n%s%s", code, stdout, stderr)
+	}
+	// The new order's kill: checkpoint-2 (best at step 2) and latest written, best/ still at step 1.
+	if _, stderr, code := run(t, "train", "--out", out, "--resume", "--steps", "2"); code != 0 {
+		t.Fatalf("resume to 2: exit %d\n%s", code, stderr)
+	}
+	replaceWith(t, filepath.Join(out, "checkpoint-1"), best)
+	_, stderr, code = run(t, "train", "--out", out, "--resume", "--steps", "2")
+	if code != 0 || !strings.Contains(stderr, "held step 1, not the best evaluation the resumed checkpoint records (step 2") || trainedStep(t, best) != 2 {
+		t.Errorf("best/ not restored from checkpoint-2: exit %d\n%s", code, stderr)
+	}
+}
+
+// TestRunWithOnlyBestResumes (bk1r, bk1n): with the default --checkpoint-every 0 and --eval-every, a run killed
+// after an evaluation had only best/: --resume failed ("open RUN/latest: no such file"), a rerun said "continue
+// it with --resume", and only --overwrite got out, deleting best/. Now every improving evaluation writes the
+// step's checkpoint (so latest exists: TestBestNeverAheadOfTheRun), and a folder with only best/ (from an older
+// memfit) resumes from best/, saying so.
+func TestRunWithOnlyBestResumes(t *testing.T) {
+	tmp, model, data := vitFixture(t)
+	out := filepath.Join(tmp, "run")
+	if _, stderr, code := run(t, "train", "--model", model, "--data", data, "--out", out, "--steps", "1", "--batch-size", "4",
+		"--eval-split", "0.25", "--eval-every", "1"); code != 0 {
+		t.Fatalf("train: exit %d\n%s", code, stderr)
+	}
+	for _, f := range []string{"checkpoint-1", "latest", "adapter"} {
+		os.RemoveAll(filepath.Join(out, f))
+	}
+	_, stderr, code := run(t, "train", "--out", out, "--resume", "--steps", "2")
+	if code != 0 || !strings.Contains(stderr, "note: "+out+" has no latest checkpoint (the run was stopped before writing one): resuming from its best checkpoint "+filepath.Join(out, "best")+" (step 1)") {
+		t.Fatalf("resume from best/: exit %d\n%s", code, stderr)
+	}
+	if got := trainedStep(t, filepath.Join(out, "checkpoint-2")); got != 2 {
+		t.Errorf("the resumed run's last checkpoint is at step %d", got)
+	}
+}
+
+// TestResumeRefusesChangedValidationSet (rs01): the validation set was not fingerprinted: replaced between runs,
+// --resume accepted it and chose the best checkpoint by comparing losses from two sets. Now it is refused as
+// changed training data is, naming --eval-data, and nothing in the run changes.
+func TestResumeRefusesChangedValidationSet(t *testing.T) {
+	tmp, model, data := vitFixture(t)
+	eval := filepath.Join(tmp, "eval.safetensors")
+	writeMislabelled(t, eval, 9)
+	out := filepath.Join(tmp, "run")
+	if _, stderr, code := run(t, "train", "--model", model, "--data", data, "--eval-data", eval, "--out", out, "--steps", "1",
+		"--batch-size", "4", "--eval-every", "1"); code != 0 {
+		t.Fatalf("train: exit %d\n%s", code, stderr)
+	}
+	orig, _ := os.ReadFile(eval)
+	writeMislabelled(t, eval, 6)
+	refusedOneLine(t, tmp, []string{"train", "--out", out, "--resume", "--steps", "2"},
+		"--eval-data "+eval+": the data differs from the checkpoint's: it had 9 validation examples, the data now has 6")
+	changed := append([]byte(nil), orig...)
+	changed[len(changed)-100] ^= 1
+	os.WriteFile(eval, changed, 0o644)
+	refusedOneLine(t, tmp, []string{"train", "--out", out, "--resume", "--steps", "2"}, "the same number of validation examples (9) but other contents")
+	os.WriteFile(eval, orig, 0o644)
+	if _, stderr, code := run(t, "train", "--out", out, "--resume", "--steps", "2"); code != 0 {
+		t.Errorf("resume with the original validation set: exit %d\n%s", code, stderr)
+	}
+}
+
+// TestResumeStepsKeepTheSchedule: `--resume --steps N` stretched a decaying schedule to the new length without a
+// word (the learning rate of every step to come changed); the docs promise an exact continuation. Now another
+// --steps is refused for a linear or cosine schedule, saying how to train further; a constant schedule (the
+// default) still extends exactly. (k7r) --steps below the checkpoint named RUN/adapter where there was none.
+func TestResumeStepsKeepTheSchedule(t *testing.T) {
+	tmp, model, data := vitFixture(t)
+	out := filepath.Join(tmp, "run")
+	if _, stderr, code := run(t, "train", "--model", model, "--data", data, "--out", out, "--steps", "2", "--batch-size", "4",
+		"--schedule", "linear", "--checkpoint-every", "1"); code != 0 {
+		t.Fatalf("train: exit %d\n%s", code, stderr)
+	}
+	refusedOneLine(t, tmp, []string{"train", "--out", out, "--resume", "--steps", "4"},
+		"--steps 4: the run's linear learning-rate schedule decays over its 2 steps, and a resume continues it exactly")
+	os.RemoveAll(filepath.Join(out, "adapter"))
+	refusedOneLine(t, tmp, []string{"train", "--out", out, "--resume", "--steps", "1"},
+		"--steps 1 is below the step the checkpoint reached (2): give more steps to continue; export what it reached with finetune export --run "+out)
+}
+
+// TestCheckpointsReadableAndBestMessages (ro03, cc1): checkpoints were created 0700 (os.MkdirTemp), so another
+// user who reads a shared run folder could not read them, and export --checkpoint best said "only runs with a
+// validation set keep one" of a run that has one but has not evaluated yet. Now checkpoints take the run
+// folder's permissions, and the message says the first evaluation writes best/.
+func TestCheckpointsReadableAndBestMessages(t *testing.T) {
+	tmp, model, data := vitFixture(t)
+	out := filepath.Join(tmp, "run")
+	if _, stderr, code := run(t, "train", "--model", model, "--data", data, "--out", out, "--steps", "1", "--batch-size", "4",
+		"--eval-split", "0.25", "--eval-every", "5"); code != 0 {
+		t.Fatalf("train: exit %d\n%s", code, stderr)
+	}
+	st, _ := os.Stat(out)
+	for _, f := range []string{"checkpoint-1", "best", "latest", "checkpoint-1/trainer_state.json", "best/trainable.safetensors"} {
+		fst, err := os.Stat(filepath.Join(out, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fst.Mode().Perm()&0o044 != st.Mode().Perm()&0o044 {
+			t.Errorf("%s has mode %v; the run folder %v (others who read the run cannot read it)", f, fst.Mode().Perm(), st.Mode().Perm())
+		}
+	}
+	os.RemoveAll(filepath.Join(out, "best"))
+	refusedOneLine(t, tmp, []string{"export", "--run", out, "--checkpoint", "best", "--out", filepath.Join(tmp, "x")},
+		"--checkpoint best: "+out+" has no best checkpoint yet ("+filepath.Join(out, "best")+"): the run has a validation set, and its first evaluation (at step 1) writes one")
+}
+
+// TestBudgetUnits (pl_1PiB_, pl_2PiB_, pl____, au06): `--budget 1PiB` was "not a size" while the limit was stated
+// as "at most 1PiB"; `--budget ”` with --plan blamed --max-batch-size; `--for-backend` without --plan read as
+// if a backend "go" were meant. Each is now one line naming the cause, and 1PiB is a size.
+func TestBudgetUnits(t *testing.T) {
+	tmp := t.TempDir()
+	plan := func(extra ...string) []string {
+		return append([]string{"memory", "--model", "vit:tiny", "--num-labels", "10", "--batch-size", "4"}, extra...)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{plan("--budget", "2PiB", "--plan"), "--budget 2PiB is 2.25e+15 bytes, more than memfit plans for (at most 1PiB): is the unit right?"},
+		{plan("--budget", "", "--plan"), `--budget "": give a size (examples: 24GiB, 80GB, 1.5e9)`},
+		{plan("--plan"), "--plan needs --budget SIZE (e.g. --budget 24GiB): the memory its per-block plan must fit"},
+		{plan("--for-backend", "xla:cuda"), "--for-backend is a setting of the memory autopilot: it goes with --budget SIZE --plan"},
+		{plan("--calibrate=false"), "--calibrate is a setting of the memory autopilot: it goes with --budget SIZE --plan"},
+		{[]string{"train", "--model", "x", "--data", "y", "--out", filepath.Join(tmp, "o"), "--budget", ""}, `--budget "": give a size`},
+	} {
+		refusedOneLine(t, tmp, c.args, c.want)
+	}
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	if out, stderr, code := run(t, plan("--lora-targets", "q,v", "--train-modules", "classifier", "--budget", "1PiB", "--plan", "--calibrate=false")...); code != 0 || !strings.Contains(out, "budget 1.000 PiB") {
+		t.Errorf("--budget 1PiB: exit %d\n%s%s", code, out, stderr)
+	}
+}
+
+// widest returns the widest line of s (lines end at "\n" or a progress bar's "\r") in runes, and that line.
+func widest(s string) (int, string) {
+	n, line := 0, ""
+	for _, l := range strings.FieldsFunc(s, func(r rune) bool { return r == '\n' || r == '\r' }) {
+		if w := utf8.RuneCountInString(l); w > n {
+			n, line = w, l
+		}
+	}
+	return n, line
+}
+
+// TestOutputFitsTheTerminal (walk-through): the memory table was about 215 columns wide and the training
+// progress line about 150, so an 80-column terminal wrapped them (a progress bar that wraps adds a line per
+// redraw). On a terminal they now fit its width: the table is split into tables of fewer columns, each starting
+// with the variant; the progress line keeps its first parts. Written anywhere else the layout stays one line per
+// row (stable for programs). `memory` says which variant it plans, with the time so far (the llama-7b example
+// printed nothing for 92 s).
+func TestOutputFitsTheTerminal(t *testing.T) {
+	args := []string{"memory", "--model", "vit:tiny", "--num-labels", "10", "--lora-targets", "q,v", "--train-modules", "classifier", "--batch-size", "4"}
+	wide, stderr, code := run(t, args...)
+	if code != 0 {
+		t.Fatalf("memory: exit %d\n%s", code, stderr)
+	}
+	header := ""
+	for _, l := range strings.Split(wide, "\n") {
+		if strings.Contains(l, "variant") {
+			header = l
+		}
+	}
+	if !strings.Contains(header, "saved act.") || !strings.Contains(header, "trainable") {
+		t.Errorf("off a terminal the table is not one line per row: header %q", header)
+	}
+	for _, want := range []string{"memory: planning plain (variant 1 of 6, 0 s so far)", "memory: planning mesa (variant 6 of 6", "memory: 6 variants planned in "} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("no progress %q:\n%s", want, stderr)
+		}
+	}
+	restore := cli.SetTerminalColumnsForTest(80)
+	defer restore()
+	narrow, _, code := run(t, args...)
+	if n, l := widest(narrow); code != 0 || n > 80 {
+		t.Errorf("memory on 80 columns: exit %d, a line of %d columns: %q\n%s", code, n, l, narrow)
+	}
+	for _, cell := range []string{"variant", "saved act.", "step peak", "optimizer", "trainable", "approx-act+ms-norm"} {
+		if !strings.Contains(narrow, cell) {
+			t.Errorf("memory on 80 columns lost %q:\n%s", cell, narrow)
+		}
+	}
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	planned, _, code := run(t, append(args, "--budget", "1.2MiB", "--plan")...)
+	if n, l := widest(planned); code != 0 || n > 80 {
+		t.Errorf("memory --plan on 80 columns: exit %d, a line of %d columns: %q\n%s", code, n, l, planned)
+	}
+	tmp, model, data := vitFixture(t)
+	_, stderr, code = run(t, "train", "--model", model, "--data", data, "--out", filepath.Join(tmp, "run"), "--steps", "3",
+		"--batch-size", "4", "--log-every", "1", "--eval-split", "0.25", "--eval-every", "2")
+	if n, l := widest(stderr); code != 0 || n > 80 || !strings.Contains(stderr, "loss ") {
+		t.Errorf("train progress on 80 columns: exit %d, a line of %d columns: %q\n%s", code, n, l, stderr)
+	}
+	var buf bytes.Buffer
+	progress := cli.CountProgressForTest(&buf, "export: writing "+strings.Repeat("/a-long-folder-name", 8)+"/model.gguf (q8_0), tensors")
+	for i := 0; i <= 1234; i += 100 {
+		progress(i, 1234)
+	}
+	if n, l := widest(buf.String()); n > 80 {
+		t.Errorf("a count progress bar of %d columns: %q", n, l)
 	}
 }

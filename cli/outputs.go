@@ -42,12 +42,12 @@ func (ins inputs) add(flag, path string, files ...string) inputs {
 var (
 	// modelReads are the files of a Hugging Face model folder that loading a model (and its tokenizer) reads.
 	modelReads = []string{"config.json", "*.safetensors", "model.safetensors.index.json", "tokenizer.json",
-		"tokenizer_config.json", "tokenizer.model", "special_tokens_map.json", "preprocessor_config.json",
-		"generation_config.json"}
+		"tokenizer_config.json", "chat_template.jinja", "tokenizer.model", "special_tokens_map.json",
+		"preprocessor_config.json", "generation_config.json"}
 	// adapterReads are the files of a PEFT adapter folder.
 	adapterReads = []string{"adapter_config.json", "adapter_model.safetensors", "adapter_model.bin"}
 	// tokenizerReads are the files tokenizer.Load reads in a folder.
-	tokenizerReads = []string{"tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json"}
+	tokenizerReads = []string{"tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "tokenizer.model", "special_tokens_map.json"}
 )
 
 // readBy returns the input whose file path would replace and that file (nil when none): path exists and is an

@@ -16,7 +16,6 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"golang.org/x/term"
 	"sigs.k8s.io/yaml"
 
 	"github.com/memfit/memfit/finetune"
@@ -67,7 +66,8 @@ with the same keys as the flags, snake_case: --lora-r is lora_r), then the flags
 validated before anything is printed, and printed before any compute. The output folder receives run.yaml,
 metrics.jsonl (one line per logging step), checkpoints (checkpoint-N, "latest") and, for LoRA runs, the PEFT
 adapter in adapter/. --resume continues the run in --out
-from its latest checkpoint exactly (weights, optimizer, schedule, step, RNG and data position).
+from its latest checkpoint exactly (weights, optimizer, schedule, step, RNG and data position); --steps may change
+the step count of a constant schedule, not of a decaying one (linear, cosine), whose rates depend on it.
 
 Validation: --eval-data PATH (any format above) or --eval-split FRACTION (a seeded hold-out of the training data,
 never trained on) is evaluated whole every --eval-every N steps and at the end: loss and perplexity for a language
@@ -118,6 +118,9 @@ gradients to the host; the loss is read back every --log-every steps.`,
 				if changed > 0 || model != "" || data != "" || configFile != "" || evalData != "" || dataOpts != (finetune.DataOptions{}) {
 					return usagef("--resume continues the saved run: only --steps may change")
 				}
+				if err := restoreHub(cmd, &spec); err != nil {
+					return err
+				}
 			} else {
 				if model == "" || data == "" {
 					return usagef("--model and --data are required (or --resume)")
@@ -128,18 +131,39 @@ gradients to the host; the loss is read back every --log-every steps.`,
 				if t := dataOpts.ChatTemplate; t != "" && !slices.Contains(generate.Templates, t) {
 					return usagef("--chat-template %q: use one of %s", t, strings.Join(generate.Templates, ", "))
 				}
-				if finetune.DataFormat(data, dataOpts) == finetune.FormatGLUE {
-					var err error
-					if data, dataOpts.Task, err = glueData(data, dataOpts.Task); err != nil {
-						return err
-					}
-				}
 				cfg, err := resolveConfig(cmd, flagCfg, configFile, opts, budget != "")
 				if err != nil {
 					return err
 				}
+				if err := cfg.Validate(); err != nil { // before a download
+					return usageError{err}
+				}
+				// Hub ids (ORG/NAME, hf://datasets/...) become folders of the huggingface_hub cache here.
+				wants := hubFiles
+				if dryRun {
+					wants = hubResolve
+				}
+				var hub hubSources
+				if model, hub.model, err = hubModel(cmd, "--model", model, wants); err != nil {
+					return err
+				}
+				if cfg.InitAdapter, hub.initAdapter, err = hubModel(cmd, "--init-adapter", cfg.InitAdapter, wants); err != nil {
+					return err
+				}
+				if data, hub.data, err = hubData(cmd, "--data", data, dataOpts); err != nil {
+					return err
+				}
+				if finetune.DataFormat(data, dataOpts) == finetune.FormatGLUE {
+					if data, dataOpts.Task, err = glueData(data, dataOpts.Task); err != nil {
+						return err
+					}
+				}
 				if cfg.InitAdapter != "" {
 					cfg.InitAdapter = abs(cfg.InitAdapter)
+				}
+				evalOpts := finetune.RunSpec{DataOptions: dataOpts, EvalData: evalData, EvalDataSplit: evalDataSplit}.EvalDataOptions()
+				if evalData, hub.evalData, err = hubData(cmd, "--eval-data", evalData, evalOpts); err != nil {
+					return err
 				}
 				if evalData != "" && finetune.DataFormat(evalData, dataOpts) == finetune.FormatGLUE {
 					var task string
@@ -150,7 +174,8 @@ gradients to the host; the loss is read back every --log-every steps.`,
 						return usagef("--eval-data %s is GLUE task %s but --data is %s: validate on the task you train", evalData, task, dataOpts.Task)
 					}
 				}
-				spec = finetune.RunSpec{Model: model, Data: data, DataOptions: dataOpts, EvalData: evalData, EvalDataSplit: evalDataSplit, Config: cfg}.AbsPaths()
+				spec = finetune.RunSpec{Model: model, Data: data, DataOptions: dataOpts, EvalData: evalData, EvalDataSplit: evalDataSplit, Config: cfg,
+					ModelHub: hub.model, DataHub: hub.data, EvalDataHub: hub.evalData, InitAdapterHub: hub.initAdapter}.AbsPaths()
 			}
 			if err := spec.Config.Validate(); err != nil {
 				return usageError{err}
@@ -179,7 +204,7 @@ gradients to the host; the loss is read back every --log-every steps.`,
 			}
 			// The budget flags with the whole config, before anything is loaded, calibrated or printed.
 			var ap *autopilotRequest
-			if budget != "" {
+			if budget != "" || cmd.Flags().Changed("budget") {
 				b, err := parseBudget("--budget", budget)
 				if err != nil {
 					return usageError{err}
@@ -224,7 +249,7 @@ gradients to the host; the loss is read back every --log-every steps.`,
 	f.BoolVar(&dataOpts.Augment, "augment", false, "random crop and horizontal flip of training images")
 	f.StringVar(&evalData, "eval-data", "", "validation set, read as --data is (any format train takes): evaluated every --eval-every steps and at the end")
 	f.StringVar(&evalDataSplit, "eval-data-split", "", "the split of --eval-data (image folder/tar subfolder, GLUE split; default: --split)")
-	f.StringVar(&dataOpts.ChatTemplate, "chat-template", "", "template of messages data: auto (the tokenizer's, else alpaca), llama3, chatml or alpaca")
+	f.StringVar(&dataOpts.ChatTemplate, "chat-template", "", "template of messages data: auto (the model's own Jinja chat template, else alpaca), model, llama3, chatml or alpaca")
 	f.BoolVar(&dataOpts.Packing, "packing", false, "pack several alpaca/messages examples into each --seq-len sequence (positions restart and attention stays within each example)")
 	bindSettings(f, &flagCfg, true)
 	checksOwnRange(f, "seq-len") // the loader names the model's positions
@@ -281,6 +306,7 @@ func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out s
 		Check: plan.CheckMachine, Export: finetune.Export{Adapter: true},
 		Hooks: finetune.RunHooks{
 			OnDataNote: func(n string) { fmt.Fprintf(stderr, "note: %s\n", n) },
+			OnNote:     func(n string) { fmt.Fprintf(stderr, "note: %s\n", n) },
 			// Printed once the model, data and config are known to be good: a bad input is one line, not this block.
 			OnResolved: func(spec finetune.RunSpec) {
 				resolved, _ := yaml.Marshal(spec)
@@ -342,9 +368,12 @@ func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out s
 		fmt.Fprintf(cmd.OutOrStdout(), "early stopping at step %d: the validation loss has not gone below %.4f (step %d) for %d evaluations\n",
 			res.Trainer.Step, st.BestLoss, st.BestStep, st.BadEvals)
 	}
-	if st := res.Trainer.EvalState; st.BestStep > 0 {
+	if st := res.Trainer.EvalState; st.BestStep > 0 && finetune.BestStep(out) == st.BestStep {
 		fmt.Fprintf(cmd.OutOrStdout(), "best checkpoint (validation loss %.4f at step %d) in %s: finetune export --run %s --checkpoint best\n",
 			st.BestLoss, st.BestStep, filepath.Join(out, finetune.BestDir), out)
+	} else if st.BestStep > 0 {
+		fmt.Fprintf(cmd.OutOrStdout(), "best evaluation: validation loss %.4f at step %d, whose checkpoint is gone (a kill before it was copied to %s)\n",
+			st.BestLoss, st.BestStep, filepath.Join(out, finetune.BestDir))
 	}
 	if res.AdapterDir != "" {
 		fmt.Fprintf(cmd.OutOrStdout(), "adapter written to %s\n", res.AdapterDir)
@@ -355,14 +384,15 @@ func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out s
 
 // newProgress returns a step hook that draws a progress bar on a terminal, or prints a line per step otherwise.
 func newProgress(w io.Writer, steps, start int) func(finetune.StepStats) {
-	f, isFile := w.(*os.File)
-	if isFile && term.IsTerminal(int(f.Fd())) {
+	if cols := terminalColumns(w); cols > 0 {
+		// The line fits the terminal: a line wider than it wraps, and each redraw then adds a line.
+		width, desc := barLayout(cols, steps, false)
 		bar := progressbar.NewOptions(steps, progressbar.OptionSetWriter(w), progressbar.OptionShowCount(),
-			progressbar.OptionSetWidth(30), progressbar.OptionThrottle(0))
+			progressbar.OptionSetWidth(width), progressbar.OptionThrottle(0))
 		_ = bar.Set(start)
 		return func(s finetune.StepStats) {
 			if s.Synced || s.CompileSeconds > 0 {
-				bar.Describe(describe(s))
+				bar.Describe(fitLine(describeParts(s), desc))
 			}
 			_ = bar.Set(s.Step)
 		}
@@ -376,7 +406,10 @@ func newProgress(w io.Writer, steps, start int) func(finetune.StepStats) {
 
 // describe is the progress line of a step: its loss and gradient norm when they were read back (Synced; Fit
 // does every LogEvery steps), throughput, memory, and the compile time on a step that compiled.
-func describe(s finetune.StepStats) string {
+func describe(s finetune.StepStats) string { return strings.Join(describeParts(s), " ") }
+
+// describeParts are describe's parts, the most useful first (a narrow terminal shows the first that fit).
+func describeParts(s finetune.StepStats) []string {
 	rate := fmt.Sprintf("%.1f ex/s", float64(s.Examples)/s.Seconds)
 	if s.Tokens > 0 {
 		rate = fmt.Sprintf("%.0f tok/s", float64(s.Tokens)/s.Seconds)
@@ -394,7 +427,7 @@ func describe(s finetune.StepStats) string {
 	if s.CompileSeconds > 0 {
 		parts = append(parts, fmt.Sprintf("compile %.2fs", s.CompileSeconds))
 	}
-	return strings.Join(parts, " ")
+	return parts
 }
 
 // describeEval is the progress line of an evaluation: its loss and perplexity (language models) or accuracy
@@ -419,8 +452,8 @@ func describeEval(e finetune.EvalStats, w io.Writer) string {
 	if e.EarlyStop {
 		line += ": early stopping"
 	}
-	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		line = "\n" + line
+	if cols := terminalColumns(w); cols > 0 {
+		line = "\n" + wrapText(line, cols)
 	}
 	return line
 }

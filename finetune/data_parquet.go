@@ -138,11 +138,12 @@ func openImageSource(path, format string, opts DataOptions) (data.ImageSource, e
 	return ds.Images()
 }
 
-// openParquetData opens parquet data for the model's family: images for a ViT, text for a LLaMA.
+// openParquetData opens parquet data for the model's family (images for an image model, text for a text
+// model), by the family's OpenData.
 func openParquetData(src DataSource) (Iterator, error) {
 	fam, ok := FamilyOf(src.Model)
 	if !ok || fam.OpenData == nil {
-		return nil, fmt.Errorf("parquet data needs a ViT or LLaMA model")
+		return nil, fmt.Errorf("parquet data needs a model whose family reads data; %s", familyTitle(src.Model))
 	}
 	return fam.OpenData(src)
 }

@@ -28,6 +28,9 @@ func (s RunSpec) CheckValidation() error {
 	return nil
 }
 
+// EvalDataOptions are the options the validation data (EvalData) is read with.
+func (s RunSpec) EvalDataOptions() DataOptions { return s.evalOptions() }
+
 // evalOptions are the options the validation data is read with: the training data's, with EvalDataSplit for
 // the split when given.
 func (s RunSpec) evalOptions() DataOptions {

@@ -59,7 +59,11 @@ func (t *Trainer) layerTensors(path string) (models.Params, error) {
 //
 // Adapters trained on an MS-norm-folded layer live in the folded basis; each is moved to the original one with
 // its UnfoldInput (msnorm's change of input basis). Trained folded modules are unfolded.
-func (t *Trainer) ExportAdapter(dir, baseModel string) error {
+func (t *Trainer) ExportAdapter(dir, baseModel string) error { return t.ExportAdapterAt(dir, baseModel, "") }
+
+// ExportAdapterAt is ExportAdapter for a base model at a revision of its Hub repository (the commit it was
+// trained from): adapter_config.json's revision, which PEFT loads the base model at.
+func (t *Trainer) ExportAdapterAt(dir, baseModel, revision string) error {
 	if t.Adapters == nil {
 		return fmt.Errorf("this run has no adapters (method %q): use the merged export", t.Config.Method)
 	}
@@ -121,6 +125,9 @@ func (t *Trainer) ExportAdapter(dir, baseModel string) error {
 	settings := map[string]any{
 		adapter.KeyTargets: t.Adapters.Paths(), adapter.KeyBaseModel: baseModel, "inference_mode": true,
 		"revision": nil, adapter.KeyModulesToSave: nil, adapter.KeyTaskType: nil,
+	}
+	if revision != "" {
+		settings["revision"] = revision
 	}
 	for k, v := range peft {
 		settings[k] = v
@@ -295,7 +302,7 @@ func (t *Trainer) Merged() (models.Params, error) {
 // mergedFolderFiles are the files of a Hugging Face model folder, besides its config and weights, that a merged
 // export copies from the base model (the tokenizer's from the run's tokenizer when it had its own).
 var (
-	tokenizerFiles   = []string{"tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json"}
+	tokenizerFiles   = []string{"tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "tokenizer.model", "special_tokens_map.json"}
 	modelFolderFiles = []string{"preprocessor_config.json", GenerationConfig}
 )
 
@@ -303,7 +310,8 @@ var (
 const GenerationConfig = "generation_config.json"
 
 // ExportMergedFolder writes the merged checkpoint (ExportMerged) to dir as a complete Hugging Face folder: the
-// tokenizer files (tokenizer.json, tokenizer_config.json, tokenizer.model, special_tokens_map.json) of the
+// tokenizer files (tokenizer.json, tokenizer_config.json and its chat template, chat_template.jinja when the
+// model keeps it there, tokenizer.model, special_tokens_map.json) of the
 // run's tokenizer (a folder or file; "" for the base model's), and the base model folder's
 // preprocessor_config.json and generation_config.json, each where the source has it; a causal LM whose base
 // has no generation_config.json gets one made from its config's token ids, as transformers makes it

@@ -209,7 +209,7 @@ func stackMetrics(metrics []*graph.Node) *graph.Node {
 	}
 	parts := make([]*graph.Node, len(metrics))
 	for i, m := range metrics {
-		parts[i] = graph.Reshape(toF32(m), 1)
+		parts[i] = graph.Reshape(preferenceF32(m), 1)
 	}
 	return graph.Concatenate(parts, 0)
 }
@@ -313,7 +313,7 @@ func (t *Trainer) evaluatePairs(set EvalSet, start time.Time) (EvalStats, error)
 		spec := stepSpec{model: t.Model, adapters: t.Adapters, config: t.Config, reference: t.ref}
 		t.evalRunner = runner.NewOutputsRunner(t.Backend, t.Model, func(b models.Bound, batch map[string]*graph.Node) []*graph.Node {
 			l, metrics := objectiveLoss(spec, b, batch)
-			return []*graph.Node{toF32(l), stackMetrics(metrics)}
+			return []*graph.Node{preferenceF32(l), stackMetrics(metrics)}
 		})
 	}
 	current, adapters := t.Current()
@@ -429,4 +429,12 @@ func StepRandomBatch(model Model, cfg Config, in Shape, seed uint64) Batch {
 		b[preference.RefRejected] = tensors.FromFlatDataAndDimensions(append([]float32(nil), lp...), in.Batch)
 	}
 	return b
+}
+
+// preferenceF32 returns x in float32 (a loss or metric of a bfloat16 step).
+func preferenceF32(x *graph.Node) *graph.Node {
+	if x.DType() != dtypes.Float32 {
+		return graph.ConvertDType(x, dtypes.Float32)
+	}
+	return x
 }

@@ -8,6 +8,7 @@ package finetune
 import (
 	"fmt"
 
+	"github.com/memfit/memfit/chattemplate"
 	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/data/hfdata"
 	"github.com/memfit/memfit/preference"
@@ -110,10 +111,15 @@ func PairExamples(path string, opts DataOptions, model Model, modelDir string, n
 	if err != nil {
 		return nil, err
 	}
-	template := ""
+	var chat *chattemplate.Chat
 	if rows[0].Chosen.Conversational() {
-		if template, err = ConversationTemplate(tok, opts.ChatTemplate); err != nil {
+		if chat, err = ConversationChat(tok, opts.ChatTemplate); err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if chat.Note != "" {
+			note("%s: %s", path, chat.Note)
+		} else {
+			note("%s: conversational pairs take the chat template %s", path, chat)
 		}
 	} else if opts.ChatTemplate != "" {
 		return nil, fmt.Errorf("--chat-template renders conversational pairs (message lists); %s holds strings: leave it out", path)
@@ -124,7 +130,7 @@ func PairExamples(path string, opts DataOptions, model Model, modelDir string, n
 			return nil, fmt.Errorf("%s: %s: its pair is %s, the first is %s: one form per dataset", path, where(path, r.Line),
 				form(r.Chosen.Conversational()), form(rows[0].Chosen.Conversational()))
 		}
-		if enc[i], err = preference.Encode(tok, template, r); err != nil {
+		if enc[i], err = preference.Encode(tok, chat, r); err != nil {
 			return nil, fmt.Errorf("%s: %s: %w", path, where(path, r.Line), err)
 		}
 	}

@@ -52,7 +52,7 @@ func pairFingerprint(ex Examples) string {
 			own[n] = t
 		}
 	}
-	return examplesFingerprint(own)
+	return own.Fingerprint()
 }
 
 // attachReference adds the cached reference log-likelihoods of out/ReferenceFile to the data (resume); a cache

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gomlx/gomlx/core/tensors"
 
+	"github.com/memfit/memfit/chattemplate"
 	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/loss"
 	"github.com/memfit/memfit/tokenizer"
@@ -19,13 +20,6 @@ type Encoded struct {
 	Prompt, Chosen, Rejected []int
 }
 
-// Templates a conversational pair can be rendered with (as generate's --template resolves them).
-const (
-	TemplateLlama3 = tokenizer.ChatLlama3
-	TemplateChatML = tokenizer.ChatML
-	TemplateAlpaca = "alpaca"
-)
-
 // Encode tokenizes a pair as TRL's DPOTrainer does.
 //
 // The standard form (strings): the prompt with the tokenizer's special tokens (its post-processor: BOS for a
@@ -35,14 +29,17 @@ const (
 // on); a BPE tokenizer may encode the joint text differently at the seam, and TRL's separate tokenization is what
 // is matched here.
 //
-// The conversational form (messages) goes through the chat template (template: TemplateLlama3, TemplateChatML,
-// or TemplateAlpaca): the prompt rendered with the assistant header that opens a reply (add_generation_prompt),
-// which carries the template's own BOS; each completion is the rest of the rendering of prompt + completion, up
-// to the end of the assistant's last turn (its end-of-turn token, which ends the reply: TRL >= 1.0 appends no EOS
-// to conversational completions either). With the Alpaca template the prompt is the Alpaca rendering of the
-// conversation (tokenizer.AlpacaConversation) with the special tokens, and the completion, one assistant message,
-// is encoded as in the standard form.
-func Encode(tok *tokenizer.Tokenizer, template string, p data.Preference) (Encoded, error) {
+// The conversational form (messages) goes through the chat template chat (chattemplate.Resolve, as conversations
+// for training resolve it; nil is refused for this form). The prompt is encoded as for generation
+// (Chat.EncodePrompt: the assistant's header after it, add_generation_prompt, with the template's own BOS); each
+// completion is the rest of prompt + completion encoded as for training (Chat.EncodeTraining, the model's Jinja
+// template or a built-in one), up to the last token training learns of the assistant's reply, its end-of-turn
+// token: the tokens SFT on the same conversation learns. TRL >= 1.0 takes the rest of the rendering after the
+// prompt too and appends no EOS to conversational completions; where a template writes more after the turn (a
+// generation header it always appends, ChatML's newline) memfit stops at the turn's end. With the Alpaca template
+// the prompt is the Alpaca rendering of the conversation (tokenizer.AlpacaConversation) and the completion, one
+// assistant message, is encoded as in the standard form: the pair encodes as its standard form does.
+func Encode(tok *tokenizer.Tokenizer, chat *chattemplate.Chat, p data.Preference) (Encoded, error) {
 	eos, hasEOS := tok.EOS()
 	completion := func(text string) []int {
 		ids := tok.Encode(text, false)
@@ -51,17 +48,19 @@ func Encode(tok *tokenizer.Tokenizer, template string, p data.Preference) (Encod
 		}
 		return ids
 	}
-	if !p.Chosen.Conversational() || template == TemplateAlpaca {
-		if !hasEOS {
-			return Encoded{}, errors.New("the tokenizer has no EOS token to end a completion with")
-		}
+	conversational := p.Chosen.Conversational()
+	if !hasEOS && (!conversational || chat != nil && chat.Name == chattemplate.Alpaca) {
+		return Encoded{}, errors.New("the tokenizer has no EOS token to end a completion with")
 	}
-	if !p.Chosen.Conversational() {
+	if !conversational {
 		return Encoded{Prompt: tok.Encode(p.Prompt.String, true), Chosen: completion(p.Chosen.String),
 			Rejected: completion(p.Rejected.String)}, nil
 	}
+	if chat == nil {
+		return Encoded{}, errors.New("a conversational pair needs a chat template")
+	}
 	prompt := messages(p.Prompt.Messages)
-	if template == TemplateAlpaca {
+	if chat.Name == chattemplate.Alpaca {
 		text, err := tokenizer.AlpacaConversation(prompt)
 		if err != nil {
 			return Encoded{}, err
@@ -72,7 +71,7 @@ func Encode(tok *tokenizer.Tokenizer, template string, p data.Preference) (Encod
 		return Encoded{Prompt: tok.Encode(text, true), Chosen: completion(p.Chosen.Messages[0].Content),
 			Rejected: completion(p.Rejected.Messages[0].Content)}, nil
 	}
-	ids, _, err := tok.FormatChat(prompt, template, true)
+	ids, _, err := chat.EncodePrompt(prompt)
 	if err != nil {
 		return Encoded{}, err
 	}
@@ -81,21 +80,19 @@ func Encode(tok *tokenizer.Tokenizer, template string, p data.Preference) (Encod
 		msgs []data.Message
 		to   *[]int
 	}{{p.Chosen.Messages, &enc.Chosen}, {p.Rejected.Messages, &enc.Rejected}} {
-		full, labels, err := tok.FormatChat(append(slices.Clone(prompt), messages(c.msgs)...), template, false)
+		full, labels, _, err := chat.EncodeTraining(append(slices.Clone(prompt), messages(c.msgs)...))
 		if err != nil {
 			return Encoded{}, err
 		}
-		// The rendering of prompt + completion starts with the prompt's (with the assistant header) for the
-		// templates memfit renders, which encode turn by turn; TRL takes the common start the same way.
 		if len(full) < len(ids) || !slices.Equal(full[:len(ids)], ids) {
-			return Encoded{}, fmt.Errorf("the %s template renders the prompt differently alone and before its completion: the completion cannot be told apart", template)
+			return Encoded{}, fmt.Errorf("the chat template %s encodes the prompt differently alone and before its completion: the completion cannot be told apart", chat)
 		}
 		end := len(full)
 		for end > len(ids) && labels[end-1] == loss.IgnoreIndex {
-			end-- // markup after the reply's end-of-turn token (ChatML's newline) is not the reply's
+			end-- // what the template writes after the reply's end of turn is not the reply's
 		}
 		if end == len(ids) {
-			return Encoded{}, errors.New("the completion renders to no token")
+			return Encoded{}, errors.New("the completion encodes to no token")
 		}
 		*c.to = full[len(ids):end]
 	}

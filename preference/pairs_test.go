@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/memfit/memfit/chattemplate"
 	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/internal/golden"
 	"github.com/memfit/memfit/internal/gtest"
@@ -32,7 +33,7 @@ func TestEncodeStandard(t *testing.T) {
 	eos, _ := tok.EOS()
 	p := data.Preference{Prompt: data.Text{String: "The sky is"}, Chosen: data.Text{String: " blue."},
 		Rejected: data.Text{String: " green.<|end_of_text|>"}}
-	enc, err := preference.Encode(tok, "", p)
+	enc, err := preference.Encode(tok, nil, p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,9 +58,23 @@ func TestEncodeConversational(t *testing.T) {
 		Chosen:   data.Text{Messages: []data.Message{{Role: "assistant", Content: "It is blue."}}},
 		Rejected: data.Text{Messages: []data.Message{{Role: "assistant", Content: "It is green."}}},
 	}
-	enc, err := preference.Encode(tok, preference.TemplateLlama3, p)
+	builtin, err := chattemplate.Resolve(tok, chattemplate.Llama3)
 	if err != nil {
 		t.Fatal(err)
+	}
+	enc, err := preference.Encode(tok, builtin, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The model's own Jinja template (tokenizer_config.json's, which always ends with the assistant's header)
+	// gives the same tokens: the completion stops at the reply's end of turn.
+	model, err := chattemplate.Resolve(tok, chattemplate.Model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if jinja, err := preference.Encode(tok, model, p); err != nil || !slices.Equal(jinja.Prompt, enc.Prompt) ||
+		!slices.Equal(jinja.Chosen, enc.Chosen) || !slices.Equal(jinja.Rejected, enc.Rejected) {
+		t.Errorf("the model's Jinja template: %+v, %v; the built-in llama3: %+v", jinja, err, enc)
 	}
 	prompt := "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>" +
 		"<|start_header_id|>user<|end_header_id|>\n\nWhat color is the sky?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"

@@ -43,13 +43,26 @@ type Tokenizer struct {
 
 // Config is the part of tokenizer_config.json memfit reads.
 type Config struct {
-	BOSToken     string `json:"-"`
-	EOSToken     string `json:"-"`
-	PadToken     string `json:"-"`
+	BOSToken string `json:"-"`
+	EOSToken string `json:"-"`
+	PadToken string `json:"-"`
+	// UnkToken, SepToken, ClsToken, MaskToken and AdditionalSpecialTokens are the other special tokens of
+	// tokenizer_config.json, which transformers hands a chat template as variables.
+	UnkToken, SepToken, ClsToken, MaskToken string   `json:"-"`
+	AdditionalSpecialTokens                 []string `json:"-"`
+	// ChatTemplate is the model's Jinja chat template: chat_template.jinja beside tokenizer_config.json when
+	// there is one (transformers saves it there since v4.47 and prefers it), else tokenizer_config.json's
+	// chat_template; of the list-of-named-templates form some configs use, the one named "default" (as
+	// transformers' apply_chat_template picks it); "" when the model has none.
 	ChatTemplate string `json:"-"`
-	AddBOS       *bool  `json:"-"`
-	AddEOS       *bool  `json:"-"`
-	MaxLength    int    `json:"-"`
+	// ChatTemplateFrom names where ChatTemplate was read ("chat_template.jinja", "tokenizer_config.json",
+	// "tokenizer_config.json (default of N named templates)"); ChatTemplates holds every named template of the
+	// list form.
+	ChatTemplateFrom string            `json:"-"`
+	ChatTemplates    map[string]string `json:"-"`
+	AddBOS           *bool             `json:"-"`
+	AddEOS           *bool             `json:"-"`
+	MaxLength        int               `json:"-"`
 }
 
 // Load reads a tokenizer from a tokenizer.json file, a SentencePiece tokenizer.model file, or a folder holding
@@ -96,6 +109,9 @@ func Load(path string) (*Tokenizer, error) {
 		}
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
+	}
+	if data, err := readfile.Read(filepath.Join(dir, ChatTemplateFile), readfile.Config); err == nil {
+		t.Config.ChatTemplate, t.Config.ChatTemplateFrom = string(data), ChatTemplateFile
 	}
 	if t.spBOS != 0 || t.spEOS != 0 {
 		t.spTemplate()
@@ -164,10 +180,27 @@ func (t *Tokenizer) readConfig(data []byte) error {
 		return ""
 	}
 	t.Config.BOSToken, t.Config.EOSToken, t.Config.PadToken = tokenField("bos_token"), tokenField("eos_token"), tokenField("pad_token")
+	t.Config.UnkToken, t.Config.SepToken = tokenField("unk_token"), tokenField("sep_token")
+	t.Config.ClsToken, t.Config.MaskToken = tokenField("cls_token"), tokenField("mask_token")
+	if v, ok := raw["additional_special_tokens"]; ok {
+		var list []json.RawMessage
+		if json.Unmarshal(v, &list) == nil {
+			for _, item := range list {
+				var s string
+				var o struct {
+					Content string `json:"content"`
+				}
+				if json.Unmarshal(item, &s) == nil {
+					t.Config.AdditionalSpecialTokens = append(t.Config.AdditionalSpecialTokens, s)
+				} else if json.Unmarshal(item, &o) == nil && o.Content != "" {
+					t.Config.AdditionalSpecialTokens = append(t.Config.AdditionalSpecialTokens, o.Content)
+				}
+			}
+		}
+	}
 	if v, ok := raw["chat_template"]; ok {
-		var s string
-		if json.Unmarshal(v, &s) == nil {
-			t.Config.ChatTemplate = s
+		if err := t.readChatTemplate(v); err != nil {
+			return err
 		}
 	}
 	for key, dst := range map[string]**bool{"add_bos_token": &t.Config.AddBOS, "add_eos_token": &t.Config.AddEOS} {
@@ -183,6 +216,41 @@ func (t *Tokenizer) readConfig(data []byte) error {
 		if json.Unmarshal(v, &f) == nil && f > 0 && f < 1e9 {
 			t.Config.MaxLength = int(f)
 		}
+	}
+	return nil
+}
+
+// ChatTemplateFile is the file beside tokenizer_config.json in which transformers (since v4.47) saves a
+// model's chat template.
+const ChatTemplateFile = "chat_template.jinja"
+
+// readChatTemplate reads tokenizer_config.json's chat_template: a string, null, or a list of {"name",
+// "template"} objects, of which apply_chat_template takes the one named "default".
+func (t *Tokenizer) readChatTemplate(v json.RawMessage) error {
+	var s *string
+	if json.Unmarshal(v, &s) == nil {
+		if s != nil {
+			t.Config.ChatTemplate, t.Config.ChatTemplateFrom = *s, "tokenizer_config.json"
+		}
+		return nil
+	}
+	var named []struct {
+		Name     string  `json:"name"`
+		Template *string `json:"template"`
+	}
+	if err := json.Unmarshal(v, &named); err != nil {
+		return errors.New(`chat_template is neither a string nor a list of {"name", "template"} objects`)
+	}
+	t.Config.ChatTemplates = map[string]string{}
+	for _, n := range named {
+		if n.Name == "" || n.Template == nil {
+			return errors.New(`chat_template: each named template needs a "name" and a "template"`)
+		}
+		t.Config.ChatTemplates[n.Name] = *n.Template
+	}
+	if d, ok := t.Config.ChatTemplates["default"]; ok {
+		t.Config.ChatTemplate = d
+		t.Config.ChatTemplateFrom = fmt.Sprintf(`tokenizer_config.json ("default" of %d named templates)`, len(named))
 	}
 	return nil
 }
