@@ -2,12 +2,11 @@ package finetune_test
 
 import (
 	"math"
-
-	"github.com/gomlx/gomlx/core/tensors"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/finetune"
@@ -32,14 +31,7 @@ func pairFile(t *testing.T, n int) string {
 		t.Fatal(err)
 	}
 	path := filepath.Join(t.TempDir(), "pairs.jsonl")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := data.WritePreferences(f, pairs); err != nil {
-		t.Fatal(err)
-	}
+	writeJSONLPairs(t, path, pairs)
 	return path
 }
 

@@ -11,17 +11,14 @@ import (
 	"github.com/memfit/memfit/chattemplate"
 	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/data/hfdata"
+	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/preference"
-	"github.com/memfit/memfit/tokenizer"
 )
 
 // FormatPreference is preference pairs: a JSONL file whose rows are {"prompt", "chosen", "rejected"} (strings,
 // or message lists with the chat template), or parquet data (a file or a hub dataset folder) with those columns.
 // A .jsonl file or parquet data is read as pairs when its first row (or its columns) say so.
 const FormatPreference = "preference"
-
-// defaultPairSeqLen is the longest prompt + completion of a pair when DataOptions.SeqLen is 0 (as other text).
-const defaultPairSeqLen = 256
 
 // isPreferenceData reports whether the data at path is preference pairs: --data-format preference, a .jsonl file
 // whose first row is a pair (data.JSONLKind), or parquet data with chosen and rejected columns (after
@@ -83,29 +80,23 @@ func PairExamples(path string, opts DataOptions, model Model, modelDir string, n
 	if note == nil {
 		note = func(string, ...any) {}
 	}
-	if task := model.Task(); task != "CAUSAL_LM" {
-		return nil, fmt.Errorf("preference data trains a causal language model (its log-likelihoods of completions); the model is %s", map[string]string{"": "not a language model", "SEQ_CLS": "a sequence classifier"}[task])
+	tm, ok := model.(models.TextModel)
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("preference data trains a causal language model (its log-likelihoods of completions); %s", familyTitle(model))
+	case !tm.TextSpec().CausalLM():
+		return nil, fmt.Errorf("preference data trains a causal language model (its log-likelihoods of completions); the model's task is %s, not CAUSAL_LM", tm.TextSpec().Task)
 	}
 	if opts.Packing {
 		return nil, fmt.Errorf("--packing packs instruction and conversation examples, not preference pairs: leave it out")
 	}
-	seqLen := opts.SeqLen
-	if seqLen == 0 {
-		seqLen = defaultPairSeqLen
-	}
 	if opts.MaxPromptLen < 0 {
 		return nil, fmt.Errorf("--max-prompt-len must not be negative, got %d", opts.MaxPromptLen)
 	}
-	tokPath := opts.Tokenizer
-	if tokPath == "" {
-		tokPath = modelDir
-	}
-	tok, err := tokenizer.Load(tokPath)
+	spec := tm.TextSpec()
+	tok, seqLen, err := textTokenizer(opts, model, spec, modelDir, "preference data")
 	if err != nil {
-		return nil, fmt.Errorf("preference data needs a tokenizer (--tokenizer, or tokenizer files in the model folder): %w", err)
-	}
-	if err := CheckTokenizer(tok, model); err != nil {
-		return nil, fmt.Errorf("%s: %w", tokPath, err)
+		return nil, err
 	}
 	rows, err := readPreferences(path, opts)
 	if err != nil {
@@ -136,7 +127,7 @@ func PairExamples(path string, opts DataOptions, model Model, modelDir string, n
 	}
 	pad, ok := tok.Pad()
 	if !ok {
-		pad = 0 // masked: any id in the vocabulary will do
+		pad = max(0, spec.PadID) // masked: any id in the vocabulary will do
 	}
 	ex, _, cuts, err := preference.Tensors(enc, preference.Lengths{SeqLen: seqLen, MaxPromptLen: opts.MaxPromptLen}, pad)
 	if err != nil {

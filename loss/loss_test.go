@@ -12,6 +12,18 @@ import (
 	"github.com/memfit/memfit/loss"
 )
 
+// softmaxStats returns a row's maximum m and sum(exp(row - m)), in float64: softmax = exp(row - m) / s.
+func softmaxStats(row []float32) (m, s float64) {
+	m = math.Inf(-1)
+	for _, v := range row {
+		m = math.Max(m, float64(v))
+	}
+	for _, v := range row {
+		s += math.Exp(float64(v) - m)
+	}
+	return m, s
+}
+
 // reference computes the loss and its gradient on the host in float64.
 func reference(logits []float32, labels []int32, classes int) (float64, []float64) {
 	rows := len(labels)
@@ -28,14 +40,7 @@ func reference(logits []float32, labels []int32, classes int) (float64, []float6
 			continue
 		}
 		row := logits[r*classes : (r+1)*classes]
-		m := math.Inf(-1)
-		for _, v := range row {
-			m = math.Max(m, float64(v))
-		}
-		s := 0.0
-		for _, v := range row {
-			s += math.Exp(float64(v) - m)
-		}
+		m, s := softmaxStats(row)
 		lse := m + math.Log(s)
 		total += lse - float64(row[labels[r]])
 		for c, v := range row {
@@ -97,14 +102,7 @@ func TestTokenLogProbs(t *testing.T) {
 			continue
 		}
 		row := logits[r*c : (r+1)*c]
-		m := math.Inf(-1)
-		for _, v := range row {
-			m = math.Max(m, float64(v))
-		}
-		s := 0.0
-		for _, v := range row {
-			s += math.Exp(float64(v) - m)
-		}
+		m, s := softmaxStats(row)
 		wantLP[r] = float64(row[labels[r]]) - m - math.Log(s)
 		for k, v := range row {
 			g := -math.Exp(float64(v)-m) / s
