@@ -22,7 +22,7 @@ const FormatParquet = "parquet"
 
 // openParquet resolves parquet data's files and column renames.
 func openParquet(path string, opts DataOptions) (*hfdata.Dataset, error) {
-	return hfdata.Open(path, opts.Split, opts.Columns)
+	return hfdata.OpenConfig(path, opts.Config, opts.Split, opts.Columns)
 }
 
 // parquetTextFormat returns the text format that parquet data for a LLaMA stands for, by its columns: GLUE for a

@@ -7,6 +7,7 @@
 package hfdata
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -59,7 +60,12 @@ func IsParquet(path string) bool {
 // `datasets` and the hub write: data/train-00000-of-00002.parquet), data/SPLIT/*.parquet, SPLIT/*.parquet,
 // SPLIT-*.parquet. A split that matches none is refused naming the splits the folder has; a split folder
 // without parquet files is refused as empty.
-func Open(path, split, columns string) (*Dataset, error) {
+func Open(path, split, columns string) (*Dataset, error) { return OpenConfig(path, "", split, columns) }
+
+// OpenConfig is Open for a dataset folder with configs: config names one of its card's (README.md) configs, or
+// a config folder (CONFIG/SPLIT/*.parquet, the layout of the Hub's parquet conversion); "" is the card's
+// default config, or the folder itself.
+func OpenConfig(path, config, split, columns string) (*Dataset, error) {
 	cols, err := ParseColumns(columns)
 	if err != nil {
 		return nil, err
@@ -73,6 +79,27 @@ func Open(path, split, columns string) (*Dataset, error) {
 			return nil, fmt.Errorf("--split %s picks the files of a dataset folder, but %s is one parquet file: leave --split out, or pass the dataset folder", split, path)
 		}
 		return &Dataset{Path: path, Files: []string{path}, Columns: cols}, nil
+	}
+	// A card (README.md) naming configs chooses the files, as the Hub and the datasets library read it.
+	if configs, err := ReadCard(os.DirFS(path)); err != nil || configs != nil {
+		if err != nil {
+			return nil, fmt.Errorf("%s: %v", path, err)
+		}
+		_, files, err := cardSelect(os.DirFS(path), path, configs, config, split)
+		if err != nil {
+			return nil, err
+		}
+		for i, f := range files {
+			files[i] = filepath.Join(path, filepath.FromSlash(f))
+		}
+		return &Dataset{Path: path, Split: cmp.Or(split, DefaultSplit), Files: files, Columns: cols}, nil
+	}
+	if config != "" {
+		sub := filepath.Join(path, config)
+		if st, err := os.Stat(sub); err != nil || !st.IsDir() || strings.ContainsAny(config, `/\`) {
+			return nil, fmt.Errorf("%s has no config %q: no card (README.md) naming configs, and no folder %s", path, config, sub)
+		}
+		return OpenConfig(sub, "", split, columns)
 	}
 	if split == "" {
 		split = DefaultSplit
