@@ -55,21 +55,17 @@ func newTrainCommand(opts *Options) *cobra.Command {
   parquet      a Hugging Face dataset: a .parquet file, or a dataset folder in the hub layout
                (data/train-00000-of-00002.parquet or train/*.parquet; --split train|validation|test, default
                train); its columns say what it holds: instruction/input/output (Alpaca), text, GLUE's columns
-<<<<<<< HEAD
                with --task (sequence classification), image + label (ViT), prompt/chosen/rejected (preference
                pairs); --columns text=content renames
   preference   preference pairs for --objective dpo or orpo: JSONL (.jsonl whose rows are {"prompt", "chosen",
                "rejected"}, strings or message lists with the chat template; the prompt may be implicit) or
                parquet with those columns; truncated as TRL does (--max-prompt-len keeps a prompt's end,
                --seq-len cuts the completion's end) (docs/preference.md)
-=======
-               with --task (sequence classification), image + label (ViT); --columns text=content renames
 Hugging Face Hub ids work for both (docs/hub.md): --model ORG/NAME[@REVISION] (also --init-adapter), --data and
 --eval-data hf://datasets/ORG/NAME[@REVISION][/PATH], its config chosen by --data-config (the card's configs, its
 default when not given) and its split by --split; a dataset without parquet files is read from the Hub's parquet
 conversion. Files go to the huggingface_hub cache Python's tools share (HF_HUB_CACHE, HF_HOME/hub,
 ~/.cache/huggingface/hub); HF_ENDPOINT, HF_TOKEN and HF_HUB_OFFLINE=1 are read as huggingface_hub reads them.
->>>>>>> main
 Text formats use --tokenizer (default: the model folder). Settings come from the defaults, then --config (YAML
 with the same keys as the flags, snake_case: --lora-r is lora_r), then the flags given; the whole config is
 validated before anything is printed, and printed before any compute. The output folder receives run.yaml,
@@ -97,12 +93,9 @@ gradients to the host; the loss is read back every --log-every steps.`,
   finetune train --model pretrained/llama-tiny --data chats.jsonl --seq-len 512 --packing --out runs/chat --steps 200
   finetune train --model pretrained/llama-tiny --data my-hub-dataset --split train --columns output=response \
     --out runs/alpaca --steps 100
-<<<<<<< HEAD
+  finetune train --model HuggingFaceTB/SmolLM2-135M --data hf://datasets/tatsu-lab/alpaca --seq-len 512 --out runs/smol --steps 200
   finetune train --model pretrained/llama-tiny --data pairs.jsonl --objective dpo --dpo-beta 0.1 --lora-targets all-linear \
     --eval-split 0.1 --eval-every 20 --out runs/dpo --steps 100
-=======
-  finetune train --model HuggingFaceTB/SmolLM2-135M --data hf://datasets/tatsu-lab/alpaca --seq-len 512 --out runs/smol --steps 200
->>>>>>> main
   finetune train --out runs/vit --resume --steps 400`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
