@@ -79,13 +79,18 @@ func CheckTokenInputs(b Batch, vocab, positions int, positionsWhy string) error 
 // LoadTextTokenizer reads the tokenizer of text data for model (opts.Tokenizer, else the model folder's) and checks
 // that it belongs to the model (its family's CheckTokenizer); it returns the path it read too. Errors name it.
 func LoadTextTokenizer(opts DataOptions, modelDir string, model Model) (*tokenizer.Tokenizer, string, error) {
+	return loadTokenizer(opts, modelDir, model, "text data")
+}
+
+// loadTokenizer is LoadTextTokenizer for data that what names in its message.
+func loadTokenizer(opts DataOptions, modelDir string, model Model, what string) (*tokenizer.Tokenizer, string, error) {
 	path := opts.Tokenizer
 	if path == "" {
 		path = modelDir
 	}
 	tok, err := tokenizer.Load(path)
 	if err != nil {
-		return nil, path, fmt.Errorf("text data needs a tokenizer (--tokenizer, or tokenizer files in the model folder): %w", err)
+		return nil, path, fmt.Errorf("%s needs a tokenizer (--tokenizer, or tokenizer files in the model folder): %w", what, err)
 	}
 	if err := CheckTokenizer(tok, model); err != nil {
 		return nil, path, fmt.Errorf("%s: %w", path, err)
@@ -99,16 +104,9 @@ func textExamplesNoted(path string, opts DataOptions, model Model, modelDir stri
 		return nil, fmt.Errorf("text data needs a model over token ids; %s", familyTitle(model))
 	}
 	spec := tm.TextSpec()
-	tok, _, err := LoadTextTokenizer(opts, modelDir, model)
+	tok, seqLen, err := textTokenizer(opts, model, spec, modelDir, "text data")
 	if err != nil {
 		return nil, err
-	}
-	seqLen := opts.SeqLen
-	if seqLen == 0 {
-		seqLen = min(256, spec.MaxPositions)
-	}
-	if seqLen < 2 || seqLen > spec.MaxPositions {
-		return nil, fmt.Errorf("--seq-len %d: a sequence needs 2 to %d tokens (the model's max_position_embeddings)", seqLen, spec.MaxPositions)
 	}
 	pad, ok := tok.Pad()
 	if !ok {
@@ -249,4 +247,22 @@ func CheckTextTokenizer(tok *tokenizer.Tokenizer, model Model) error {
 		return fmt.Errorf("the tokenizer has %d tokens but the model's vocabulary has %d (vocab_size): they do not belong together; use the model's own tokenizer", n, vocab)
 	}
 	return nil
+}
+
+// textTokenizer loads the tokenizer of text data for model (opts.Tokenizer, else the model folder's), checks it
+// against the model, and returns it with the sequence length (opts.SeqLen; default 256, at most the model's
+// positions). what names the data in the errors.
+func textTokenizer(opts DataOptions, model Model, spec models.TextSpec, modelDir, what string) (*tokenizer.Tokenizer, int, error) {
+	tok, _, err := loadTokenizer(opts, modelDir, model, what)
+	if err != nil {
+		return nil, 0, err
+	}
+	seqLen := opts.SeqLen
+	if seqLen == 0 {
+		seqLen = min(256, spec.MaxPositions)
+	}
+	if seqLen < 2 || seqLen > spec.MaxPositions {
+		return nil, 0, fmt.Errorf("--seq-len %d: a sequence needs 2 to %d tokens (the model's max_position_embeddings)", seqLen, spec.MaxPositions)
+	}
+	return tok, seqLen, nil
 }
