@@ -11,7 +11,7 @@ import (
 
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/gguf"
-	"github.com/memfit/memfit/gguf/llamagguf"
+	"github.com/memfit/memfit/gguf/decodergguf"
 	"github.com/memfit/memfit/llamacpp"
 	"github.com/memfit/memfit/tokenizer"
 )
@@ -44,7 +44,7 @@ func TestRun(t *testing.T) {
 	}
 	tmp := t.TempDir()
 	file := filepath.Join(tmp, "tiny.gguf")
-	if err := finetune.ExportGGUF(file, m, m.Params(), tok, llamagguf.Options{Type: gguf.F32, Name: "tiny"}); err != nil {
+	if err := finetune.ExportGGUF(file, m, m.Params(), tok, decodergguf.Options{Type: gguf.F32, Name: "tiny"}); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()

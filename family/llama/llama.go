@@ -6,6 +6,7 @@ package llama
 
 import (
 	"github.com/memfit/memfit/family/lm"
+	"github.com/memfit/memfit/gguf/decodergguf"
 	"github.com/memfit/memfit/models/decoder"
 	"github.com/memfit/memfit/models/hfconfig"
 )
@@ -17,7 +18,7 @@ const (
 )
 
 // Spec is the LLaMA family.
-var Spec = &lm.Spec{Name: "llama", Title: "LLaMA", Decode: decode, JSON: writeJSON, Presets: Presets, GGUFArch: "llama",
+var Spec = &lm.Spec{Name: "llama", Title: "LLaMA", Decode: decode, JSON: writeJSON, Presets: Presets, GGUF: &decodergguf.Llama,
 	CausalLM: ArchCausalLM, Classifier: ArchClassification}
 
 func init() { lm.Register(Spec) }

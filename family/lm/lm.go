@@ -20,7 +20,7 @@ import (
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/gguf"
-	"github.com/memfit/memfit/gguf/llamagguf"
+	"github.com/memfit/memfit/gguf/decodergguf"
 	"github.com/memfit/memfit/loss"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/models/decoder"
@@ -40,8 +40,9 @@ type Spec struct {
 	// Presets are named shapes of the family's models for the planner and finetune init (causal LMs; Preset
 	// sets their token ids and task).
 	Presets map[string]decoder.Config
-	// GGUFArch is llama.cpp's general.architecture for the family ("" when llama.cpp has none: no GGUF export).
-	GGUFArch string
+	// GGUF is the llama.cpp architecture the family exports as and reads (decodergguf.Llama, Qwen2, ...; nil:
+	// no GGUF export).
+	GGUF *decodergguf.Arch
 	// CausalLM and Classifier are the family's transformers classes (config.json's "architectures"):
 	// "LlamaForCausalLM", "LlamaForSequenceClassification".
 	CausalLM, Classifier string
@@ -301,25 +302,17 @@ func Family(s *Spec) finetune.Family {
 			return config, params, err
 		},
 	}
-	// GGUF: the llama architecture's layout (gguf/llamagguf); the other architectures' names come with their
-	// writer.
-	if s.GGUFArch == llamagguf.Arch {
-		f.GGUFArchs = []string{s.GGUFArch}
-		f.GGUF = func(m finetune.Model, params models.Params, o llamagguf.Options) ([]gguf.KV, []gguf.Tensor, error) {
+	if a := s.GGUF; a != nil {
+		f.GGUFArchs = []string{a.Name}
+		f.GGUF = func(m finetune.Model, params models.Params, o decodergguf.Options) ([]gguf.KV, []gguf.Tensor, error) {
 			c := m.(Model).Config
 			if c.Classifier() {
 				return nil, nil, fmt.Errorf("GGUF export is for causal LMs; this model is a %s sequence classifier", s.Title)
 			}
-			if slices.Contains(c.Sliding, true) {
-				return nil, nil, fmt.Errorf("GGUF export of a %s with sliding-window layers (sliding_window %d): llama.cpp's %s architecture attends to the whole context", s.Title, c.SlidingWindow, s.GGUFArch)
-			}
-			if params == nil {
-				return nil, nil, nil
-			}
-			return llamagguf.Plan(c, params, o)
+			return decodergguf.Plan(*a, c, params, o)
 		}
 		f.LoadGGUF = func(path string, opts finetune.ModelOptions) (finetune.Model, error) {
-			g, err := llamagguf.Read(path)
+			g, err := decodergguf.Read(path)
 			if err != nil {
 				return nil, err
 			}
