@@ -128,4 +128,3 @@ func js(t *testing.T, c decoder.Config) string {
 	}
 	return string(b)
 }
-
