@@ -84,6 +84,12 @@ func TestHubModelCommands(t *testing.T) {
 		t.Errorf("the merged export generates %q (exit %d: %s), want %q", got, code, errOut, want)
 	}
 
+	// finetune download prints the snapshot folder.
+	if got, errOut, code := run(t, "download", "memfit-test/llama-tiny-alpaca"); code != 0 ||
+		strings.TrimSpace(got) != filepath.Join(home, "hub", "models--memfit-test--llama-tiny-alpaca", "snapshots", hub.Repos()["model:memfit-test/llama-tiny-alpaca"].Branches["main"]) {
+		t.Errorf("download: exit %d, %q: %s", code, got, errOut)
+	}
+
 	// Offline, no server: the same from the cache.
 	hub.Hub.Close()
 	t.Setenv("HF_HUB_OFFLINE", "1")
