@@ -33,6 +33,16 @@ func standIn(t *testing.T) (*hubtest.Hub, string) {
 // no server prints the same; a name that is neither a folder nor a repository is one line naming both.
 func TestHubModelCommands(t *testing.T) {
 	hub, home := standIn(t)
+	// --dry-run resolves the revision to its commit and downloads nothing.
+	dry, errOut, code := run(t, "train", "--dry-run", "--model", "memfit-test/llama-tiny", "--data", filepath.Join(hfTestdata, "alpaca.jsonl"), "--out", filepath.Join(t.TempDir(), "dry"))
+	if main := hub.Repos()["model:memfit-test/llama-tiny"].Branches["main"]; code != 0 || !strings.Contains(dry, "model_hub:\n  commit: "+main) {
+		t.Errorf("--dry-run: exit %d:\n%s%s", code, dry, errOut)
+	}
+	for _, r := range hub.Requests() {
+		if strings.Contains(r, "/resolve/") {
+			t.Errorf("--dry-run requested %s", r)
+		}
+	}
 	local := []string{"generate", "--model", filepath.Join("..", "pretrained", "llama-tiny"), "--adapter", filepath.Join("..", "pretrained", "llama-tiny-alpaca"),
 		"--prompt", "Give three tips", "--chat", "--max-new-tokens", "6"}
 	want, errOut, code := run(t, local...)
