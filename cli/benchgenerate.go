@@ -13,7 +13,7 @@ import (
 	"github.com/memfit/memfit/bench"
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/gguf"
-	"github.com/memfit/memfit/gguf/decodergguf"
+	"github.com/memfit/memfit/gguf/llamagguf"
 	"github.com/memfit/memfit/llamacpp"
 	"github.com/memfit/memfit/runner"
 	"github.com/memfit/memfit/tokenizer"
@@ -165,7 +165,7 @@ func benchGGUF(file string, model finetune.Model, tok *tokenizer.Tokenizer, work
 	}
 	path := filepath.Join(workDir, "model-f32.gguf")
 	fmt.Fprintf(log, "exporting the model as GGUF (f32) for llama.cpp: %s\n", path)
-	if err := finetune.ExportGGUF(path, model, model.Params(), tok, decodergguf.Options{Type: gguf.F32, Name: "bench"}); err != nil {
+	if err := finetune.ExportGGUF(path, model, model.Params(), tok, llamagguf.Options{Type: gguf.F32, Name: "bench"}); err != nil {
 		return "", "", err
 	}
 	return path, "f32", nil

@@ -20,7 +20,7 @@ import (
 	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/evals"
 	"github.com/memfit/memfit/finetune"
-	"github.com/memfit/memfit/gguf/decodergguf"
+	"github.com/memfit/memfit/gguf/llamagguf"
 	"github.com/memfit/memfit/tokenizer"
 )
 
@@ -101,7 +101,7 @@ func loadTokenizer(path string) (*tokenizer.Tokenizer, error) {
 	if !finetune.IsGGUF(path) {
 		return tokenizer.Load(path)
 	}
-	t, err := decodergguf.ReadTokenizer(path)
+	t, err := llamagguf.ReadTokenizer(path)
 	if err == nil && t == nil {
 		err = fmt.Errorf("%s holds no tokenizer (tokenizer.ggml.model none): give --tokenizer", path)
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/memfit/memfit/chattemplate"
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/gguf"
-	"github.com/memfit/memfit/gguf/decodergguf"
+	"github.com/memfit/memfit/gguf/llamagguf"
 	"github.com/memfit/memfit/gguf/ollama"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/tokenizer"
@@ -44,7 +44,7 @@ func (g ggufExport) export(cmd *cobra.Command, opts *Options) error {
 		return usagef("--checkpoint goes with --run")
 	case g.out == "":
 		return usagef("--out is required: the GGUF file to write, e.g. model.gguf")
-	case !decodergguf.IsGGUF(g.out):
+	case !llamagguf.IsGGUF(g.out):
 		return usagef("--out %s: a GGUF export is one file: give a name ending in .gguf, e.g. %s", g.out, filepath.Join(g.out, "model.gguf"))
 	}
 	typ, err := gguf.ParseTensorType(g.typ)
@@ -106,7 +106,7 @@ func (g ggufExport) export(cmd *cobra.Command, opts *Options) error {
 			tokPath = spec.Model
 		}
 	} else {
-		if decodergguf.IsGGUF(g.model) {
+		if llamagguf.IsGGUF(g.model) {
 			return usagef("--model %s is a GGUF file already: export reads a Hugging Face model folder", g.model)
 		}
 		if _, _, err := hubFolders(cmd, &g.model, &g.adapter); err != nil {
@@ -154,7 +154,7 @@ func (g ggufExport) export(cmd *cobra.Command, opts *Options) error {
 	if tok == nil {
 		why = "the model was exported without a tokenizer"
 		notes = append(notes, fmt.Sprintf("%s has no tokenizer: the GGUF's vocabulary is placeholder tokens %s (token ids only); give --tokenizer to include one",
-			tokPath, fmt.Sprintf(decodergguf.PlaceholderToken, 0)))
+			tokPath, fmt.Sprintf(llamagguf.PlaceholderToken, 0)))
 	} else {
 		if err := finetune.CheckTokenizer(tok, model); err != nil {
 			return fmt.Errorf("%s: %w", tokPath, err)
@@ -173,8 +173,8 @@ func (g ggufExport) export(cmd *cobra.Command, opts *Options) error {
 	}
 	name := strings.TrimSuffix(filepath.Base(g.out), filepath.Ext(g.out))
 	progress := countProgress(stderr, "export: writing "+g.out+" ("+typ.String()+"), tensors")
-	if err := finetune.ExportGGUF(g.out, model, params, tok, decodergguf.Options{Type: typ, Name: name, Progress: progress,
-		Note: func(note string) { fmt.Fprintf(stderr, "export: note: %s\n", note) }}); err != nil {
+	note := func(n string) { notes = append(notes, n) }
+	if err := finetune.ExportGGUF(g.out, model, params, tok, llamagguf.Options{Type: typ, Name: name, Progress: progress, Note: note}); err != nil {
 		return err
 	}
 	var stops []string

@@ -138,7 +138,8 @@ func TestFamiliesEndToEnd(t *testing.T) {
 			}
 			merged := exportMerged(t, out, "merged", "--run", straight)
 			// Named "lora", not after the family: llama.cpp gives a model whose general.name says "phi3" Phi-3's
-			// token attributes, by text ("</s>", "<unk>", ...), which the tokenizer of these tests does not have.
+			// token attributes, by text ("</s>", "<unk>", ...), which the tokenizer of these tests does not have
+			// (docs/gguf.md).
 			gguf := exportGGUF(t, out, "lora", "f32", "--run", straight)
 			fromMerged, withAdapter := loadMemfitLM(t, merged, ""), loadMemfitLM(t, dir, peft)
 			a, b := fromMerged.greedy(t, prompt, 16), withAdapter.greedy(t, prompt, 16)

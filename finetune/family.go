@@ -11,7 +11,7 @@ import (
 
 	"github.com/memfit/memfit/attention"
 	"github.com/memfit/memfit/gguf"
-	"github.com/memfit/memfit/gguf/decodergguf"
+	"github.com/memfit/memfit/gguf/llamagguf"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/models/hfconfig"
 	"github.com/memfit/memfit/tokenizer"
@@ -87,7 +87,7 @@ type Family struct {
 	// name) with the options' tokenizer vocabulary, in llama.cpp's names and layouts (ExportGGUF writes them);
 	// an error says why m cannot be exported (a classifier, say); with params nil it only checks that (nil
 	// metadata and tensors). nil: no GGUF export.
-	GGUF func(m Model, params models.Params, o decodergguf.Options) ([]gguf.KV, []gguf.Tensor, error)
+	GGUF func(m Model, params models.Params, o llamagguf.Options) ([]gguf.KV, []gguf.Tensor, error)
 	// LoadGGUF loads a GGUF file of one of GGUFArchs (tensors dequantised to float32) in the model-wide modes of
 	// opts.
 	LoadGGUF func(path string, opts ModelOptions) (Model, error)

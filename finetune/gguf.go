@@ -6,14 +6,14 @@ import (
 	"slices"
 
 	"github.com/memfit/memfit/gguf"
-	"github.com/memfit/memfit/gguf/decodergguf"
+	"github.com/memfit/memfit/gguf/llamagguf"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/tokenizer"
 )
 
 // IsGGUF reports whether path names a GGUF file (by its .gguf extension).
-func IsGGUF(path string) bool { return decodergguf.IsGGUF(path) }
+func IsGGUF(path string) bool { return llamagguf.IsGGUF(path) }
 
 // ggufFamily returns model's family when it exports GGUF files; any other model is an error saying so.
 func ggufFamily(model Model) (Family, error) {
@@ -37,14 +37,14 @@ func CheckGGUF(model Model) error {
 	if err != nil {
 		return err
 	}
-	_, _, err = fam.GGUF(model, nil, decodergguf.Options{})
+	_, _, err = fam.GGUF(model, nil, llamagguf.Options{})
 	return err
 }
 
 // ExportGGUF writes params (a merged model's, by Hugging Face name: Trainer.Merged, MergedParams) of the causal
 // LM model with the tokenizer tok (nil: none, token ids only) to path as a GGUF file, atomically, in the names
 // and layouts its family gives (Family.GGUF).
-func ExportGGUF(path string, model Model, params models.Params, tok *tokenizer.Tokenizer, o decodergguf.Options) error {
+func ExportGGUF(path string, model Model, params models.Params, tok *tokenizer.Tokenizer, o llamagguf.Options) error {
 	fam, err := ggufFamily(model)
 	if err != nil {
 		return err
@@ -91,11 +91,16 @@ func LoadGGUF(path string, opts ModelOptions) (Model, Family, error) {
 		return nil, Family{}, err
 	}
 	arch, _, err := f.String("general.architecture")
+	modelType := llamagguf.ModelType(f)
 	f.Close()
 	if err != nil {
 		return nil, Family{}, fmt.Errorf("%s: %w", path, err)
 	}
-	fam, ok := FamilyOfGGUFArch(arch)
+	// A file memfit wrote names its family (a Mistral is written as llama.cpp's llama); others go by architecture.
+	fam, ok := FamilyByName(modelType)
+	if !ok || fam.LoadGGUF == nil || !slices.Contains(fam.GGUFArchs, arch) {
+		fam, ok = FamilyOfGGUFArch(arch)
+	}
 	if !ok {
 		var archs []string
 		for _, f := range Families() {

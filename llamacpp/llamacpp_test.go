@@ -11,7 +11,7 @@ import (
 
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/gguf"
-	"github.com/memfit/memfit/gguf/decodergguf"
+	"github.com/memfit/memfit/gguf/llamagguf"
 	"github.com/memfit/memfit/llamacpp"
 	"github.com/memfit/memfit/tokenizer"
 )
@@ -44,7 +44,7 @@ func TestRun(t *testing.T) {
 	}
 	tmp := t.TempDir()
 	file := filepath.Join(tmp, "tiny.gguf")
-	if err := finetune.ExportGGUF(file, m, m.Params(), tok, decodergguf.Options{Type: gguf.F32, Name: "tiny"}); err != nil {
+	if err := finetune.ExportGGUF(file, m, m.Params(), tok, llamagguf.Options{Type: gguf.F32, Name: "tiny"}); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
@@ -80,6 +80,20 @@ func TestRun(t *testing.T) {
 	n := len(tok.Encode(text, true))
 	if len(res.Score) != 1 || len(res.Score[0].Top) != n || res.Score[0].Top[n-1] != g.Tokens[0] {
 		t.Errorf("score %+v: the greedy token after the whole prompt should be generate's first, %d", res.Score, g.Tokens[0])
+	}
+
+	// Several requests in one process answer as each alone does, in order; a failing one fails them all.
+	all, err := tl.RunAll(ctx, []llamacpp.Request{{Model: file, VocabOnly: true, Tokenize: []llamacpp.TokenizeRequest{{Text: text, AddSpecial: true}}},
+		{Model: file, Generate: &llamacpp.GenerateRequest{Prompt: tok.Encode(text, true), Tokens: 4}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 2 || len(all[0].Tokenize) != 1 || !equal(all[0].Tokenize[0], res.Tokenize[0]) || all[1].Generate == nil || !equal(all[1].Generate.Tokens, g.Tokens) {
+		t.Errorf("RunAll: %+v, %+v; want the tokenization %v and the tokens %v", all[0], all[1], res.Tokenize[0], g.Tokens)
+	}
+	if _, err := tl.RunAll(ctx, []llamacpp.Request{{Model: file, VocabOnly: true}, {Model: filepath.Join(tmp, "missing.gguf")}}); err == nil ||
+		!strings.Contains(err.Error(), "missing.gguf: llama.cpp cannot load it") {
+		t.Errorf("RunAll with a missing file: %v", err)
 	}
 
 	truncated := filepath.Join(tmp, "truncated.gguf")

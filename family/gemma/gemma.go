@@ -8,16 +8,15 @@ package gemma
 
 import (
 	"github.com/memfit/memfit/family/lm"
-	"github.com/memfit/memfit/gguf/decodergguf"
 	"github.com/memfit/memfit/models/decoder"
 	"github.com/memfit/memfit/models/hfconfig"
 )
 
 // Gemma2 and Gemma3 are the families.
 var (
-	Gemma2 = &lm.Spec{Name: "gemma2", Title: "Gemma 2", Decode: decode, JSON: writeJSON, Presets: Gemma2Presets, GGUF: &decodergguf.Gemma2,
+	Gemma2 = &lm.Spec{Name: "gemma2", Title: "Gemma 2", Decode: decode, JSON: writeJSON, Presets: Gemma2Presets, GGUFArch: "gemma2",
 		CausalLM: "Gemma2ForCausalLM", Classifier: "Gemma2ForSequenceClassification"}
-	Gemma3 = &lm.Spec{Name: "gemma3_text", Title: "Gemma 3", Decode: decode, JSON: writeJSON, Presets: Gemma3Presets, GGUF: &decodergguf.Gemma3,
+	Gemma3 = &lm.Spec{Name: "gemma3_text", Title: "Gemma 3", Decode: decode, JSON: writeJSON, Presets: Gemma3Presets, GGUFArch: "gemma3",
 		CausalLM: "Gemma3ForCausalLM", Classifier: "Gemma3ForSequenceClassification"}
 )
 

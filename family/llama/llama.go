@@ -6,7 +6,6 @@ package llama
 
 import (
 	"github.com/memfit/memfit/family/lm"
-	"github.com/memfit/memfit/gguf/decodergguf"
 	"github.com/memfit/memfit/models/decoder"
 	"github.com/memfit/memfit/models/hfconfig"
 )
@@ -18,7 +17,7 @@ const (
 )
 
 // Spec is the LLaMA family.
-var Spec = &lm.Spec{Name: "llama", Title: "LLaMA", Decode: decode, JSON: writeJSON, Presets: Presets, GGUF: &decodergguf.Llama,
+var Spec = &lm.Spec{Name: "llama", Title: "LLaMA", Decode: decode, JSON: writeJSON, Presets: Presets, GGUFArch: "llama",
 	CausalLM: ArchCausalLM, Classifier: ArchClassification}
 
 func init() { lm.Register(Spec) }

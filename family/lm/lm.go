@@ -20,7 +20,7 @@ import (
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/gguf"
-	"github.com/memfit/memfit/gguf/decodergguf"
+	"github.com/memfit/memfit/gguf/llamagguf"
 	"github.com/memfit/memfit/loss"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/models/decoder"
@@ -40,9 +40,8 @@ type Spec struct {
 	// Presets are named shapes of the family's models for the planner and finetune init (causal LMs; Preset
 	// sets their token ids and task).
 	Presets map[string]decoder.Config
-	// GGUF is the llama.cpp architecture the family exports as and reads (decodergguf.Llama, Qwen2, ...; nil:
-	// no GGUF export).
-	GGUF *decodergguf.Arch
+	// GGUFArch is llama.cpp's general.architecture for the family ("" when llama.cpp has none: no GGUF export).
+	GGUFArch string
 	// CausalLM and Classifier are the family's transformers classes (config.json's "architectures"):
 	// "LlamaForCausalLM", "LlamaForSequenceClassification".
 	CausalLM, Classifier string
@@ -302,17 +301,24 @@ func Family(s *Spec) finetune.Family {
 			return config, params, err
 		},
 	}
-	if a := s.GGUF; a != nil {
-		f.GGUFArchs = []string{a.Name}
-		f.GGUF = func(m finetune.Model, params models.Params, o decodergguf.Options) ([]gguf.KV, []gguf.Tensor, error) {
+	if s.GGUFArch != "" {
+		f.GGUFArchs = []string{s.GGUFArch}
+		f.GGUF = func(m finetune.Model, params models.Params, o llamagguf.Options) ([]gguf.KV, []gguf.Tensor, error) {
 			c := m.(Model).Config
 			if c.Classifier() {
 				return nil, nil, fmt.Errorf("GGUF export is for causal LMs; this model is a %s sequence classifier", s.Title)
 			}
-			return decodergguf.Plan(*a, c, params, o)
+			if err := llamagguf.Check(c, s.GGUFArch); err != nil {
+				return nil, nil, fmt.Errorf("%s: %w", s.Title, err)
+			}
+			if params == nil {
+				return nil, nil, nil
+			}
+			o.Arch, o.ModelType = s.GGUFArch, s.Name
+			return llamagguf.Plan(c, params, o)
 		}
 		f.LoadGGUF = func(path string, opts finetune.ModelOptions) (finetune.Model, error) {
-			g, err := decodergguf.Read(path)
+			g, err := llamagguf.Read(path)
 			if err != nil {
 				return nil, err
 			}

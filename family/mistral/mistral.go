@@ -5,14 +5,13 @@ package mistral
 
 import (
 	"github.com/memfit/memfit/family/lm"
-	"github.com/memfit/memfit/gguf/decodergguf"
 	"github.com/memfit/memfit/models/decoder"
 	"github.com/memfit/memfit/models/hfconfig"
 )
 
 // Spec is the Mistral family. llama.cpp runs Mistral as its llama
 // architecture, as its converter writes it.
-var Spec = &lm.Spec{Name: "mistral", Decode: decode, JSON: writeJSON, Title: "Mistral", Presets: Presets, GGUF: &decodergguf.Llama,
+var Spec = &lm.Spec{Name: "mistral", Decode: decode, JSON: writeJSON, Title: "Mistral", Presets: Presets, GGUFArch: "llama",
 	CausalLM: "MistralForCausalLM", Classifier: "MistralForSequenceClassification"}
 
 func init() { lm.Register(Spec) }

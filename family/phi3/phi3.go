@@ -6,13 +6,12 @@ package phi3
 
 import (
 	"github.com/memfit/memfit/family/lm"
-	"github.com/memfit/memfit/gguf/decodergguf"
 	"github.com/memfit/memfit/models/decoder"
 	"github.com/memfit/memfit/models/hfconfig"
 )
 
 // Spec is the Phi-3 family.
-var Spec = &lm.Spec{Name: "phi3", Decode: decode, JSON: writeJSON, Title: "Phi-3", Presets: Presets, GGUF: &decodergguf.Phi3,
+var Spec = &lm.Spec{Name: "phi3", Decode: decode, JSON: writeJSON, Title: "Phi-3", Presets: Presets, GGUFArch: "phi3",
 	CausalLM: "Phi3ForCausalLM", Classifier: "Phi3ForSequenceClassification"}
 
 func init() { lm.Register(Spec) }

@@ -6,16 +6,15 @@ package qwen
 
 import (
 	"github.com/memfit/memfit/family/lm"
-	"github.com/memfit/memfit/gguf/decodergguf"
 	"github.com/memfit/memfit/models/decoder"
 	"github.com/memfit/memfit/models/hfconfig"
 )
 
 // Qwen2 is the Qwen2 / Qwen2.5 family; Qwen3 the Qwen3 family.
 var (
-	Qwen2 = &lm.Spec{Name: "qwen2", Title: "Qwen2", Decode: decode, JSON: writeJSON, Presets: Qwen2Presets, GGUF: &decodergguf.Qwen2,
+	Qwen2 = &lm.Spec{Name: "qwen2", Title: "Qwen2", Decode: decode, JSON: writeJSON, Presets: Qwen2Presets, GGUFArch: "qwen2",
 		CausalLM: "Qwen2ForCausalLM", Classifier: "Qwen2ForSequenceClassification"}
-	Qwen3 = &lm.Spec{Name: "qwen3", Title: "Qwen3", Decode: decode, JSON: writeJSON, Presets: Qwen3Presets, GGUF: &decodergguf.Qwen3,
+	Qwen3 = &lm.Spec{Name: "qwen3", Title: "Qwen3", Decode: decode, JSON: writeJSON, Presets: Qwen3Presets, GGUFArch: "qwen3",
 		CausalLM: "Qwen3ForCausalLM", Classifier: "Qwen3ForSequenceClassification"}
 )
 

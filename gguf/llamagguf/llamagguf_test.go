@@ -1,4 +1,4 @@
-package decodergguf
+package llamagguf
 
 import (
 	"encoding/json"
@@ -83,7 +83,7 @@ func TestRoundTrip(t *testing.T) {
 		for _, typ := range []gguf.TensorType{gguf.F32, gguf.F16, gguf.BF16, gguf.Q8_0} {
 			t.Run(c.name+"-"+typ.String(), func(t *testing.T) {
 				path := filepath.Join(tmp, c.name+"-"+typ.String()+".gguf")
-				if err := Write(path, Llama, c.cfg, c.params, Options{Type: typ, Name: c.name, Vocab: c.vocab}); err != nil {
+				if err := Write(path, c.cfg, c.params, Options{Type: typ, Name: c.name, Vocab: c.vocab}); err != nil {
 					t.Fatal(err)
 				}
 				f, err := gguf.Open(path)
@@ -189,16 +189,16 @@ func mustJSON(t *testing.T, c decoder.Config) string {
 	return string(b)
 }
 
-// TestReadRefuses: a GGUF of an architecture memfit does not read, or without its hyperparameters, is one error.
+// TestReadRefuses: a GGUF of another architecture, or with a tensor a LLaMA does not have, is one error.
 func TestReadRefuses(t *testing.T) {
 	tmp := t.TempDir()
 	p := filepath.Join(tmp, "x.gguf")
 	ts := []gguf.Tensor{{Info: gguf.TensorInfo{Name: "token_embd.weight", Dims: []uint64{4, 8}, Type: gguf.F32}, Values: func() ([]float32, error) { return make([]float32, 32), nil }}}
-	if err := gguf.WriteFile(p, []gguf.KV{{Key: "general.architecture", Value: "mamba"}}, ts); err != nil {
+	if err := gguf.WriteFile(p, []gguf.KV{{Key: "general.architecture", Value: "bert"}}, ts); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Read(p); err == nil || !strings.Contains(err.Error(), `general.architecture is "mamba"`) {
-		t.Fatalf("mamba: %v", err)
+	if _, err := Read(p); err == nil || !strings.Contains(err.Error(), `general.architecture is "bert"`) {
+		t.Fatalf("bert: %v", err)
 	}
 	if err := gguf.WriteFile(p, []gguf.KV{{Key: "general.architecture", Value: "llama"}}, ts); err != nil {
 		t.Fatal(err)
@@ -216,7 +216,7 @@ func TestLlama3FromConverterFile(t *testing.T) {
 	cfg.RopeTheta = 500000
 	cfg.RopeScaling = &decoder.RopeScaling{Type: decoder.RopeLlama3, Factor: 32, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 256}
 	ours := filepath.Join(tmp, "memfit.gguf")
-	if err := Write(ours, Llama, cfg, params, Options{Type: gguf.F32}); err != nil {
+	if err := Write(ours, cfg, params, Options{Type: gguf.F32}); err != nil {
 		t.Fatal(err)
 	}
 	strip := func(out string, edit func(name string, x []float32)) {
@@ -283,7 +283,7 @@ func TestBiasesRoundTrip(t *testing.T) {
 		}
 	}
 	p := filepath.Join(t.TempDir(), "bias.gguf")
-	if err := Write(p, Llama, cfg, params, Options{Type: gguf.F32}); err != nil {
+	if err := Write(p, cfg, params, Options{Type: gguf.F32}); err != nil {
 		t.Fatal(err)
 	}
 	f, err := gguf.Open(p)

@@ -1,4 +1,4 @@
-package decodergguf
+package llamagguf
 
 import (
 	"bytes"
@@ -19,7 +19,7 @@ func tinyFile(t testing.TB, typ gguf.TensorType, vocab *tokenizer.GGUFVocab) []b
 		HeadDim: 16, MaxPositionEmbeddings: 32, RMSNormEps: 1e-5, RopeTheta: 10000, PadTokenID: -1, BOSTokenID: 1, EOSTokenID: 2,
 		Task: decoder.CausalLM, RopeScaling: &decoder.RopeScaling{Type: decoder.RopeLlama3, Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 8}}
 	p := filepath.Join(t.TempDir(), "tiny.gguf")
-	if err := Write(p, Llama, cfg, decoder.RandomParams(cfg, 1), Options{Type: typ, Vocab: vocab}); err != nil {
+	if err := Write(p, cfg, decoder.RandomParams(cfg, 1), Options{Type: typ, Vocab: vocab}); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(p)
