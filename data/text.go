@@ -33,6 +33,7 @@ func ReadInstructions(path string) ([]Instruction, error) {
 			// A conversation's keys: a row of the other kind (one kind per file).
 			Messages      json.RawMessage `json:"messages"`
 			Conversations json.RawMessage `json:"conversations"`
+			Chosen        json.RawMessage `json:"chosen"` // a preference pair's
 		}
 		dec := json.NewDecoder(strings.NewReader(text))
 		if err := dec.Decode(&row); err != nil {
@@ -43,6 +44,9 @@ func ReadInstructions(path string) ([]Instruction, error) {
 		}
 		if row.Messages != nil || row.Conversations != nil {
 			return mixedKind(path, line, KindMessages, KindAlpaca)
+		}
+		if row.Chosen != nil {
+			return mixedKind(path, line, KindPreference, KindAlpaca)
 		}
 		if row.Status != nil && *row.Status != "ok" {
 			return nil

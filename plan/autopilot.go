@@ -603,7 +603,7 @@ func fullCalibration(o AutopilotOptions, costs []ModeCost) error {
 		o.Model = m
 	}
 	if o.Batch == nil {
-		o.Batch = finetune.RandomBatch(o.Model, o.Shape, 1)
+		o.Batch = finetune.StepRandomBatch(o.Model, o.Config, o.Shape, 1)
 	}
 	return CalibrateModes(o, costs)
 }
