@@ -130,8 +130,8 @@ func (o GLUEOptions) config(v finetune.Variant, steps int) finetune.Config {
 }
 
 // RunGLUE trains and scores every task in every variant: a classifier head per task made from Model
-// (bert.NewHead, seeded), LoRA training on the task's train split, then its dev split scored (CoLA's Matthews
-// correlation, STS-B's Pearson correlation, accuracy for the others).
+// (bert.NewHead, seeded), LoRA training on the task's train split with the variants side by side (runTask), then
+// the dev split scored (CoLA's Matthews correlation, STS-B's Pearson correlation, accuracy for the others).
 func RunGLUE(ctx context.Context, o GLUEOptions) (*GLUEReport, error) {
 	start := time.Now()
 	rep := &GLUEReport{Model: o.Model, Backend: o.Backend.Name(), Options: o}
@@ -179,15 +179,14 @@ func RunGLUE(ctx context.Context, o GLUEOptions) (*GLUEReport, error) {
 		if err != nil {
 			return nil, err
 		}
-		steps := o.taskSteps(len(train))
-		for _, v := range o.Variants {
-			cell, err := o.runCell(ctx, head, task, v, steps, tok, dev)
-			if err != nil {
-				return nil, fmt.Errorf("%s, %s: %w", task, v.Name, err)
-			}
+		cells, err := o.runTask(ctx, head, task, o.taskSteps(len(train)), tok, dev)
+		if err != nil {
+			return nil, err
+		}
+		for _, cell := range cells {
 			rep.Cells = append(rep.Cells, cell)
 			if o.Log != nil {
-				fmt.Fprintf(o.Log, "%-6s %-16s %s %.2f  loss %.4f  %d steps  %.1f samples/s  saved %s  peak %s\n", task, v.Name, cell.Metric,
+				fmt.Fprintf(o.Log, "%-6s %-16s %s %.2f  loss %.4f  %d steps  %.1f samples/s  saved %s  peak %s\n", task, cell.Variant, cell.Metric,
 					cell.Score, cell.FinalLoss, cell.Steps, cell.SamplesPerSecond, memory.FormatBytes(cell.SavedActivationBytes), memory.FormatBytes(cell.PeakBytes))
 			}
 		}
@@ -196,53 +195,85 @@ func RunGLUE(ctx context.Context, o GLUEOptions) (*GLUEReport, error) {
 	return rep, nil
 }
 
-// runCell trains one task in one variant and scores it on the dev split.
-func (o GLUEOptions) runCell(ctx context.Context, head, task string, v finetune.Variant, steps int, tok *tokenizer.Tokenizer, dev []data.GLUEExample) (GLUECell, error) {
-	cell := GLUECell{Task: task, Variant: v.Name, Steps: steps}
-	var losses []float64
-	spec := finetune.RunSpec{Model: head, Data: o.Data, DataOptions: finetune.DataOptions{Format: finetune.FormatGLUE, Task: task, SeqLen: o.SeqLen},
-		Config: o.config(v, steps)}
-	hooks := finetune.Hooks{OnStep: func(s finetune.StepStats) {
-		cell.TrainSeconds += s.Seconds
-		cell.SavedActivationBytes, cell.PeakBytes, cell.PeakMethod = s.SavedActivationBytes, s.PeakBytes, s.PeakMethod
-		if s.Synced {
-			losses = append(losses, s.Loss)
+// runTask trains task in every variant side by side, a step of each in turn (so every variant sees the same
+// machine load: the throughput ratios are fair), each with the same batches (same seed), and scores each on the
+// dev split.
+func (o GLUEOptions) runTask(ctx context.Context, head, task string, steps int, tok *tokenizer.Tokenizer, dev []data.GLUEExample) ([]GLUECell, error) {
+	type side struct {
+		cell   GLUECell
+		tr     *finetune.Trainer
+		it     finetune.Iterator
+		losses []float64
+	}
+	var sides []*side
+	defer func() {
+		for _, sd := range sides {
+			sd.tr.Release()
 		}
-	}}
-	res, err := finetune.Recipe{Spec: spec, Backend: o.Backend, Hooks: finetune.RunHooks{Hooks: hooks}}.Run(ctx)
-	if res != nil && res.Trainer != nil {
-		defer res.Trainer.Release()
+	}()
+	opts := finetune.DataOptions{Format: finetune.FormatGLUE, Task: task, SeqLen: o.SeqLen}
+	for _, v := range o.Variants {
+		cfg := o.config(v, steps)
+		m, err := finetune.LoadModel(head, cfg)
+		if err != nil {
+			return nil, err
+		}
+		it, err := finetune.OpenData(o.Data, opts, m, head, cfg.BatchSize, cfg.Seed)
+		if err != nil {
+			return nil, err
+		}
+		tr, err := finetune.New(m, cfg, o.Backend)
+		if err != nil {
+			return nil, fmt.Errorf("%s, %s: %w", task, v.Name, err)
+		}
+		sides = append(sides, &side{cell: GLUECell{Task: task, Variant: v.Name, Steps: steps}, tr: tr, it: it})
 	}
-	if err != nil {
-		return cell, err
+	for step := 0; step < steps; step++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		for _, sd := range sides {
+			b, err := sd.it.Next()
+			if err != nil {
+				return nil, err
+			}
+			st, err := sd.tr.TrainStep([]finetune.Batch{b})
+			if err != nil {
+				return nil, fmt.Errorf("%s, %s: %w", task, sd.cell.Variant, err)
+			}
+			sd.cell.TrainSeconds += st.Seconds
+			sd.cell.SavedActivationBytes, sd.cell.PeakBytes, sd.cell.PeakMethod = st.SavedActivationBytes, st.PeakBytes, st.PeakMethod
+			sd.losses = append(sd.losses, st.Loss)
+		}
 	}
-	if cell.TrainSeconds > 0 {
-		cell.SamplesPerSecond = float64(steps*o.BatchSize) / cell.TrainSeconds
-	}
-	if n := len(losses); n > 0 {
-		tail := losses[n-max(1, n/10):]
+	var cells []GLUECell
+	for _, sd := range sides {
+		cell := sd.cell
+		if cell.TrainSeconds > 0 {
+			cell.SamplesPerSecond = float64(steps*o.BatchSize) / cell.TrainSeconds
+		}
+		tail := sd.losses[len(sd.losses)-max(1, len(sd.losses)/10):]
 		for _, l := range tail {
 			cell.FinalLoss += l / float64(len(tail))
 		}
+		params, set := sd.tr.Current()
+		preds, err := evals.PredictGLUE(runner.NewLogitsRunner(o.Backend, sd.tr.Model, params, set), tok, dev, o.SeqLen, o.EvalBatch, nil)
+		if err != nil {
+			return nil, fmt.Errorf("%s, %s: %w", task, cell.Variant, err)
+		}
+		score, err := evals.ScoreGLUE(task, dev, preds)
+		if err != nil {
+			return nil, err
+		}
+		cell.Metrics, cell.DevExamples = score.Metrics, score.Examples
+		cell.Metric = map[string]string{data.CoLA: "matthews_correlation", data.STSB: "pearson"}[task]
+		if cell.Metric == "" {
+			cell.Metric = "accuracy"
+		}
+		cell.Score = 100 * score.Metrics[cell.Metric]
+		cells = append(cells, cell)
 	}
-	tr := res.Trainer
-	params, set := tr.Current()
-	lr := runner.NewLogitsRunner(o.Backend, tr.Model, params, set)
-	preds, err := evals.PredictGLUE(lr, tok, dev, o.SeqLen, o.EvalBatch, nil)
-	if err != nil {
-		return cell, err
-	}
-	score, err := evals.ScoreGLUE(task, dev, preds)
-	if err != nil {
-		return cell, err
-	}
-	cell.Metrics, cell.DevExamples = score.Metrics, score.Examples
-	cell.Metric = map[string]string{data.CoLA: "matthews_correlation", data.STSB: "pearson"}[task]
-	if cell.Metric == "" {
-		cell.Metric = "accuracy"
-	}
-	cell.Score = 100 * score.Metrics[cell.Metric]
-	return cell, nil
+	return cells, nil
 }
 
 // cell returns the report's cell of task and variant.
