@@ -38,22 +38,30 @@ func pairInputs() []hfref.Input {
 }
 
 // TestPairsAgainstHF: single texts and pairs with the tokenizer's post-processor (BERT's TemplateProcessing:
-// [CLS] A [SEP] B [SEP] with type ids 0 then 1) and truncation (longest_first) give the ids and token type ids
-// Hugging Face tokenizers gives: from a committed reference made by it (tools/hftokenizers), and from the
-// library itself where it is installed.
+// [CLS] A [SEP] B [SEP] with type ids 0 then 1; the shipped roberta-tiny's RobertaProcessing: <s> A </s></s> B
+// </s>, every type 0) and truncation (longest_first) give the ids and token type ids Hugging Face tokenizers
+// gives: from committed references made by it (tools/hftokenizers), and from the library itself where it is
+// installed.
 func TestPairsAgainstHF(t *testing.T) {
-	path := filepath.Join(golden.SharedDir(t), "tokenizers", "bert-base-uncased", "tokenizer.json")
-	tok, err := tokenizer.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	inputs := pairInputs()
-	for _, maxLength := range []int{0, 12, 24} {
-		ref := filepath.Join("testdata", "pairs-bert-base-uncased-"+itoa(maxLength)+".jsonl")
-		want := referenceFile(t, ref, path, maxLength, inputs)
-		compare(t, tok, inputs, maxLength, want, "committed reference "+ref)
-		if ok, _ := hfref.Available(); ok {
-			compare(t, tok, inputs, maxLength, hfref.Encode(t, path, maxLength, inputs), "Hugging Face tokenizers")
+	for name, path := range map[string]string{
+		"bert-base-uncased": filepath.Join(golden.SharedDir(t), "tokenizers", "bert-base-uncased", "tokenizer.json"),
+		"roberta-tiny":      filepath.Join("..", "pretrained", "roberta-tiny", "tokenizer.json"),
+	} {
+		tok, err := tokenizer.Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kind := map[string]string{"bert-base-uncased": "WordPiece", "roberta-tiny": "BPE"}[name]; tok.ModelKind() != kind {
+			t.Errorf("%s: model kind %q, want %q", name, tok.ModelKind(), kind)
+		}
+		inputs := pairInputs()
+		for _, maxLength := range []int{0, 12, 24} {
+			ref := filepath.Join("testdata", "pairs-"+name+"-"+itoa(maxLength)+".jsonl")
+			want := referenceFile(t, ref, path, maxLength, inputs)
+			compare(t, tok, inputs, maxLength, want, "committed reference "+ref)
+			if ok, _ := hfref.Available(); ok {
+				compare(t, tok, inputs, maxLength, hfref.Encode(t, path, maxLength, inputs), "Hugging Face tokenizers")
+			}
 		}
 	}
 }
