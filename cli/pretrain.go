@@ -343,6 +343,7 @@ is held out).`,
 	f.IntVar(&o.SeqLen, "seq-len", 128, "tokens per sequence (at most 128)")
 	f.Float64Var(&o.LR, "lr", 1e-3, "peak learning rate")
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the initialisation, the data order and the masking")
+	f.Float64Var(&o.MaskProb, "mask-prob", 0.15, "share of the tokens each batch masks (80% <mask>, 10% random, 10% kept)")
 	f.StringVar(&o.From, "from", "", "continue from this RoBERTa masked LM (a further stage with its own schedule) instead of random initialisation")
 	f.BoolVar(&overwrite, "overwrite", false, "replace the model in an --out that holds one")
 	return cmd

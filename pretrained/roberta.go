@@ -36,6 +36,9 @@ type PretrainRobertaOptions struct {
 	Steps, BatchSize, SeqLen int
 	LR                       float64
 	Seed                     uint64
+	// MaskProb is the share of tokens each training batch masks (0: bert.MaskProbability, BERT's 15%); the
+	// held-out loss always masks 15%.
+	MaskProb float64
 	// From, when set, is a RoBERTa masked LM of RobertaConfig's shape to continue training from (a second stage
 	// with its own schedule) instead of random initialisation.
 	From   string
@@ -94,7 +97,7 @@ func PretrainRoberta(ctx context.Context, backend compute.Backend, tokDir string
 	}
 	special := bert.SpecialIDs(tok)
 	heldEx["input_ids"], heldEx["labels"] = bert.Mask(heldEx["input_ids"], heldEx["attention_mask"],
-		rand.New(rand.NewPCG(o.Seed, 0x4e1d)), maskID, c.VocabSize, special)
+		rand.New(rand.NewPCG(o.Seed, 0x4e1d)), bert.MaskProbability, maskID, c.VocabSize, special)
 
 	cj, err := c.JSON()
 	if err != nil {
@@ -129,7 +132,14 @@ func PretrainRoberta(ctx context.Context, backend compute.Backend, tokDir string
 	if err != nil {
 		return 0, 0, err
 	}
-	data := bert.NewMaskedLM(loader, cfg.Seed, maskID, c.VocabSize, special)
+	prob := o.MaskProb
+	if prob == 0 {
+		prob = bert.MaskProbability
+	}
+	if !(prob > 0 && prob < 1) {
+		return 0, 0, fmt.Errorf("--mask-prob %g: give a share of the tokens between 0 and 1", prob)
+	}
+	data := bert.NewMaskedLM(loader, cfg.Seed, prob, maskID, c.VocabSize, special)
 	res, err := finetune.Recipe{Spec: finetune.RunSpec{Model: initDir, Config: cfg}, Data: data, Backend: backend,
 		Hooks: finetune.RunHooks{Hooks: finetune.Hooks{OnStep: o.OnStep}}}.Run(ctx)
 	if err != nil {

@@ -151,7 +151,7 @@ func OpenMaskedLM(path string, opts finetune.DataOptions, m Encoder, tok *tokeni
 	if err != nil {
 		return nil, err
 	}
-	return NewMaskedLM(l, seed, mask, m.Config.VocabSize, SpecialIDs(tok)), nil
+	return NewMaskedLM(l, seed, MaskProbability, mask, m.Config.VocabSize, SpecialIDs(tok)), nil
 }
 
 // MaskedLMRows encodes documents into masked-LM rows of length n: the documents' tokens, the separator between
@@ -197,11 +197,11 @@ func MaskedLMExamples(rows [][]int, n, pad int) (finetune.Examples, error) {
 	return finetune.Examples(ex), nil
 }
 
-// NewMaskedLM returns an iterator over the loader's masked-LM rows that masks each batch afresh (Mask) with a
-// generator seeded by (seed, batch index); its state is the loader's and the batch count, so a resumed run masks
-// as the original would have.
-func NewMaskedLM(loader *finetune.Loader, seed uint64, maskID, vocab int, special map[int]bool) finetune.Iterator {
-	return &maskedLM{loader: loader, seed: seed, mask: maskID, vocab: vocab, special: special}
+// NewMaskedLM returns an iterator over the loader's masked-LM rows that masks a share prob of each batch's tokens
+// afresh (Mask) with a generator seeded by (seed, batch index); its state is the loader's and the batch count, so
+// a resumed run masks as the original would have.
+func NewMaskedLM(loader *finetune.Loader, seed uint64, prob float64, maskID, vocab int, special map[int]bool) finetune.Iterator {
+	return &maskedLM{loader: loader, seed: seed, prob: prob, mask: maskID, vocab: vocab, special: special}
 }
 
 // SpecialIDs returns the ids of the tokenizer's special tokens (never masked).
@@ -219,6 +219,7 @@ func SpecialIDs(tok *tokenizer.Tokenizer) map[int]bool {
 type maskedLM struct {
 	loader  *finetune.Loader
 	seed    uint64
+	prob    float64
 	step    int
 	mask    int
 	vocab   int
@@ -234,16 +235,16 @@ func (it *maskedLM) Next() (finetune.Batch, error) {
 	}
 	r := rand.New(rand.NewPCG(it.seed, 0x6d6c6d0000000000|uint64(it.step)))
 	it.step++
-	masked, labels := Mask(b["input_ids"], b["attention_mask"], r, it.mask, it.vocab, it.special)
+	masked, labels := Mask(b["input_ids"], b["attention_mask"], r, it.prob, it.mask, it.vocab, it.special)
 	b["input_ids"].FinalizeAll()
 	b["input_ids"], b["labels"] = masked, labels
 	return b, nil
 }
 
-// Mask returns input_ids [N, T] with about MaskProbability of the real (mask 1), non-special tokens chosen by r
-// and replaced as BERT does (80% by maskID, 10% by a random id below vocab, 10% kept), and the labels: the
-// original ids at the chosen positions, -100 elsewhere.
-func Mask(ids, mask *tensors.Tensor, r *rand.Rand, maskID, vocab int, special map[int]bool) (masked, labels *tensors.Tensor) {
+// Mask returns input_ids [N, T] with a share prob of the real (mask 1), non-special tokens chosen by r and
+// replaced as BERT does (80% by maskID, 10% by a random id below vocab, 10% kept), and the labels: the original
+// ids at the chosen positions, -100 elsewhere.
+func Mask(ids, mask *tensors.Tensor, r *rand.Rand, prob float64, maskID, vocab int, special map[int]bool) (masked, labels *tensors.Tensor) {
 	dims := ids.Shape().Dimensions
 	in := make([]int32, ids.Shape().Size())
 	ids.MustConstFlatData(func(f any) { copy(in, f.([]int32)) })
@@ -252,7 +253,7 @@ func Mask(ids, mask *tensors.Tensor, r *rand.Rand, maskID, vocab int, special ma
 	lab := make([]int32, len(in))
 	for i, id := range in {
 		lab[i] = loss.IgnoreIndex
-		if real[i] == 0 || special[int(id)] || r.Float64() >= MaskProbability {
+		if real[i] == 0 || special[int(id)] || r.Float64() >= prob {
 			continue
 		}
 		lab[i] = id
