@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/memfit/memfit/family/lm"
-	"github.com/memfit/memfit/internal/golden"
 	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/internal/golden"
 	"github.com/memfit/memfit/llamacpp"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/models/decoder"
