@@ -180,6 +180,12 @@ func TestGGUFFamiliesRoundTrip(t *testing.T) {
 			if d := golden.RelMaxDiff(got, want); d > 1e-5 {
 				t.Errorf("logits of the GGUF differ by %g (relative)", d)
 			}
+			// Without memfit's keys, the file is read as llama.cpp runs it (its fixed score scale, soft-caps of
+			// 1e6, the architecture's family): another config, the same function.
+			bare := stripMemfitKeys(t, path, filepath.Join(tmp, filepath.Base(dir)+"-bare.gguf"))
+			if d := golden.RelMaxDiff(loadMemfitLM(t, bare, "").logits(t, ids), want); d > 1e-5 {
+				t.Errorf("logits of the GGUF without memfit's keys differ by %g (relative)", d)
+			}
 		})
 	}
 }
@@ -192,6 +198,31 @@ const (
 	familyQ8Agreement = 0.90
 	familyQ8NearTie   = 0.05
 )
+
+// stripMemfitKeys writes the GGUF at path without its memfit.* metadata to out (as llama.cpp's converter would
+// have written the same model) and returns out.
+func stripMemfitKeys(t *testing.T, path, out string) string {
+	t.Helper()
+	f, err := gguf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var meta []gguf.KV
+	for _, kv := range f.Meta {
+		if !strings.HasPrefix(kv.Key, "memfit.") {
+			meta = append(meta, kv)
+		}
+	}
+	var ts []gguf.Tensor
+	for _, ti := range f.Tensors {
+		ts = append(ts, gguf.Tensor{Info: ti, Values: func() ([]float32, error) { return f.Float32s(ti.Name) }})
+	}
+	if err := gguf.WriteFile(out, meta, ts); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
 
 // familyRun is what one case asks llama.cpp and what memfit gives for the same.
 type familyRun struct {
