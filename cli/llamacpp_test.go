@@ -266,48 +266,18 @@ func exportMerged(t *testing.T, dir, name string, args ...string) string {
 // tie_word_embeddings set.
 func goldenLlamaVariant(t *testing.T, dir string, tie bool, edit func(cfg map[string]any)) string {
 	t.Helper()
-	src := filepath.Join(golden.SharedDir(t), "golden", "llama_a")
 	if !tie && edit == nil {
-		return src // the folder as transformers wrote it
+		return filepath.Join(golden.SharedDir(t), "golden", "llama_a") // the folder as transformers wrote it
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cfg := map[string]any{}
-	if err := json.Unmarshal(mustRead(t, filepath.Join(src, "config.json")), &cfg); err != nil {
-		t.Fatal(err)
-	}
-	if edit != nil {
-		edit(cfg)
-	}
-	weights := mustRead(t, filepath.Join(src, "model.safetensors"))
-	if tie {
-		cfg["tie_word_embeddings"] = true
-		f, err := safetensors.Open(filepath.Join(src, "model.safetensors"))
-		if err != nil {
-			t.Fatal(err)
+	return golden.Variant(t, "llama_a", dir, func(cfg map[string]any, w map[string]*tensors.Tensor) {
+		if edit != nil {
+			edit(cfg)
 		}
-		ts := map[string]*tensors.Tensor{}
-		for _, n := range f.Names() {
-			if n == "lm_head.weight" {
-				continue
-			}
-			if ts[n], err = f.Tensor(n); err != nil {
-				t.Fatal(err)
-			}
+		if tie {
+			cfg["tie_word_embeddings"] = true
+			delete(w, "lm_head.weight")
 		}
-		f.Close()
-		if err := safetensors.WriteTensors(filepath.Join(dir, "model.safetensors"), ts, "", nil); err != nil {
-			t.Fatal(err)
-		}
-	} else if err := os.WriteFile(filepath.Join(dir, "model.safetensors"), weights, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	c, _ := json.MarshalIndent(cfg, "", "  ")
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), c, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dir
+	})
 }
 
 // passage returns n bytes of War and Peace from offset off (the shared plain text).
