@@ -118,6 +118,12 @@ await copy(`SELECT text FROM ${src('text.jsonl')} LIMIT 20`, 'hub-text/train/000
 await copy(`SELECT text FROM ${src('text.jsonl')} OFFSET 20 LIMIT 12`, 'hub-text/train/0001.parquet', 'COMPRESSION zstd');
 await copy(`SELECT text FROM ${src('text.jsonl')} OFFSET 32`, 'hub-text/test/0000.parquet', 'COMPRESSION zstd');
 
+// Issue 36's probe cases (testdata/probe), each as DuckDB writes it. A MAP column m beside a string sentence and
+// an integer label: renamed with --columns to each name memfit type-checks (text, messages, instruction, label,
+// image), it must be refused as a map, not recurse.
+await copy(`SELECT MAP {'k': sentence} AS m, sentence, label::BIGINT AS label FROM ${src('sst2.jsonl')} LIMIT 8`, 'probe/map.parquet', 'COMPRESSION snappy');
+await copy(`SELECT MAP {'k': sentence} AS text FROM ${src('sst2.jsonl')} LIMIT 8`, 'probe/map-text.parquet', 'COMPRESSION snappy');
+
 // --- parquet-wasm (arrow-rs) ----------------------------------------------------------------------------
 const writeArrow = (table, file, { compression, rowGroup, meta } = {}) => {
   let props = new pw.WriterPropertiesBuilder().setCompression(compression).setDictionaryEnabled(true);
