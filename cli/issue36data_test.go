@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -63,4 +64,78 @@ func TestProbe36MapColumns(t *testing.T) {
 	} {
 		refused36(t, out, c.args, c.want)
 	}
+}
+
+// hubLayout copies the fixture src to each relative path under a new folder and returns the folder.
+func hubLayout(t *testing.T, src string, paths ...string) string {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	for _, p := range paths {
+		os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755)
+		if err := os.WriteFile(filepath.Join(root, p), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+// examplesNoted returns the count of examples a train run's notes give ("N of M examples ...": M), or -1.
+func examplesNoted(stderr string) int {
+	for _, line := range strings.Split(stderr, "\n") {
+		var n, m int
+		if i := strings.Index(line, " examples are longer than"); i > 0 {
+			head := line[:i]
+			if j := strings.LastIndex(head, ": "); j >= 0 {
+				if _, err := fmt.Sscanf(head[j+2:], "%d of %d", &n, &m); err == nil {
+					return m
+				}
+			}
+		}
+	}
+	return -1
+}
+
+// TestProbe36HubLayouts: a hub folder whose splits are in a config folder (plain_text/train-*, plain_text/test-*)
+// trains on plain_text's train split alone, and --split plain_text is refused (hf09, hf18: it was offered as a
+// split and then read train and test together); SPLIT.parquet, data/SPLIT.parquet and .PARQUET folders train
+// (hf10, hf11, hf12: "no parquet files", "image data needs a ViT model"); a looping link is named (hf16).
+func TestProbe36HubLayouts(t *testing.T) {
+	tmp := t.TempDir()
+	out := filepath.Join(tmp, "run")
+	llama := filepath.Join("..", "pretrained", "llama-tiny")
+	src := filepath.Join(hfTestdata, "alpaca.duckdb.parquet")
+	train := func(data string, more ...string) []string {
+		return append([]string{"train", "--model", llama, "--data", data, "--out", out, "--steps", "1", "--batch-size", "2", "--seq-len", "64"}, more...)
+	}
+	trains := func(args []string, note string) string {
+		t.Helper()
+		os.RemoveAll(out)
+		_, stderr, code := run(t, args...)
+		if code != 0 || !strings.Contains(stderr, note) {
+			t.Errorf("%v: exit %d; want 0 and the note %q:\n%s", args[3:6], code, note, stderr)
+		}
+		return stderr
+	}
+	one := examplesNoted(trains(train(src), "read as Alpaca rows"))
+	cfg := hubLayout(t, src, "plain_text/train-00000-of-00001.parquet", "plain_text/test-00000-of-00001.parquet")
+	if got := examplesNoted(trains(train(cfg), cfg+" (config plain_text, split train): 1 parquet file(s): read as Alpaca rows")); got != one || one <= 0 {
+		t.Errorf("config folder: %d examples, one file has %d (train and test mixed?)", got, one)
+	}
+	os.RemoveAll(out)
+	refused36(t, out, train(cfg, "--split", "plain_text"), `"plain_text" is a config of this dataset (a folder of splits: test, train), not a split: read it with --data `+filepath.Join(cfg, "plain_text"))
+	for _, l := range []string{"train.parquet", "data/train.parquet", "data/train-00000-of-00001.PARQUET"} {
+		root := hubLayout(t, src, l, strings.Replace(l, "train", "test", 1))
+		trains(train(root), root+" (split train): 1 parquet file(s): read as Alpaca rows")
+	}
+	loop := t.TempDir()
+	os.MkdirAll(filepath.Join(loop, "data"), 0o755)
+	if err := os.Symlink("train", filepath.Join(loop, "data", "train")); err != nil {
+		t.Fatal(err)
+	}
+	os.RemoveAll(out)
+	refused36(t, out, train(loop), filepath.Join(loop, "data", "train")+" is a symbolic link that loops")
 }

@@ -9,7 +9,6 @@ package hfdata
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -20,8 +19,9 @@ const DefaultSplit = "train"
 
 // Dataset is parquet data to read: one file, or the files of one split of a dataset folder.
 type Dataset struct {
-	// Path is the file or folder given (--data); Split the split read from a folder ("" for one file).
-	Path, Split string
+	// Path is the file or folder given (--data); Config the config folder read ("" for the default config, and
+	// for one file); Split the split read from a folder ("" for one file).
+	Path, Config, Split string
 	// Files are the parquet files, in name order (shards keep their order).
 	Files []string
 	// Columns renames columns: Columns["text"] = "content" reads the file's "content" column as "text".
@@ -34,33 +34,16 @@ var knownColumns = []string{"text", "instruction", "input", "output", "status", 
 
 var splitName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.]*$`)
 
-// IsParquet reports whether path is a parquet file by its name, or a folder holding parquet files in the hub
-// layout (data/*.parquet, SPLIT/*.parquet or *.parquet).
-func IsParquet(path string) bool {
-	if strings.HasSuffix(strings.ToLower(path), ".parquet") {
-		return true
-	}
-	st, err := os.Stat(path)
-	if err != nil || !st.IsDir() {
-		return false
-	}
-	for _, pat := range []string{"*.parquet", "data/*.parquet", "*/*.parquet", "data/*/*.parquet"} {
-		if m, _ := filepath.Glob(filepath.Join(globEscape(path), pat)); len(m) > 0 {
-			return true
-		}
-	}
-	return false
+// Open resolves path and split to the files to read and parses columns ("new=old,..."; "" for none): OpenSpec
+// with the default config.
+func Open(path, split, columns string) (*Dataset, error) {
+	return OpenSpec(path, Spec{Split: split, Columns: columns})
 }
 
-// Open resolves path and split to the files to read and parses columns ("new=old,..."; "" for none).
-//
-// A file is read as it is; --split does not apply to it (an error says so). A folder is a dataset in the hub
-// layout, its split (default "train") found as the first of these that matches: data/SPLIT-*.parquet (what
-// `datasets` and the hub write: data/train-00000-of-00002.parquet), data/SPLIT/*.parquet, SPLIT/*.parquet,
-// SPLIT-*.parquet. A split that matches none is refused naming the splits the folder has; a split folder
-// without parquet files is refused as empty.
-func Open(path, split, columns string) (*Dataset, error) {
-	cols, err := ParseColumns(columns)
+// OpenSpec resolves path to the files to read (s's config and split of a dataset folder, Select) and parses s's
+// column renames. A file is read as it is; a split or config does not apply to it (an error says so).
+func OpenSpec(path string, s Spec) (*Dataset, error) {
+	cols, err := ParseColumns(s.Columns)
 	if err != nil {
 		return nil, err
 	}
@@ -69,65 +52,19 @@ func Open(path, split, columns string) (*Dataset, error) {
 		return nil, fmt.Errorf("data %s: no such file or folder", path)
 	}
 	if !st.IsDir() {
-		if split != "" {
-			return nil, fmt.Errorf("--split %s picks the files of a dataset folder, but %s is one parquet file: leave --split out, or pass the dataset folder", split, path)
+		if s.Split != "" {
+			return nil, fmt.Errorf("%s %s picks the files of a dataset folder, but %s is one parquet file: leave %s out, or pass the dataset folder", s.splitFlag(), s.Split, path, s.splitFlag())
+		}
+		if s.Config != "" {
+			return nil, fmt.Errorf("config %s picks a folder of a dataset folder, but %s is one parquet file: leave it out, or pass the dataset folder", s.Config, path)
 		}
 		return &Dataset{Path: path, Files: []string{path}, Columns: cols}, nil
 	}
-	if split == "" {
-		split = DefaultSplit
+	sel, err := Select(path, s)
+	if err != nil {
+		return nil, err
 	}
-	if !splitName.MatchString(split) {
-		return nil, fmt.Errorf("--split %q: a split is named by letters, digits, _ and . (train, validation, test)", split)
-	}
-	root := globEscape(path)
-	for _, pat := range []string{"data/" + split + "-*.parquet", "data/" + split + "/*.parquet", split + "/*.parquet", split + "-*.parquet"} {
-		m, _ := filepath.Glob(filepath.Join(root, pat))
-		if len(m) > 0 {
-			slices.Sort(m)
-			return &Dataset{Path: path, Split: split, Files: m, Columns: cols}, nil
-		}
-	}
-	for _, dir := range []string{filepath.Join(path, "data", split), filepath.Join(path, split)} {
-		if st, err := os.Stat(dir); err == nil && st.IsDir() {
-			return nil, fmt.Errorf("%s: split %q is empty: its folder %s holds no .parquet files", path, split, dir)
-		}
-	}
-	have := Splits(path)
-	if len(have) == 0 {
-		return nil, fmt.Errorf("%s holds no parquet files (data/SPLIT-*.parquet, SPLIT/*.parquet): is it a Hugging Face dataset folder?", path)
-	}
-	return nil, fmt.Errorf("%s has no split %q (it has %s): pass --split with one of them", path, split, strings.Join(have, ", "))
-}
-
-// Splits lists the splits a dataset folder holds, sorted: names of data/SPLIT-*.parquet files and of folders
-// holding parquet files.
-func Splits(path string) []string {
-	seen := map[string]bool{}
-	root := globEscape(path)
-	for _, pat := range []string{"data/*.parquet", "*.parquet"} {
-		m, _ := filepath.Glob(filepath.Join(root, pat))
-		for _, f := range m {
-			name := strings.TrimSuffix(filepath.Base(f), filepath.Ext(f))
-			if i := strings.IndexByte(name, '-'); i > 0 {
-				seen[name[:i]] = true
-			}
-		}
-	}
-	for _, pat := range []string{"data/*/*.parquet", "*/*.parquet"} {
-		m, _ := filepath.Glob(filepath.Join(root, pat))
-		for _, f := range m {
-			if d := filepath.Base(filepath.Dir(f)); d != "data" {
-				seen[d] = true
-			}
-		}
-	}
-	out := make([]string, 0, len(seen))
-	for s := range seen {
-		out = append(out, s)
-	}
-	slices.Sort(out)
-	return out
+	return &Dataset{Path: path, Config: sel.Config, Split: sel.Split, Files: sel.Files, Columns: cols}, nil
 }
 
 // ParseColumns parses --columns: comma-separated new=old pairs, new being a name memfit reads (text, instruction,
@@ -162,18 +99,15 @@ func (d *Dataset) column(name string) string {
 	return name
 }
 
-// where names the data in messages: the file, or the folder and split.
+// where names the data in messages: the file, or the folder, config and split.
 func (d *Dataset) where() string {
 	if d.Split == "" {
 		return d.Path
 	}
+	if d.Config != "" {
+		return fmt.Sprintf("%s (config %s, split %s)", d.Path, d.Config, d.Split)
+	}
 	return fmt.Sprintf("%s (split %s)", d.Path, d.Split)
-}
-
-// globEscape escapes the glob metacharacters of a literal path.
-func globEscape(p string) string {
-	r := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`)
-	return r.Replace(p)
 }
 
 // Has reports whether the dataset's first file has the column memfit reads as name (after --columns renames).
@@ -202,5 +136,5 @@ func (d *Dataset) Describe() string {
 	if d.Split == "" {
 		return d.Path
 	}
-	return fmt.Sprintf("%s (split %s): %d parquet file(s)", d.Path, d.Split, len(d.Files))
+	return fmt.Sprintf("%s: %d parquet file(s)", d.where(), len(d.Files))
 }
