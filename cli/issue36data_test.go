@@ -1,11 +1,18 @@
 package cli_test
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/parquet-go/parquet-go"
+
+	"github.com/memfit/memfit/internal/golden"
 )
 
 // Issue 36, the data half: the probe's (../shared/notes/probe-2026-11-27.md) parquet, hub-folder, conversation and
@@ -138,4 +145,152 @@ func TestProbe36HubLayouts(t *testing.T) {
 	}
 	os.RemoveAll(out)
 	refused36(t, out, train(loop), filepath.Join(loop, "data", "train")+" is a symbolic link that loops")
+}
+
+// imageRow is an image parquet row as `datasets` stores one: struct{bytes, path} and a nullable label.
+type imageRow struct {
+	Image struct {
+		Bytes []byte `parquet:"bytes"`
+		Path  string `parquet:"path"`
+	} `parquet:"image"`
+	Label *int64 `parquet:"label,optional"`
+}
+
+// fixtureImages returns the images of the fixture images.jsonl (CIFAR-10 PNGs, labels 0..9) as parquet rows.
+func fixtureImages(t *testing.T) []imageRow {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(hfTestdata, "images.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []imageRow
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		var r struct {
+			Image struct{ Bytes, Path string }
+			Label int64
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatal(err)
+		}
+		var row imageRow
+		row.Image.Bytes, _ = base64.StdEncoding.DecodeString(r.Image.Bytes)
+		row.Image.Path = r.Image.Path
+		row.Label = &r.Label
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// TestProbe36Values: values the range checks let through, or named in Go's words, are refused before the first
+// step with the row: a NaN STS-B score in parquet and in the GLUE TSV (gl_stsb_nan, gl_stsb_nan2, gl_tsv_nan: the
+// run failed at a later step blaming the learning rate), ClassLabel metadata that names fewer classes than the
+// labels reach or is not JSON (img_meta3, img_badmeta: dropped silently), null and huge labels (img_label_null,
+// gl_sst2_label_null: "label <nil>"; img_label_int32max, img_label_int64big: "0 or more"), undecodable images and a
+// text column named image (img_all_bad, img_string_col: found at step 1), rows all of another status (pq11).
+func TestProbe36Values(t *testing.T) {
+	tmp := t.TempDir()
+	out := filepath.Join(tmp, "run")
+	llama := filepath.Join("..", "pretrained", "llama-tiny")
+	cls1, cls2, vit := filepath.Join(tmp, "cls1"), filepath.Join(tmp, "cls2"), filepath.Join(tmp, "vit")
+	mustRun(t, "init", "--from", llama, "--num-labels", "1", "--out", cls1)
+	mustRun(t, "init", "--from", llama, "--num-labels", "2", "--out", cls2)
+	mustRun(t, "init", "--arch", "vit", "--preset", "tiny", "--num-labels", "10", "--out", vit)
+	type stsbRow struct {
+		Sentence1 string  `parquet:"sentence1"`
+		Sentence2 string  `parquet:"sentence2"`
+		Label     float64 `parquet:"label"`
+	}
+	stsb := make([]stsbRow, 12)
+	for i := range stsb {
+		stsb[i] = stsbRow{"a man is playing a guitar", "a man plays the guitar", 2.5}
+	}
+	stsb[3].Label = math.NaN()
+	stsbNaN := filepath.Join(tmp, "stsb-nan.parquet")
+	if err := parquet.WriteFile(stsbNaN, stsb); err != nil {
+		t.Fatal(err)
+	}
+	tsv, _ := os.ReadFile(filepath.Join(golden.SharedDir(t), "glue", "STS-B", "train.tsv"))
+	tsvLines := strings.SplitN(string(tsv), "\n", 14)[:13]
+	cols := strings.Split(tsvLines[4], "\t")
+	cols[len(cols)-1] = "nan"
+	tsvLines[4] = strings.Join(cols, "\t")
+	os.MkdirAll(filepath.Join(tmp, "glue", "STS-B"), 0o755)
+	os.WriteFile(filepath.Join(tmp, "glue", "STS-B", "train.tsv"), []byte(strings.Join(tsvLines, "\n")+"\n"), 0o644)
+
+	type sstRow struct {
+		Sentence string `parquet:"sentence"`
+		Label    *int64 `parquet:"label,optional"`
+	}
+	one := int64(1)
+	sst := []sstRow{{"a fine film", &one}, {"dull", &one}, {"no label", nil}, {"fine", &one}}
+	sstNull := filepath.Join(tmp, "sst2-null.parquet")
+	if err := parquet.WriteFile(sstNull, sst); err != nil {
+		t.Fatal(err)
+	}
+
+	images := func(name string, edit func(rows []imageRow), opts ...parquet.WriterOption) string {
+		rows := fixtureImages(t)
+		edit(rows)
+		p := filepath.Join(tmp, name)
+		f, err := os.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := parquet.Write(f, rows, opts...); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		return p
+	}
+	meta := func(v string) parquet.WriterOption { return parquet.KeyValueMetadata("huggingface", v) }
+	meta3 := images("meta3.parquet", func([]imageRow) {}, meta(`{"info":{"features":{"image":{"_type":"Image"},"label":{"names":["a","b","c"],"_type":"ClassLabel"}}}}`))
+	badMeta := images("badmeta.parquet", func([]imageRow) {}, meta(`{"info": {"features": `))
+	labelNull := images("label-null.parquet", func(r []imageRow) { r[6].Label = nil })
+	big32, big64 := int64(math.MaxInt32), int64(math.MaxInt64)
+	label32 := images("label-int32max.parquet", func(r []imageRow) { r[6].Label = &big32 })
+	label64 := images("label-int64big.parquet", func(r []imageRow) { r[6].Label = &big64 })
+	allBad := images("all-bad.parquet", func(r []imageRow) {
+		for i := range r {
+			r[i].Image.Bytes = []byte("notanimage")
+		}
+	})
+	type textImageRow struct {
+		Image string `parquet:"image"`
+		Label int64  `parquet:"label"`
+	}
+	stringImage := filepath.Join(tmp, "string-image.parquet")
+	if err := parquet.WriteFile(stringImage, []textImageRow{{"abc", 0}, {"abc", 1}, {"abc", 2}}); err != nil {
+		t.Fatal(err)
+	}
+	type alpacaRow struct {
+		Instruction string `parquet:"instruction"`
+		Output      string `parquet:"output"`
+		Status      string `parquet:"status"`
+	}
+	rejected := filepath.Join(tmp, "rejected.parquet")
+	if err := parquet.WriteFile(rejected, []alpacaRow{{"say hi", "hi", "bad"}, {"say yo", "yo", "duplicate"}, {"a", "b", "bad"}}); err != nil {
+		t.Fatal(err)
+	}
+
+	train := func(model, data string, more ...string) []string {
+		return append([]string{"train", "--model", model, "--data", data, "--out", out, "--steps", "1", "--batch-size", "2", "--seq-len", "32"}, more...)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{train(cls1, stsbNaN, "--task", "stsb"), `stsb-nan.parquet: row 3: score NaN is not a number in [0, 5]`},
+		{train(cls1, filepath.Join(tmp, "glue"), "--task", "stsb", "--data-format", "glue"), `train.tsv:5: score "nan" is not a number in [0, 5]`},
+		{train(cls2, sstNull, "--task", "sst2"), `sst2-null.parquet: row 2: the label is null (an unlabelled row)`},
+		{train(vit, meta3), `meta3.parquet: the file's ClassLabel metadata (written by datasets) names 3 classes (a, b, c) but the labels reach 9`},
+		{train(vit, badMeta), `badmeta.parquet: its "huggingface" metadata (the features ` + "`datasets`" + ` writes, with the class names) is not JSON`},
+		{train(vit, labelNull), `label-null.parquet: row 6: the label is null (an unlabelled row)`},
+		{train(vit, label32), `label-int32max.parquet: row 6: label 2147483647 is not a class index of an image classifier (memfit reads up to 1048576 classes)`},
+		{train(vit, label64), `label-int64big.parquet: row 6: label 9223372036854775807 is not a class index of an image classifier`},
+		{train(vit, allBad), `all-bad.parquet: row 0: not a decodable image (text, not PNG or JPEG bytes`},
+		{train(vit, stringImage), `string-image.parquet: column "image" is string, but memfit reads image as an image struct{bytes, path} (as datasets stores it) or binary`},
+		{train(llama, rejected), `rejected.parquet: no usable rows: all 3 rows have a "status" other than "ok"`},
+	} {
+		refused36(t, out, c.args, c.want)
+	}
 }

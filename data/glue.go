@@ -173,7 +173,7 @@ func ReadGLUE(root, task, split string) ([]GLUEExample, error) {
 					return nil, bad("want 10 tab-separated columns (score last), got %d", len(cols))
 				}
 				ex.TextA, ex.TextB = cols[7], cols[8]
-				if ex.Score, err = strconv.ParseFloat(strings.TrimSpace(cols[len(cols)-1]), 64); err != nil || ex.Score < 0 || ex.Score > 5 {
+				if ex.Score, err = strconv.ParseFloat(strings.TrimSpace(cols[len(cols)-1]), 64); err != nil || !ValidScore(ex.Score) {
 					return nil, bad("score %q is not a number in [0, 5]", cols[len(cols)-1])
 				}
 			case MRPC:
@@ -197,6 +197,10 @@ func ReadGLUE(root, task, split string) ([]GLUEExample, error) {
 	}
 	return out, nil
 }
+
+// ValidScore reports whether s is an STS-B similarity score: a number in [0, 5] (NaN is not one: it passes both
+// comparisons, and would make the loss NaN steps later).
+func ValidScore(s float64) bool { return s >= 0 && s <= 5 }
 
 func classLabel(s string, n int) (int, error) {
 	v, err := strconv.Atoi(strings.TrimSpace(s))

@@ -21,6 +21,7 @@ type Instruction struct {
 // an error naming the file and line.
 func ReadInstructions(path string) ([]Instruction, error) {
 	var out []Instruction
+	rows, skipped := 0, 0
 	err := EachFileLine(path, func(line int, text string) error {
 		if strings.TrimSpace(text) == "" {
 			return nil
@@ -44,7 +45,9 @@ func ReadInstructions(path string) ([]Instruction, error) {
 		if row.Messages != nil || row.Conversations != nil {
 			return mixedKind(path, line, KindMessages, KindAlpaca)
 		}
+		rows++
 		if row.Status != nil && *row.Status != "ok" {
+			skipped++
 			return nil
 		}
 		if row.Instruction == nil || row.Output == nil {
@@ -57,9 +60,18 @@ func ReadInstructions(path string) ([]Instruction, error) {
 		return nil, err
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("%s: no usable rows", path)
+		return nil, NoUsableRows(path, rows, skipped)
 	}
 	return out, nil
+}
+
+// NoUsableRows is the error for Alpaca data (named where) that gives no row: rows rows read, skipped of them for
+// a "status" other than "ok".
+func NoUsableRows(where string, rows, skipped int) error {
+	if rows > 0 && skipped == rows {
+		return fmt.Errorf("%s: no usable rows: all %d rows have a \"status\" other than \"ok\" (memfit skips those, as alpaca-libre marks its rejected rows): drop the status column, or keep rows marked ok", where, rows)
+	}
+	return fmt.Errorf("%s: no usable rows", where)
 }
 
 // Documents splits plain text into documents at blank lines (paragraphs); whitespace inside is kept.

@@ -163,6 +163,12 @@ func listElement(n parquet.Node) (el parquet.Node, twoLevel, ok bool) {
 
 func isString(n parquet.Node) bool { return n.Leaf() && n.Type().Kind() == parquet.ByteArray }
 
+// isBinary reports whether n holds bytes: a BYTE_ARRAY leaf that is not annotated as a string (text is not an
+// encoded image).
+func isBinary(n parquet.Node) bool {
+	return isString(n) && describeValue(n) == "binary"
+}
+
 func isInt(n parquet.Node) bool {
 	return n.Leaf() && (n.Type().Kind() == parquet.Int32 || n.Type().Kind() == parquet.Int64)
 }
@@ -232,7 +238,7 @@ func (d *Dataset) resolve(f *file, specs []spec) ([]resolved, error) {
 			l, _ := lookup(col)
 			out[i].leaves = []leaf{l}
 		case kImage:
-			if isString(top) && !top.Repeated() {
+			if isBinary(top) && !top.Repeated() {
 				l, _ := lookup(col)
 				out[i].leaves = []leaf{l, {index: -1}}
 				break

@@ -35,6 +35,6 @@ func FuzzParquet(f *testing.F) {
 		} {
 			_, _ = d.eachOfFile(file, specs, func(string, row) error { return nil })
 		}
-		_ = classNames(file, "label")
+		_, _ = classNames(file, "label")
 	})
 }
