@@ -17,6 +17,7 @@ import (
 	"github.com/gomlx/compute"
 
 	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/internal/readfile"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/plan"
 )
@@ -599,7 +600,7 @@ func StepProcess(command, env []string, dir string, steps int) StepRunner {
 		if err := cmd.Run(); err != nil {
 			return StepResult{}, fmt.Errorf("%s failed (%v): %s (log: %s)", name, err, lastLine(logPath), logPath)
 		}
-		b, err := os.ReadFile(out)
+		b, err := readfile.Read(out, readfile.Config)
 		if err != nil {
 			return StepResult{}, fmt.Errorf("%s wrote no result: %w (log: %s)", name, err, logPath)
 		}

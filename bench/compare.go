@@ -4,11 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"sort"
 	"text/tabwriter"
 
+	"github.com/memfit/memfit/internal/readfile"
 	"github.com/memfit/memfit/memory"
 )
 
@@ -63,7 +63,7 @@ func ReadComparison(dir string) ([]ComparedRow, error) {
 			return nil, err
 		}
 		for _, f := range files {
-			b, err := os.ReadFile(f)
+			b, err := readfile.Read(f, readfile.Config)
 			if err != nil {
 				return nil, err
 			}

@@ -16,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/memfit/memfit/internal/readfile"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/safetensors"
 )
@@ -35,7 +36,7 @@ type CPUSpec struct {
 // ReadCPUSpec reads a spec file.
 func ReadCPUSpec(path string) (CPUSpec, error) {
 	var s CPUSpec
-	b, err := os.ReadFile(path)
+	b, err := readfile.Read(path, readfile.Config)
 	if err != nil {
 		return s, err
 	}
@@ -138,7 +139,7 @@ const ApproxGoal = 1.03
 // MachineInfo describes this machine: CPU model (/proc/cpuinfo), logical cores, memory (/proc/meminfo), OS.
 func MachineInfo() CPUMachine {
 	m := CPUMachine{CPU: "?", Cores: runtime.NumCPU(), OS: runtime.GOOS + "/" + runtime.GOARCH}
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+	if b, err := readfile.Read("/proc/cpuinfo", readfile.Config); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
 			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
 				m.CPU = strings.TrimSpace(v)
@@ -147,7 +148,7 @@ func MachineInfo() CPUMachine {
 		}
 	}
 	m.MemBytes, _ = memory.PhysicalBytes()
-	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+	if b, err := readfile.Read("/proc/sys/kernel/osrelease", readfile.Small); err == nil {
 		m.OS += ", kernel " + strings.TrimSpace(string(b))
 	}
 	return m
@@ -396,7 +397,7 @@ func runJSONProcess(command, args, env []string, dir, name string, result any) (
 	if runErr != nil {
 		return p, fmt.Errorf("%s failed (%v): %s (log: %s)", name, runErr, lastLine(logPath), logPath)
 	}
-	b, err := os.ReadFile(p.out)
+	b, err := readfile.Read(p.out, readfile.Config)
 	if err != nil {
 		return p, fmt.Errorf("%s wrote no result: %w (log: %s)", name, err, logPath)
 	}
@@ -431,7 +432,7 @@ func runCPUProcess(command, args, env []string, dir, name string) (*CPUSideResul
 
 // lastLine returns the last non-empty line of a file (a child's error message).
 func lastLine(path string) string {
-	b, _ := os.ReadFile(path)
+	b, _ := readfile.Read(path, readfile.Log)
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	return strings.TrimSpace(lines[len(lines)-1])
 }

@@ -134,15 +134,15 @@ func TestBadInputSweepGenerate(t *testing.T) {
 		{gen("--prompts", midSystem), 1, "mid-system.jsonl:1: the Alpaca template takes a system message only as the first message"},
 		{gen("--prompts", twice), 1, "twice.jsonl:1: give the system message once"},
 		{gen("--prompt", "x", "--system", "Be brief."), 2, "--system needs --chat"},
-		// 4. Bounded lines, one JSON object per line.
+		// 4. Bounded lines, one JSON object per line; a file read whole that is not a regular file is refused before it is read.
 		{gen("--prompts", "/dev/zero"), 1, "/dev/zero:1: the line is longer than 16 MiB"},
 		{gen("--prompts", long), 1, "long.jsonl:3: the line is longer than 16 MiB"},
 		{gen("--prompts", two), 1, "two.jsonl:2: trailing data after the JSON object"},
-		{[]string{"train", "--model", llama, "--data", zero("zero.txt"), "--out", filepath.Join(tmp, "run-a")}, 1, "zero.txt:1: the line is longer than 16 MiB"},
+		{[]string{"train", "--model", llama, "--data", zero("zero.txt"), "--out", filepath.Join(tmp, "run-a")}, 1, "zero.txt is a character device, not a regular file"},
 		{[]string{"train", "--model", llama, "--data", zero("zero.jsonl"), "--out", filepath.Join(tmp, "run-b")}, 1, "zero.jsonl:1: the line is longer than 16 MiB"},
-		{[]string{"eval", "mmlu", "--model", llama, "--data", mmluZero, "--subjects", "anatomy"}, 1, "anatomy_dev.csv:1: the line is longer than 16 MiB"},
-		{[]string{"eval", "glue", "--task", "sst2", "--data", glueZero, "--predictions", write("p.txt", "1\n")}, 1, "dev.tsv:1: the line is longer than 16 MiB"},
-		{[]string{"eval", "glue", "--task", "sst2", "--data", glue, "--predictions", zero("pred-zero.txt")}, 1, "pred-zero.txt:1: the line is longer than 16 MiB"},
+		{[]string{"eval", "mmlu", "--model", llama, "--data", mmluZero, "--subjects", "anatomy"}, 1, "anatomy_dev.csv is a character device, not a regular file"},
+		{[]string{"eval", "glue", "--task", "sst2", "--data", glueZero, "--predictions", write("p.txt", "1\n")}, 1, "dev.tsv is a character device, not a regular file"},
+		{[]string{"eval", "glue", "--task", "sst2", "--data", glue, "--predictions", zero("pred-zero.txt")}, 1, "pred-zero.txt is a character device, not a regular file"},
 		{[]string{"pretrain", "tokenizer", "--text", zero("corpus.jsonl"), "--out", filepath.Join(tmp, "tok")}, 1, "corpus.jsonl:1: the line is longer than 16 MiB"},
 		// 5. Non-finite logits.
 		{[]string{"generate", "--model", overflow, "--prompt", "It was", "--max-new-tokens", "8"}, 1, "prompt index 0, step 1: the logits of new token 1 are not finite"},

@@ -16,6 +16,7 @@ import (
 	"github.com/memfit/memfit/bench"
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/internal/readfile"
 )
 
 func newBenchCommand(opts *Options) *cobra.Command {
@@ -185,7 +186,7 @@ memory tables use "finetune bench memory".`,
 				return err
 			}
 			if render != "" {
-				b, err := os.ReadFile(render)
+				b, err := readfile.Read(render, readfile.Config)
 				if err != nil {
 					return usageError{err}
 				}

@@ -91,7 +91,7 @@ core but one by default: node's own thread drives the decoding, and llama.cpp's 
 			var tool *llamacpp.Tool
 			var notes []string
 			if llamaCppDir != "" {
-				if tool, err = llamacpp.Find(llamaCppDir); errors.Is(err, llamacpp.ErrNoNode) {
+				if tool, err = llamacpp.Install(llamaCppDir, cmd.ErrOrStderr()); errors.Is(err, llamacpp.ErrNoNode) {
 					notes = append(notes, fmt.Sprintf("llama.cpp column left out: %v", err))
 				} else if err != nil {
 					return err
@@ -146,7 +146,7 @@ core but one by default: node's own thread drives the decoding, and llama.cpp's 
 	f.StringVar(&python, "python", "/usr/bin/python3", "Python with torch (Debian's python3-torch)")
 	f.StringVar(&script, "script", "bench/pytorch/generate_compare.py", "the reference script")
 	f.StringVar(&workDir, "work-dir", "", "folder for the specs and the GGUF export (default: a temporary one, removed after)")
-	f.StringVar(&llamaCppDir, "llama-cpp", filepath.Join("tools", "llamacpp"), `the node-llama-cpp tooling (npm-installed); "" leaves llama.cpp out`)
+	f.StringVar(&llamaCppDir, "llama-cpp", filepath.Join("tools", "llamacpp"), `the node-llama-cpp tooling (installed with npm into memfit's tool cache on first use, unless npm install ran in it); "" leaves llama.cpp out`)
 	f.StringVar(&ggufFile, "gguf", "", "the model as GGUF for llama.cpp (default: --model exported as f32 GGUF to the work folder)")
 	f.IntVar(&llamaCppThreads, "llama-cpp-threads", 0, "llama.cpp's threads (0: every core but one, leaving node's driving thread a core)")
 	f.StringVar(&invocation, "invocation", "", "the command line to print")

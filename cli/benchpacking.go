@@ -2,8 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"io"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -12,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/internal/readfile"
 )
 
 // newBenchPackingCommand is "bench packing": real tokens/s of training with and without --packing.
@@ -192,12 +191,10 @@ func rates(v []float64) string {
 
 // loadAverage is /proc/loadavg's first three fields ("unknown" where there is none).
 func loadAverage() string {
-	f, err := os.Open("/proc/loadavg")
+	b, err := readfile.Read("/proc/loadavg", readfile.Small)
 	if err != nil {
 		return "unknown"
 	}
-	defer f.Close()
-	b, _ := io.ReadAll(f)
 	fields := strings.Fields(string(b))
 	if len(fields) < 3 {
 		return "unknown"

@@ -26,11 +26,12 @@ import (
 	"github.com/memfit/memfit/tokenizer"
 )
 
-// llamaCpp returns the repository's tools/llamacpp, skipping the test only where node or npm is missing (a
-// tooling that is there but not installed or broken fails the test).
+// llamaCpp returns the repository's tools/llamacpp, installed into memfit's npm tool cache on first use
+// (llamacpp.Install), skipping the test only where node or npm is missing (a failed install or a broken tooling
+// fails the test).
 func llamaCpp(t *testing.T) *llamacpp.Tool {
 	t.Helper()
-	tool, err := llamacpp.Find(filepath.Join("..", "tools", "llamacpp"))
+	tool, err := llamacpp.Install(filepath.Join("..", "tools", "llamacpp"), nil)
 	if errors.Is(err, llamacpp.ErrNoNode) {
 		t.Skipf("llama.cpp checks skipped: %v", err)
 	}
@@ -624,8 +625,8 @@ func TestBenchGenerateLlamaCppBadInput(t *testing.T) {
 		{[]string{"--llama-cpp-threads", "-3"}, "--llama-cpp-threads -3"},
 		{[]string{"--llama-cpp", tmp}, "no llamacpp.mjs here"},
 	}
-	if _, err := llamacpp.Find(filepath.Join("..", "tools", "llamacpp")); !errors.Is(err, llamacpp.ErrNoNode) {
-		// The script without its npm packages (only where node and npm are there: without them the column is
+	if _, err := llamacpp.Install(filepath.Join("..", "tools", "llamacpp"), nil); !errors.Is(err, llamacpp.ErrNoNode) {
+		// The script without its package files (only where node and npm are there: without them the column is
 		// left out with a note).
 		bare := filepath.Join(tmp, "bare")
 		if err := os.MkdirAll(bare, 0o755); err != nil {
@@ -637,7 +638,7 @@ func TestBenchGenerateLlamaCppBadInput(t *testing.T) {
 		cases = append(cases, struct {
 			args []string
 			want string
-		}{[]string{"--llama-cpp", bare}, "node-llama-cpp is not installed: run `cd " + bare + " && npm install"})
+		}{[]string{"--llama-cpp", bare}, bare + ": no package.json to install the tool from"})
 	}
 	for _, c := range cases {
 		out := filepath.Join(tmp, "out")

@@ -6,7 +6,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"os"
+
+	"github.com/memfit/memfit/internal/readfile"
 )
 
 // IDX is a decoded IDX file of unsigned bytes (the MNIST / Fashion-MNIST format): its dimensions and data.
@@ -17,7 +18,7 @@ type IDX struct {
 
 // ReadIDX reads an IDX file of unsigned bytes, gzip-compressed or not.
 func ReadIDX(path string) (*IDX, error) {
-	raw, err := os.ReadFile(path)
+	raw, err := readfile.Read(path, readfile.Data)
 	if err != nil {
 		return nil, err
 	}
@@ -35,8 +36,11 @@ func DecodeIDX(raw []byte) (*IDX, error) {
 		if err != nil {
 			return nil, err
 		}
-		if raw, err = io.ReadAll(z); err != nil {
+		if raw, err = io.ReadAll(io.LimitReader(z, readfile.Data+1)); err != nil {
 			return nil, fmt.Errorf("truncated or corrupt gzip: %w", err)
+		}
+		if len(raw) > readfile.Data {
+			return nil, fmt.Errorf("the gzip stream holds more than %s, the most memfit reads of an IDX file", readfile.FormatSize(readfile.Data))
 		}
 	}
 	if len(raw) < 4 || raw[0] != 0 || raw[1] != 0 || raw[2] != 0x08 || raw[3] == 0 {

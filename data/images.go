@@ -16,6 +16,8 @@ import (
 	"sort"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/memfit/memfit/internal/readfile"
 )
 
 // ImageExtensions are the image files the folder and tar sources read.
@@ -68,7 +70,7 @@ func (t *tree) Image(i int) (image.Image, error) {
 	b := e.data
 	if b == nil {
 		var err error
-		if b, err = os.ReadFile(e.name); err != nil {
+		if b, err = readfile.Read(e.name, maxImageBytes); err != nil {
 			return nil, err
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/memfit/memfit/internal/readfile"
 )
 
 // MaxLineBytes is the longest line memfit reads from a file of lines that a user gives it (prompt files, Alpaca
@@ -58,8 +60,13 @@ func EachFileLine(path string, fn func(line int, text string) error) error {
 }
 
 // ReadTextFile reads the whole of a file of text lines, as os.ReadFile does, but refuses a line longer than
-// MaxLineBytes (a *LineTooLongError naming path and the line) as soon as it has read that much of it.
+// MaxLineBytes (a *LineTooLongError naming path and the line) as soon as it has read that much of it, a path that
+// is not a regular file (readfile.Check: a device or a named pipe would stream or block) and a file of more than
+// readfile.Data bytes (a *readfile.TooLargeError).
 func ReadTextFile(path string) (string, error) {
+	if err := readfile.Check(path); err != nil {
+		return "", err
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return "", err
@@ -70,6 +77,9 @@ func ReadTextFile(path string) (string, error) {
 		sb.Grow(int(min(st.Size(), 1<<30)))
 	}
 	err = eachRawLine(f, path, func(_ int, raw []byte) error {
+		if int64(sb.Len()+len(raw)) > readfile.Data {
+			return &readfile.TooLargeError{Path: path, Limit: readfile.Data}
+		}
 		sb.Write(raw)
 		return nil
 	})

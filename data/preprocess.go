@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 
 	"golang.org/x/image/draw"
+
+	"github.com/memfit/memfit/internal/readfile"
 )
 
 // Preprocessor turns images into a model's pixel_values as a Hugging Face ViTImageProcessor configured by
@@ -36,7 +38,7 @@ func ReadPreprocessor(dir string, channels, imageSize int) (Preprocessor, error)
 		p.Mean, p.Std = append(p.Mean, 0.5), append(p.Std, 0.5)
 	}
 	path := filepath.Join(dir, "preprocessor_config.json")
-	raw, err := os.ReadFile(path)
+	raw, err := readfile.Read(path, readfile.Config)
 	if errors.Is(err, os.ErrNotExist) {
 		return p, nil
 	}

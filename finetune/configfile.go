@@ -6,11 +6,12 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/memfit/memfit/internal/readfile"
 )
 
 // ReadConfigFile reads a YAML (or JSON) training config over base: the keys present in the file replace base's
@@ -24,7 +25,7 @@ func ReadConfigFile(path string, base Config) (Config, error) {
 
 // readConfigFile is ReadConfigFile that also returns the keys the file gives.
 func readConfigFile(path string, base Config) (Config, map[string]bool, error) {
-	data, err := os.ReadFile(path)
+	data, err := readfile.Read(path, readfile.Config)
 	if err != nil {
 		return base, nil, err
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/adapter"
+	"github.com/memfit/memfit/internal/readfile"
 	"github.com/memfit/memfit/lora"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/msnorm"
@@ -353,7 +354,7 @@ func (t *Trainer) ExportMergedFolder(dir, baseModel, tokenizer string) error {
 
 // copyAtomic copies the file from to the path to through a temporary file and a rename.
 func copyAtomic(from, to string) error {
-	b, err := os.ReadFile(from)
+	b, err := readfile.Read(from, readfile.Tokenizer)
 	if err != nil {
 		return err
 	}
@@ -386,7 +387,7 @@ type PEFTAdapter struct {
 // module in modules_to_save has its tensors in the file (they replace the model's). Anything else is an error
 // naming what disagrees.
 func ReadAdapter(dir string, model Model) (*PEFTAdapter, error) {
-	raw, err := os.ReadFile(filepath.Join(dir, AdapterConfig))
+	raw, err := readfile.Read(filepath.Join(dir, AdapterConfig), readfile.Config)
 	if err != nil {
 		return nil, err
 	}

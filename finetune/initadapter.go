@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/memfit/memfit/adapter"
+	"github.com/memfit/memfit/internal/readfile"
 	"github.com/memfit/memfit/lora"
 	"github.com/memfit/memfit/safetensors"
 )
@@ -95,7 +96,7 @@ func copyFile(from, to string) error {
 // which refuses what memfit's LoRA does not implement) and the module paths of the layers it adapts (from the
 // keys of its weights, sorted).
 func InitAdapterSettings(dir string) (lora.Config, []string, error) {
-	raw, err := os.ReadFile(filepath.Join(dir, AdapterConfig))
+	raw, err := readfile.Read(filepath.Join(dir, AdapterConfig), readfile.Config)
 	if err != nil {
 		return lora.Config{}, nil, fmt.Errorf("init_adapter: %w", err)
 	}

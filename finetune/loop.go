@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/memfit/memfit/internal/readfile"
 )
 
 // Hooks observe a training run.
@@ -222,7 +224,7 @@ func writeLatest(outDir, name string) error {
 
 // LatestCheckpoint returns the newest complete checkpoint folder under outDir.
 func LatestCheckpoint(outDir string) (string, error) {
-	data, err := os.ReadFile(filepath.Join(outDir, LatestFile))
+	data, err := readfile.Read(filepath.Join(outDir, LatestFile), readfile.Small)
 	if err != nil {
 		return "", fmt.Errorf("no checkpoint in %s: %w", outDir, err)
 	}

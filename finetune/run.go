@@ -11,6 +11,7 @@ import (
 	yaml3 "go.yaml.in/yaml/v3"
 	"sigs.k8s.io/yaml"
 
+	"github.com/memfit/memfit/internal/readfile"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/quant"
 	"github.com/memfit/memfit/safetensors"
@@ -255,7 +256,7 @@ const RunFile = "run.yaml"
 
 // ReadRunSpec reads out/run.yaml (strictly: unknown keys are errors).
 func ReadRunSpec(out string) (RunSpec, error) {
-	data, err := os.ReadFile(filepath.Join(out, RunFile))
+	data, err := readfile.Read(filepath.Join(out, RunFile), readfile.Config)
 	if err != nil {
 		return RunSpec{}, fmt.Errorf("%s is not a training output folder: %w", out, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/memfit/memfit/internal/readfile"
 	"github.com/memfit/memfit/safetensors"
 )
 
@@ -38,7 +39,7 @@ func LockRun(out string) (unlock func(), err error) {
 		return nil, err
 	}
 	if err := lockFile(f); err != nil {
-		b, _ := os.ReadFile(path)
+		b, _ := readfile.Read(path, readfile.Small)
 		f.Close()
 		holder := strings.TrimSpace(string(b))
 		if holder == "" {
@@ -241,7 +242,7 @@ func pruneCheckpoints(out string, keep int) error {
 // would otherwise repeat, and a line cut by a kill or a full disk would glue onto the next. It returns how many
 // lines it dropped; a missing file is no error.
 func TrimMetrics(path string, step int) (int, error) {
-	data, err := os.ReadFile(path)
+	data, err := readfile.Read(path, readfile.Log)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, nil
 	}

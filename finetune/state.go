@@ -19,6 +19,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/adapter"
+	"github.com/memfit/memfit/internal/readfile"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/safetensors"
 )
@@ -240,7 +241,7 @@ func Resume(dir string, model Model, backend compute.Backend, data Iterator, opt
 		}
 		dir = latest
 	}
-	raw, err := os.ReadFile(filepath.Join(dir, StateFile))
+	raw, err := readfile.Read(filepath.Join(dir, StateFile), readfile.Config)
 	if err != nil {
 		return nil, err
 	}

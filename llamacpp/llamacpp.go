@@ -3,8 +3,9 @@
 // llama.cpp) driven by tools/llamacpp/llamacpp.mjs in its own node process, one JSON request on stdin and one
 // JSON result on stdout.
 //
-// The tooling is installed with `cd tools/llamacpp && npm install --ignore-scripts --no-save` (.ci/run does it;
-// node_modules is not committed).
+// The tooling (tools/llamacpp: package.json, its lock and the script) is installed by Install into memfit's npm
+// tool cache, once per machine (internal/npmtool), or by hand with `cd tools/llamacpp && npm install
+// --ignore-scripts --no-save` (Find); node_modules is not committed.
 package llamacpp
 
 import (
@@ -13,10 +14,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/memfit/memfit/internal/npmtool"
+	"github.com/memfit/memfit/internal/readfile"
 )
 
 // Version is the node-llama-cpp release tools/llamacpp/package.json pins.
@@ -24,7 +29,7 @@ const Version = "3.22.1"
 
 // ErrNoNode says node or npm is not on the PATH: the llama.cpp checks cannot run on this machine at all (a test
 // skips on it; every other error means the tooling is there but broken).
-var ErrNoNode = errors.New("node and npm are not on the PATH")
+var ErrNoNode = npmtool.ErrNoNode
 
 // Tool is an installed tools/llamacpp: the node binary and the script.
 type Tool struct {
@@ -34,41 +39,74 @@ type Tool struct {
 	Dir string
 }
 
-// Find locates node and the tooling in dir (the repository's tools/llamacpp). It returns an error wrapping
-// ErrNoNode when node or npm is missing, and an error naming the command to run when node-llama-cpp is not
-// installed in dir.
+// Find locates node and the tooling installed in dir itself (the repository's tools/llamacpp after `npm
+// install` there). It returns an error wrapping ErrNoNode when node or npm is missing, and an error naming the
+// command to run when node-llama-cpp is not installed in dir.
 func Find(dir string) (*Tool, error) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		return nil, fmt.Errorf("%w (node-llama-cpp needs Node.js 20 or later)", ErrNoNode)
-	}
-	if _, err := exec.LookPath("npm"); err != nil {
-		return nil, fmt.Errorf("%w (npm is missing; node-llama-cpp is installed with it)", ErrNoNode)
-	}
-	out, err := exec.Command(node, "--version").Output()
-	if err != nil {
-		return nil, fmt.Errorf("%s --version: %v", node, err)
-	}
-	var major int
-	if _, err := fmt.Sscanf(strings.TrimSpace(string(out)), "v%d", &major); err != nil || major < 20 {
-		return nil, fmt.Errorf("node %s: node-llama-cpp %s needs Node.js 20 or later", strings.TrimSpace(string(out)), Version)
-	}
-	abs, err := filepath.Abs(dir)
+	node, abs, err := check(dir)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat(filepath.Join(abs, "llamacpp.mjs")); err != nil {
-		return nil, fmt.Errorf("%s: no llamacpp.mjs here: give the repository's tools/llamacpp folder", dir)
+	if err := installed(abs); err != nil {
+		return nil, fmt.Errorf("%s: %v: run `cd %s && npm install --no-audit --no-fund --ignore-scripts --no-save`", dir, err, dir)
 	}
-	pkg, err := os.ReadFile(filepath.Join(abs, "node_modules", "node-llama-cpp", "package.json"))
+	return &Tool{Node: node, Dir: abs}, nil
+}
+
+// Install returns the tooling of dir (the repository's tools/llamacpp): dir itself when node-llama-cpp is
+// installed there, else an install of dir's package.json and lock into memfit's npm tool cache, made once per
+// machine (log is told when npm runs). Errors as Find's, plus npm's when the install fails.
+func Install(dir string, log io.Writer) (*Tool, error) {
+	node, abs, err := check(dir)
 	if err != nil {
-		return nil, fmt.Errorf("%s: node-llama-cpp is not installed: run `cd %s && npm install --no-audit --no-fund --ignore-scripts --no-save`", dir, dir)
+		return nil, err
+	}
+	if installed(abs) == nil {
+		return &Tool{Node: node, Dir: abs}, nil
+	}
+	in, err := npmtool.Install(abs, log)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	if err := installed(in.Dir); err != nil {
+		return nil, fmt.Errorf("%s: %v after installing it into %s", dir, err, in.Packages)
+	}
+	return &Tool{Node: node, Dir: in.Dir}, nil
+}
+
+// check finds node (20 or later) and npm, and the script in dir.
+func check(dir string) (node, abs string, err error) {
+	if node, err = npmtool.FindNode(); err != nil {
+		return "", "", fmt.Errorf("%w (node-llama-cpp needs Node.js 20 or later)", err)
+	}
+	out, err := exec.Command(node, "--version").Output()
+	if err != nil {
+		return "", "", fmt.Errorf("%s --version: %v", node, err)
+	}
+	var major int
+	if _, err := fmt.Sscanf(strings.TrimSpace(string(out)), "v%d", &major); err != nil || major < 20 {
+		return "", "", fmt.Errorf("node %s: node-llama-cpp %s needs Node.js 20 or later", strings.TrimSpace(string(out)), Version)
+	}
+	if abs, err = filepath.Abs(dir); err != nil {
+		return "", "", err
+	}
+	if _, err := os.Stat(filepath.Join(abs, "llamacpp.mjs")); err != nil {
+		return "", "", fmt.Errorf("%s: no llamacpp.mjs here: give the repository's tools/llamacpp folder", dir)
+	}
+	return node, abs, nil
+}
+
+// installed says whether dir/node_modules holds the pinned node-llama-cpp.
+func installed(dir string) error {
+	pkg, err := readfile.Read(filepath.Join(dir, "node_modules", "node-llama-cpp", "package.json"), readfile.Config)
+	if err != nil {
+		return errors.New("node-llama-cpp is not installed")
 	}
 	var v struct{ Version string }
 	if json.Unmarshal(pkg, &v) != nil || v.Version != Version {
-		return nil, fmt.Errorf("%s: node-llama-cpp %q is installed, package.json pins %s: run `cd %s && npm install --no-audit --no-fund --ignore-scripts --no-save`", dir, v.Version, Version, dir)
+		return fmt.Errorf("node-llama-cpp %q is installed, package.json pins %s", v.Version, Version)
 	}
-	return &Tool{Node: node, Dir: abs}, nil
+	return nil
 }
 
 // TokenizeRequest is one string to tokenize.

@@ -17,7 +17,7 @@ import (
 
 func tool(t *testing.T) *llamacpp.Tool {
 	t.Helper()
-	tl, err := llamacpp.Find(filepath.Join("..", "tools", "llamacpp"))
+	tl, err := llamacpp.Install(filepath.Join("..", "tools", "llamacpp"), nil)
 	if errors.Is(err, llamacpp.ErrNoNode) {
 		t.Skipf("llama.cpp checks skipped: %v", err)
 	}

@@ -6,6 +6,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/memfit/memfit/internal/readfile"
 )
 
 // LimitEnv names the environment variable that sets the memory a training step may plan for on the host (bytes,
@@ -25,7 +27,7 @@ func MachineBytes() (bytes int64, ok bool, err error) {
 	}
 	bytes, ok = PhysicalBytes()
 	for _, p := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
-		if data, err := os.ReadFile(p); err == nil {
+		if data, err := readfile.Read(p, readfile.Small); err == nil {
 			if lim, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64); err == nil && lim > 0 && (!ok || lim < bytes) {
 				bytes, ok = lim, true
 			}
@@ -37,7 +39,7 @@ func MachineBytes() (bytes int64, ok bool, err error) {
 // PhysicalBytes returns the machine's physical memory (MemTotal in /proc/meminfo); ok is false where that cannot
 // be read.
 func PhysicalBytes() (bytes int64, ok bool) {
-	data, err := os.ReadFile("/proc/meminfo")
+	data, err := readfile.Read("/proc/meminfo", readfile.Config)
 	if err != nil {
 		return 0, false
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"github.com/gomlx/compute"
 
 	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/internal/readfile"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/safetensors"
@@ -525,10 +527,14 @@ func Autopilot(o AutopilotOptions) (*Autoplan, error) {
 		if method == CalibrationFull {
 			p.Source = SourceFull
 		}
-		if o.Cache.lookup(key, costs) {
+		hit, cacheErr := o.Cache.lookup(key, costs)
+		if hit {
 			p.Cached = true
 			o.progress("memory autopilot: step times of the %s from the cache %s", p.Source, o.Cache.Path)
 			break
+		}
+		if cacheErr != nil {
+			o.progress("warning: the calibration cache cannot be read (%v): planning without it; the step times will not be cached", cacheErr)
 		}
 		if method == CalibrationFast {
 			run, cerr := CalibrateFast(o, costs)
@@ -548,8 +554,10 @@ func Autopilot(o AutopilotOptions) (*Autoplan, error) {
 				return nil, err
 			}
 		}
-		if err := o.Cache.store(key, costs); err != nil {
-			return nil, err
+		if cacheErr == nil {
+			if err := o.Cache.store(key, costs); err != nil {
+				o.progress("warning: the step times were not cached (%v): the next plan of this step times them again", err)
+			}
 		}
 	default:
 		return nil, fmt.Errorf("autopilot: unknown calibration %q (fast, full or none)", method)
@@ -685,22 +693,32 @@ func DefaultCalibrationCache() *CalibrationCache {
 	return &CalibrationCache{Path: filepath.Join(dir, "memfit", "calibration.json")}
 }
 
-func (c *CalibrationCache) read() map[string][]ModeCost {
+// read returns the cache's calibrations: none when there is no cache or no file yet, or when the file does not
+// decode (a damaged cache is measured again and rewritten); an error when the file cannot be read (a folder, a
+// device, a file larger than readfile.Config: never read without a bound).
+func (c *CalibrationCache) read() (map[string][]ModeCost, error) {
 	out := map[string][]ModeCost{}
 	if c == nil {
-		return out
+		return out, nil
 	}
-	if raw, err := os.ReadFile(c.Path); err == nil {
-		_ = json.Unmarshal(raw, &out) // a damaged cache is measured again and rewritten
+	raw, err := readfile.Read(c.Path, readfile.Config)
+	if errors.Is(err, fs.ErrNotExist) {
+		return out, nil
 	}
-	return out
+	if err != nil {
+		return out, err
+	}
+	_ = json.Unmarshal(raw, &out) // a damaged cache is measured again and rewritten
+	return out, nil
 }
 
-// lookup fills costs' step times from the cache; false when the key or a mode is missing.
-func (c *CalibrationCache) lookup(key string, costs []ModeCost) bool {
-	saved, ok := c.read()[key]
+// lookup fills costs' step times from the cache; false when the key or a mode is missing, or when the cache
+// cannot be read (the error).
+func (c *CalibrationCache) lookup(key string, costs []ModeCost) (bool, error) {
+	all, err := c.read()
+	saved, ok := all[key]
 	if !ok {
-		return false
+		return false, err
 	}
 	byMode := map[string]ModeCost{}
 	for _, s := range saved {
@@ -708,21 +726,26 @@ func (c *CalibrationCache) lookup(key string, costs []ModeCost) bool {
 	}
 	for _, m := range costs {
 		if byMode[m.Mode].StepSeconds <= 0 {
-			return false
+			return false, nil
 		}
 	}
 	for i := range costs {
 		m := byMode[costs[i].Mode]
 		costs[i].StepSeconds, costs[i].StepMin, costs[i].StepMax = m.StepSeconds, m.StepMin, m.StepMax
 	}
-	return true
+	return true, nil
 }
 
+// store adds the calibration of key to the cache file (written atomically); an error says why it was not
+// written (the plan is good without it).
 func (c *CalibrationCache) store(key string, costs []ModeCost) error {
 	if c == nil {
 		return nil
 	}
-	all := c.read()
+	all, err := c.read()
+	if err != nil {
+		return err
+	}
 	all[key] = costs
 	if err := os.MkdirAll(filepath.Dir(c.Path), 0o755); err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/internal/readfile"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/models/llama"
 	"github.com/memfit/memfit/tokenizer"
@@ -121,7 +122,7 @@ func PretrainLlama(ctx context.Context, backend compute.Backend, tokDir string, 
 		if abs1, _ := filepath.Abs(src); abs1 == mustAbs(dst) {
 			continue
 		}
-		b, err := os.ReadFile(src)
+		b, err := readfile.Read(src, readfile.Tokenizer)
 		if err != nil {
 			return 0, 0, err
 		}
@@ -151,7 +152,7 @@ func readDocs(path string) ([]string, error) {
 		}
 		return docs, nil
 	}
-	b, err := os.ReadFile(path)
+	b, err := readfile.Read(path, readfile.Data)
 	if err != nil {
 		return nil, err
 	}

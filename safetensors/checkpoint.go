@@ -11,6 +11,8 @@ import (
 
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/gomlx/core/tensors"
+
+	"github.com/memfit/memfit/internal/readfile"
 )
 
 // Names of a checkpoint's weight files, as transformers writes them.
@@ -84,7 +86,7 @@ func exists(p string) bool {
 }
 
 func (c *Checkpoint) openIndex(path string) error {
-	data, err := os.ReadFile(path)
+	data, err := readfile.Read(path, readfile.Config)
 	if err != nil {
 		return err
 	}

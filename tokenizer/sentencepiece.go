@@ -3,11 +3,12 @@ package tokenizer
 import (
 	"fmt"
 	"math"
-	"os"
 	"strings"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/memfit/memfit/internal/readfile"
 )
 
 // SentencePiece piece types (sentencepiece_model.proto).
@@ -30,7 +31,7 @@ type spPiece struct {
 // same pipeline as Hugging Face's conversion of it: spaces become "▁" with one in front (add_dummy_prefix),
 // BOS added by the post-processor, "▁" back to spaces and <0xXX> back to bytes when decoding.
 func loadSentencePiece(path string) (*Tokenizer, error) {
-	data, err := os.ReadFile(path)
+	data, err := readfile.Read(path, readfile.Tokenizer)
 	if err != nil {
 		return nil, err
 	}

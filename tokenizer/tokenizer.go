@@ -9,9 +9,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/memfit/memfit/internal/readfile"
 )
 
 // Tokenizer turns text into token ids and back.
@@ -79,7 +82,7 @@ func Load(path string) (*Tokenizer, error) {
 		t, err = loadSentencePiece(file)
 	} else {
 		var data []byte
-		if data, err = os.ReadFile(file); err == nil {
+		if data, err = readfile.Read(file, readfile.Tokenizer); err == nil {
 			t, err = parseTokenizerJSON(data)
 		}
 	}
@@ -87,10 +90,12 @@ func Load(path string) (*Tokenizer, error) {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
 	t.Path = file
-	if data, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json")); err == nil {
+	if data, err := readfile.Read(filepath.Join(dir, "tokenizer_config.json"), readfile.Config); err == nil {
 		if err := t.readConfig(data); err != nil {
 			return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "tokenizer_config.json"), err)
 		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
 	}
 	if t.spBOS != 0 || t.spEOS != 0 {
 		t.spTemplate()

@@ -11,6 +11,8 @@ import (
 	"runtime"
 	"strconv"
 	"testing"
+
+	"github.com/memfit/memfit/internal/readfile"
 )
 
 // Array is a nested JSON list flattened in row-major order.
@@ -61,7 +63,7 @@ func SharedDir(t testing.TB) string {
 func Load(t testing.TB, name string) *File {
 	t.Helper()
 	dir := filepath.Join(SharedDir(t), "golden", name)
-	data, err := os.ReadFile(filepath.Join(dir, "golden.json"))
+	data, err := readfile.Read(filepath.Join(dir, "golden.json"), readfile.Data)
 	if err != nil {
 		t.Skipf("golden data %s not readable: %v", dir, err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/engine"
+	"github.com/memfit/memfit/internal/readfile"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/models/hfconfig"
@@ -168,7 +169,7 @@ const maxInputRows = 4096
 // ReadInputs reads an inputs JSON file: an object with input_ids / attention_mask / pixel_values, or an object
 // whose "inputs" field is one (as the golden files are).
 func ReadInputs(path string) (Inputs, error) {
-	data, err := os.ReadFile(path)
+	data, err := readfile.Read(path, readfile.Data)
 	if err != nil {
 		return Inputs{}, err
 	}
@@ -447,7 +448,7 @@ func NewHead(from string, numLabels int, seed uint64, dir string) error {
 		return err
 	}
 	for _, name := range []string{"tokenizer.json", "tokenizer_config.json", "tokenizer.model", "preprocessor_config.json"} {
-		b, err := os.ReadFile(filepath.Join(from, name))
+		b, err := readfile.Read(filepath.Join(from, name), readfile.Tokenizer)
 		if err != nil {
 			continue
 		}

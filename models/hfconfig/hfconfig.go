@@ -13,6 +13,8 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+
+	"github.com/memfit/memfit/internal/readfile"
 )
 
 // Fields is a decoded config.json object.
@@ -24,7 +26,7 @@ func Read(path string) (Fields, string, error) {
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
 		file = filepath.Join(path, "config.json")
 	}
-	data, err := os.ReadFile(file)
+	data, err := readfile.Read(file, readfile.Config)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, file, fmt.Errorf("%s: no config.json (is this a Hugging Face model folder?)", file)

@@ -10,11 +10,11 @@ import (
 	"io/fs"
 	"maps"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
+	"github.com/memfit/memfit/internal/readfile"
 	"github.com/memfit/memfit/models/hfconfig"
 )
 
@@ -470,7 +470,7 @@ func (c Config) InvFreq() []float32 {
 // error naming the file.
 func GenerationEOS(dir string, vocab int) ([]int, error) {
 	path := filepath.Join(dir, "generation_config.json")
-	b, err := os.ReadFile(path)
+	b, err := readfile.Read(path, readfile.Config)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}

@@ -1,0 +1,63 @@
+package readfile
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestReadIsBounded: a link to /dev/zero, a folder and a named pipe are refused at once (they were read without
+// end, or blocked), a file one byte over the bound is refused, one at the bound is read, a missing file keeps
+// os.ReadFile's error.
+func TestReadIsBounded(t *testing.T) {
+	dir := t.TempDir()
+	zero := filepath.Join(dir, "zero.json")
+	if err := os.Symlink("/dev/zero", zero); err != nil {
+		t.Fatal(err)
+	}
+	pipe := filepath.Join(dir, "pipe.json")
+	if err := syscall.Mkfifo(pipe, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{zero: "is a character device", dir: "is a folder", pipe: "is a named pipe"} {
+		done := make(chan error, 1)
+		go func() { _, err := Read(path, Config); done <- err }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, ErrNotRegular) || !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: %v, want %q", path, err, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: Read did not return", path)
+		}
+	}
+	file := filepath.Join(dir, "f")
+	if err := os.WriteFile(file, []byte("12345"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := Read(file, 5); err != nil || string(b) != "12345" {
+		t.Errorf("at the bound: %q, %v", b, err)
+	}
+	var big *TooLargeError
+	if _, err := Read(file, 4); !errors.As(err, &big) || big.Limit != 4 {
+		t.Errorf("over the bound: %v", err)
+	}
+	if _, err := Read(filepath.Join(dir, "missing"), 4); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing: %v", err)
+	}
+	// /proc files report size 0: the bound is on what is read.
+	if b, err := Read("/proc/self/status", Config); err != nil || len(b) == 0 {
+		t.Errorf("/proc/self/status: %d bytes, %v", len(b), err)
+	}
+	if _, err := Read("/proc/self/status", 16); !errors.As(err, &big) {
+		t.Errorf("/proc/self/status over 16 bytes: %v", err)
+	}
+	if got := FormatSize(64 << 20); got != "64 MiB" {
+		t.Errorf("FormatSize: %s", got)
+	}
+}
