@@ -294,3 +294,57 @@ func TestProbe36Values(t *testing.T) {
 		refused36(t, out, c.args, c.want)
 	}
 }
+
+// TestProbe36Conversations: parquet conversations' errors speak the user's own form and name the row (col14, col17:
+// ShareGPT's "from" was reported as an OpenAI role; pm_msg_user_last: "file.parquet:0:", a line number, for a row);
+// a JSONL row with a key given twice is refused (cv_dup_key_messages, cv_dup_key_content).
+func TestProbe36Conversations(t *testing.T) {
+	tmp := t.TempDir()
+	out := filepath.Join(tmp, "run")
+	llama := filepath.Join("..", "pretrained", "llama-tiny")
+	type turn struct {
+		From  string `parquet:"from"`
+		Value string `parquet:"value"`
+	}
+	type shareRow struct {
+		Conversations []turn `parquet:"conversations,list"`
+	}
+	good := shareRow{[]turn{{"human", "hi"}, {"gpt", "hello"}}}
+	bard := filepath.Join(tmp, "bard.parquet")
+	if err := parquet.WriteFile(bard, []shareRow{good, {[]turn{{"human", "hi"}, {"bard", "hello"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	tool := filepath.Join(tmp, "function-call.parquet")
+	if err := parquet.WriteFile(tool, []shareRow{good, good, {[]turn{{"human", "hi"}, {"function_call", "{}"}, {"gpt", "hello"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	type msg struct {
+		Role    string `parquet:"role"`
+		Content string `parquet:"content"`
+	}
+	type msgRow struct {
+		Messages []msg `parquet:"messages,list"`
+	}
+	userLast := filepath.Join(tmp, "user-last.parquet")
+	ok := msgRow{[]msg{{"user", "hi"}, {"assistant", "hello"}}}
+	if err := parquet.WriteFile(userLast, []msgRow{ok, ok, {[]msg{{"user", "hi"}, {"assistant", "yo"}, {"user", "x"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	dup := filepath.Join(tmp, "dup.jsonl")
+	os.WriteFile(dup, []byte(`{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"}]}`+"\n"+
+		`{"messages":[{"role":"user","content":"a","content":"b"},{"role":"assistant","content":"c"}]}`+"\n"), 0o644)
+	train := func(data string, more ...string) []string {
+		return append([]string{"train", "--model", llama, "--data", data, "--out", out, "--steps", "1", "--batch-size", "2", "--seq-len", "64"}, more...)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{train(bard, "--columns", "messages=conversations"), `bard.parquet: row 1: message 2: "from" "bard": use system, human or gpt`},
+		{train(tool, "--columns", "messages=conversations"), `function-call.parquet: row 2: message 2: "from" "function_call": tool calls are not read`},
+		{train(userLast), `user-last.parquet: row 2: the Alpaca template learns the reply that ends a conversation`},
+		{train(dup), `dup.jsonl:2: key "content" is given twice in message 1: keep one`},
+	} {
+		refused36(t, out, c.args, c.want)
+	}
+}

@@ -1,10 +1,8 @@
 package data
 
 import (
-	"encoding/json"
-	"errors"
+	"bytes"
 	"fmt"
-	"io"
 	"strings"
 )
 
@@ -26,34 +24,48 @@ func ReadInstructions(path string) ([]Instruction, error) {
 		if strings.TrimSpace(text) == "" {
 			return nil
 		}
-		var row struct {
-			Instruction *string `json:"instruction"`
-			Input       string  `json:"input"`
-			Output      *string `json:"output"`
-			Status      *string `json:"status"`
-			// A conversation's keys: a row of the other kind (one kind per file).
-			Messages      json.RawMessage `json:"messages"`
-			Conversations json.RawMessage `json:"conversations"`
+		keys, err := decodeRow(text)
+		if err != nil {
+			return fmt.Errorf("%s:%d: %v", path, line, err)
 		}
-		dec := json.NewDecoder(strings.NewReader(text))
-		if err := dec.Decode(&row); err != nil {
-			return fmt.Errorf("%s:%d: not a JSON object: %v", path, line, err)
-		}
-		if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-			return fmt.Errorf("%s:%d: trailing data after the JSON object (one JSON object per line)", path, line)
-		}
-		if row.Messages != nil || row.Conversations != nil {
+		if rowKind(keys) == KindMessages {
 			return mixedKind(path, line, KindMessages, KindAlpaca)
 		}
+		field := func(key string, optional bool) (string, bool, error) {
+			raw, ok := keys[key]
+			if !ok || optional && string(bytes.TrimSpace(raw)) == "null" {
+				return "", false, nil
+			}
+			v, err := jsonString(raw)
+			if err != nil {
+				return "", false, fmt.Errorf("%s:%d: %q must be a string (%v)", path, line, key, err)
+			}
+			return v, true, nil
+		}
+		var row Instruction
+		var hasIns, hasOut, hasStatus bool
+		var status string
+		if row.Instruction, hasIns, err = field("instruction", false); err != nil {
+			return err
+		}
+		if row.Input, _, err = field("input", true); err != nil {
+			return err
+		}
+		if row.Output, hasOut, err = field("output", false); err != nil {
+			return err
+		}
+		if status, hasStatus, err = field("status", true); err != nil {
+			return err
+		}
 		rows++
-		if row.Status != nil && *row.Status != "ok" {
+		if hasStatus && status != "ok" {
 			skipped++
 			return nil
 		}
-		if row.Instruction == nil || row.Output == nil {
+		if !hasIns || !hasOut {
 			return fmt.Errorf("%s:%d: an Alpaca row needs \"instruction\" and \"output\" strings", path, line)
 		}
-		out = append(out, Instruction{Instruction: *row.Instruction, Input: row.Input, Output: *row.Output})
+		out = append(out, row)
 		return nil
 	})
 	if err != nil {

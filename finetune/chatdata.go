@@ -23,16 +23,12 @@ func ConversationTemplate(tok *tokenizer.Tokenizer, template string) (string, er
 // conversationTokens reads the conversations of a JSONL file (data.ReadConversations) or of parquet data with a
 // messages column (ParquetConversations) and encodes each with the chat template (tokenizer.FormatConversation):
 // labels on the assistant turns only. A conversation the template cannot render is an error naming its line (for
-// parquet its row, 0-based as data/hfdata counts rows).
+// parquet its file and row, 0-based as data/hfdata counts rows).
 func conversationTokens(path string, opts DataOptions, tok *tokenizer.Tokenizer) (ids, labels [][]int, err error) {
 	var convs []data.Conversation
 	if DataFormat(path, opts) == FormatParquet {
-		rows, err := ParquetConversations(path, opts)
-		if err != nil {
+		if convs, err = ParquetConversations(path, opts); err != nil {
 			return nil, nil, err
-		}
-		for i, msgs := range rows {
-			convs = append(convs, data.Conversation{Line: i, Messages: msgs})
 		}
 	} else if convs, err = data.ReadConversations(path); err != nil {
 		return nil, nil, err
@@ -46,7 +42,7 @@ func conversationTokens(path string, opts DataOptions, tok *tokenizer.Tokenizer)
 
 // EncodeConversations encodes conversations with the resolved chat template tmpl (ConversationTemplate) for
 // training: ids and labels per conversation, IgnoreIndex except on the assistant's replies. name (the file) and
-// each conversation's Line name the one that fails.
+// each conversation's Line (or its Where) name the one that fails.
 func EncodeConversations(convs []data.Conversation, tok *tokenizer.Tokenizer, tmpl, name string) (ids, labels [][]int, err error) {
 	for _, c := range convs {
 		msgs := make([]tokenizer.Message, len(c.Messages))
@@ -55,6 +51,9 @@ func EncodeConversations(convs []data.Conversation, tok *tokenizer.Tokenizer, tm
 		}
 		id, label, err := tok.FormatConversation(msgs, tmpl)
 		if err != nil {
+			if c.Where != "" {
+				return nil, nil, fmt.Errorf("%s: %w", c.Where, err)
+			}
 			return nil, nil, fmt.Errorf("%s:%d: %w", name, c.Line, err)
 		}
 		ids, labels = append(ids, id), append(labels, label)

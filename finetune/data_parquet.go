@@ -118,7 +118,7 @@ func readGLUE(path string, opts DataOptions, split string) ([]data.GLUEExample, 
 
 // ParquetConversations reads the conversations of parquet data with a messages column (list of {role,
 // content} per row), for chat training: the hand-off from the parquet reader to the conversation path.
-func ParquetConversations(path string, opts DataOptions) ([][]hfdata.Message, error) {
+func ParquetConversations(path string, opts DataOptions) ([]data.Conversation, error) {
 	ds, err := openParquet(path, opts)
 	if err != nil {
 		return nil, err

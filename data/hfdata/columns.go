@@ -470,7 +470,10 @@ func value(r resolved, byCol map[int][]parquet.Value) (any, error) {
 			if !roles[i].IsNull() {
 				msgs[i].Role = string(roles[i].ByteArray())
 				if r.leaves[0].shareGPT {
-					msgs[i].Role = shareGPTRole(msgs[i].Role)
+					var err error
+					if msgs[i].Role, err = data.ShareGPTRole(msgs[i].Role); err != nil {
+						return nil, fmt.Errorf("message %d: %v", i+1, err)
+					}
 				}
 			}
 			if !contents[i].IsNull() {
@@ -480,16 +483,4 @@ func value(r resolved, byCol map[int][]parquet.Value) (any, error) {
 		return msgs, nil
 	}
 	return nil, nil
-}
-
-// shareGPTRole maps a ShareGPT speaker to the OpenAI role: human to user, gpt to assistant; others (system,
-// tool, ...) are kept as they are.
-func shareGPTRole(from string) string {
-	switch from {
-	case "human":
-		return "user"
-	case "gpt":
-		return "assistant"
-	}
-	return from
 }

@@ -113,9 +113,13 @@ func TestTwoLevelMessagesRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := d.Conversations()
+	convs, err := d.Conversations()
 	if err != nil {
 		t.Fatal(err)
+	}
+	got := messagesOf(convs)
+	if convs[1].Where != path+": row 1" {
+		t.Errorf("the second conversation is named %q", convs[1].Where)
 	}
 	var want [][]Message
 	for _, r := range rows {

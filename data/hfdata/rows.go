@@ -60,10 +60,11 @@ func (d *Dataset) Instructions() ([]data.Instruction, error) {
 
 // Conversations reads the "messages" column: a list of {role, content} per row, the OpenAI form that chat
 // training takes, or ShareGPT's {from, value} (read with --columns messages=conversations; from human becomes
-// role user, gpt assistant). Each conversation is checked as the JSONL reader checks one (data.CheckConversation:
+// role user, gpt assistant; another speaker is an error in ShareGPT's words). Each conversation, named by its file
+// and row (Conversation.Where), is checked as the JSONL reader checks one (data.CheckConversation:
 // known roles, string content, an assistant turn); a bad one, or a null or empty list, is an error naming its row.
-func (d *Dataset) Conversations() ([][]Message, error) {
-	var out [][]Message
+func (d *Dataset) Conversations() ([]data.Conversation, error) {
+	var out []data.Conversation
 	_, err := d.each([]spec{{name: "messages", kind: kMessages, what: "a conversation"}}, func(where string, r row) error {
 		msgs, _ := r[0].([]Message)
 		if len(msgs) == 0 {
@@ -72,7 +73,7 @@ func (d *Dataset) Conversations() ([][]Message, error) {
 		if err := data.CheckConversation(msgs); err != nil {
 			return fmt.Errorf("%s: %w", where, err)
 		}
-		out = append(out, msgs)
+		out = append(out, data.Conversation{Messages: msgs, Where: where})
 		return nil
 	})
 	return out, err
