@@ -3,9 +3,9 @@ package data
 import (
 	"bytes"
 	"encoding/json"
+	"encoding/json/jsontext"
 	"errors"
 	"fmt"
-	"encoding/json/jsontext"
 	"io"
 	"slices"
 	"strconv"
