@@ -348,3 +348,91 @@ func TestProbe36Conversations(t *testing.T) {
 		refused36(t, out, c.args, c.want)
 	}
 }
+
+// TestProbe36EmptyReplies: an example with an empty reply is handled the same in every format: an Alpaca row with
+// an empty output and a conversation with an empty assistant message, JSONL or parquet, are left out and counted
+// (before, the conversation refused the whole file while the same row trained in Alpaca form on EOS alone); an
+// empty prompt (an Alpaca row with no instruction or input, a conversation's empty user message) is refused in
+// every format (pq06, pq06j, ev21: all-empty Alpaca rows trained, also as --eval-data).
+func TestProbe36EmptyReplies(t *testing.T) {
+	tmp := t.TempDir()
+	out := filepath.Join(tmp, "run")
+	llama := filepath.Join("..", "pretrained", "llama-tiny")
+	type alpacaRow struct {
+		Instruction string `parquet:"instruction" json:"instruction"`
+		Input       string `parquet:"input" json:"input"`
+		Output      string `parquet:"output" json:"output"`
+	}
+	type msg struct {
+		Role    string `parquet:"role" json:"role"`
+		Content string `parquet:"content" json:"content"`
+	}
+	type msgRow struct {
+		Messages []msg `parquet:"messages,list" json:"messages"`
+	}
+	rows := []alpacaRow{{"Say hi.", "", "Hi."}, {"Name a colour.", "", "Blue."}, {"Count to three.", "", ""}, {"Add.", "2+2", "4"}, {"Say no.", "", " "}}
+	var convs []msgRow
+	for _, r := range rows {
+		user := r.Instruction
+		if r.Input != "" {
+			user += "\n\n" + r.Input
+		}
+		convs = append(convs, msgRow{[]msg{{"user", user}, {"assistant", r.Output}}})
+	}
+	jsonl := func(name string, xs any) string {
+		var b strings.Builder
+		switch v := xs.(type) {
+		case []alpacaRow:
+			for _, x := range v {
+				j, _ := json.Marshal(x)
+				b.Write(append(j, '\n'))
+			}
+		case []msgRow:
+			for _, x := range v {
+				j, _ := json.Marshal(x)
+				b.Write(append(j, '\n'))
+			}
+		}
+		p := filepath.Join(tmp, name)
+		os.WriteFile(p, []byte(b.String()), 0o644)
+		return p
+	}
+	alpacaPQ, msgPQ := filepath.Join(tmp, "alpaca.parquet"), filepath.Join(tmp, "messages.parquet")
+	if err := parquet.WriteFile(alpacaPQ, rows); err != nil {
+		t.Fatal(err)
+	}
+	if err := parquet.WriteFile(msgPQ, convs); err != nil {
+		t.Fatal(err)
+	}
+	train := func(data string, more ...string) []string {
+		return append([]string{"train", "--model", llama, "--data", data, "--out", out, "--steps", "1", "--batch-size", "2", "--seq-len", "64"}, more...)
+	}
+	for _, data := range []string{jsonl("alpaca.jsonl", rows), jsonl("messages.jsonl", convs), alpacaPQ, msgPQ} {
+		os.RemoveAll(out)
+		_, stderr, code := run(t, train(data)...)
+		want := data + ": 2 of 5 examples have an empty reply (an empty output or assistant message) and were left out"
+		if code != 0 || !strings.Contains(stderr, want) {
+			t.Errorf("%s: exit %d; want 0 and the note %q:\n%s", filepath.Base(data), code, want, stderr)
+		}
+	}
+	os.RemoveAll(out)
+	allEmpty := jsonl("all-empty.jsonl", []alpacaRow{{"a", "", ""}, {"b", "", " "}})
+	emptyPrompt := []alpacaRow{{"Say hi.", "", "Hi."}, {"", "", ""}, {"Say yo.", "", "Yo."}}
+	emptyPQ := filepath.Join(tmp, "empty-prompt.parquet")
+	if err := parquet.WriteFile(emptyPQ, emptyPrompt); err != nil {
+		t.Fatal(err)
+	}
+	good := jsonl("good.jsonl", rows[:2])
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{train(allEmpty), `all-empty.jsonl: every example (2) has an empty reply (an empty output or assistant message): there is nothing to learn`},
+		{train(jsonl("empty-prompt.jsonl", emptyPrompt)), `empty-prompt.jsonl:2: the instruction is empty (and so is the input): an Alpaca row needs an instruction, as a conversation needs a user message`},
+		{train(emptyPQ), `empty-prompt.parquet: row 1: the instruction is empty (and so is the input)`},
+		{train(good, "--eval-data", emptyPQ), `empty-prompt.parquet: row 1: the instruction is empty (and so is the input)`},
+		{train(jsonl("empty-user.jsonl", []msgRow{convs[0], {[]msg{{"user", " "}, {"assistant", "Hi."}}}})), `empty-user.jsonl:2: message 1 (user) has empty content`},
+	} {
+		refused36(t, out, c.args, c.want)
+	}
+}

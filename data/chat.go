@@ -264,6 +264,16 @@ func parseConversation(text string) ([]Message, error) {
 	return msgs, nil
 }
 
+// EmptyReply reports whether a conversation has an assistant reply that is empty (or only white space).
+func EmptyReply(msgs []Message) bool {
+	for _, m := range msgs {
+		if m.Role == "assistant" && strings.TrimSpace(m.Content) == "" {
+			return true
+		}
+	}
+	return false
+}
+
 // jsonString decodes a JSON string, naming what the value is instead when it is not one.
 func jsonString(raw json.RawMessage) (string, error) {
 	raw = bytes.TrimSpace(raw)
@@ -289,8 +299,10 @@ func jsonString(raw json.RawMessage) (string, error) {
 }
 
 // CheckConversation checks a training conversation: at least one message, roles system, user or assistant, a
-// system message only first, no message whose content is empty (or only white space), and at least one
-// assistant turn (the replies are what the model learns).
+// system message only first, no system or user message whose content is empty (or only white space), and at
+// least one assistant turn (the replies are what the model learns). An empty assistant reply passes: it is an
+// example with an empty reply (EmptyReply), which training leaves out and counts, as it does an Alpaca row with
+// an empty output.
 func CheckConversation(msgs []Message) error {
 	if len(msgs) == 0 {
 		return errors.New("the conversation has no messages")
@@ -311,7 +323,7 @@ func CheckConversation(msgs []Message) error {
 			}
 			return fmt.Errorf("message %d: role %q: use system, user or assistant", i+1, m.Role)
 		}
-		if strings.TrimSpace(m.Content) == "" {
+		if strings.TrimSpace(m.Content) == "" && m.Role != "assistant" {
 			return fmt.Errorf("message %d (%s) has empty content", i+1, m.Role)
 		}
 	}

@@ -13,10 +13,23 @@ type Instruction struct {
 	Output      string `json:"output"`
 }
 
+// CheckPrompt refuses an Alpaca row whose prompt is empty: instruction and input both empty (or white space), as
+// CheckConversation refuses an empty user message. An empty output is an example with an empty reply
+// (EmptyReply), which training leaves out and counts.
+func (r Instruction) CheckPrompt() error {
+	if strings.TrimSpace(r.Instruction) == "" && strings.TrimSpace(r.Input) == "" {
+		return fmt.Errorf("the instruction is empty (and so is the input): an Alpaca row needs an instruction, as a conversation needs a user message")
+	}
+	return nil
+}
+
+// EmptyReply reports whether the row's output is empty (or only white space).
+func (r Instruction) EmptyReply() bool { return strings.TrimSpace(r.Output) == "" }
+
 // ReadInstructions reads Alpaca-format JSONL (one object per line with instruction, input and output; rows with
 // a "status" field other than "ok" are skipped, as alpaca-libre marks rejected rows). A malformed line, two JSON
-// values on one line, a conversation row (one kind per file: see JSONLKind) or a line longer than MaxLineBytes is
-// an error naming the file and line.
+// values on one line, a key given twice, a field of another type, an empty prompt (CheckPrompt), a conversation
+// row (one kind per file: see JSONLKind) or a line longer than MaxLineBytes is an error naming the file and line.
 func ReadInstructions(path string) ([]Instruction, error) {
 	var out []Instruction
 	rows, skipped := 0, 0
@@ -64,6 +77,9 @@ func ReadInstructions(path string) ([]Instruction, error) {
 		}
 		if !hasIns || !hasOut {
 			return fmt.Errorf("%s:%d: an Alpaca row needs \"instruction\" and \"output\" strings", path, line)
+		}
+		if err := row.CheckPrompt(); err != nil {
+			return fmt.Errorf("%s:%d: %v", path, line, err)
 		}
 		out = append(out, row)
 		return nil

@@ -21,10 +21,11 @@ func ConversationTemplate(tok *tokenizer.Tokenizer, template string) (string, er
 }
 
 // conversationTokens reads the conversations of a JSONL file (data.ReadConversations) or of parquet data with a
-// messages column (ParquetConversations) and encodes each with the chat template (tokenizer.FormatConversation):
+// messages column (ParquetConversations), leaves out those with an empty reply (withoutEmptyReplies, noted), and
+// encodes each with the chat template (tokenizer.FormatConversation):
 // labels on the assistant turns only. A conversation the template cannot render is an error naming its line (for
 // parquet its file and row, 0-based as data/hfdata counts rows).
-func conversationTokens(path string, opts DataOptions, tok *tokenizer.Tokenizer) (ids, labels [][]int, err error) {
+func conversationTokens(path string, opts DataOptions, tok *tokenizer.Tokenizer, note func(string, ...any)) (ids, labels [][]int, err error) {
 	var convs []data.Conversation
 	if DataFormat(path, opts) == FormatParquet {
 		if convs, err = ParquetConversations(path, opts); err != nil {
@@ -33,11 +34,35 @@ func conversationTokens(path string, opts DataOptions, tok *tokenizer.Tokenizer)
 	} else if convs, err = data.ReadConversations(path); err != nil {
 		return nil, nil, err
 	}
+	if convs, err = withoutEmptyReplies(path, convs, func(c data.Conversation) bool { return data.EmptyReply(c.Messages) }, note); err != nil {
+		return nil, nil, err
+	}
 	tmpl, err := ConversationTemplate(tok, opts.ChatTemplate)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return EncodeConversations(convs, tok, tmpl, path)
+}
+
+// withoutEmptyReplies keeps the examples whose reply is not empty (empty tells): an Alpaca row with an empty output
+// and a conversation with an empty assistant message are left out alike, counted in a note. Such a row is a data
+// error more often than an intended answer (alpaca-libre v1 has 29 "ok" rows with an empty output, for
+// instructions such as "write a list of five facts"), and training on it teaches the model to answer with its
+// end-of-turn token alone; leaving it out with a count keeps the rest of the file usable.
+func withoutEmptyReplies[T any](path string, xs []T, empty func(T) bool, note func(string, ...any)) ([]T, error) {
+	kept := make([]T, 0, len(xs))
+	for _, x := range xs {
+		if !empty(x) {
+			kept = append(kept, x)
+		}
+	}
+	if n := len(xs) - len(kept); n > 0 {
+		if len(kept) == 0 {
+			return nil, fmt.Errorf("%s: every example (%d) has an empty reply (an empty output or assistant message): there is nothing to learn", path, n)
+		}
+		note("%s: %d of %d examples have an empty reply (an empty output or assistant message) and were left out: they would teach the model to answer with nothing", path, n, len(xs))
+	}
+	return kept, nil
 }
 
 // EncodeConversations encodes conversations with the resolved chat template tmpl (ConversationTemplate) for

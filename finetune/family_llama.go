@@ -400,6 +400,9 @@ func textExamplesNoted(path string, opts DataOptions, model Model, modelDir stri
 		if err != nil {
 			return nil, err
 		}
+		if rows, err = withoutEmptyReplies(path, rows, data.Instruction.EmptyReply, note); err != nil {
+			return nil, err
+		}
 		var ids, labels [][]int
 		for _, r := range rows {
 			id, label := tok.FormatInstruction(r.Instruction, r.Input, r.Output)
@@ -409,7 +412,7 @@ func textExamplesNoted(path string, opts DataOptions, model Model, modelDir stri
 			return nil, err
 		}
 	case FormatMessages:
-		ids, labels, err := conversationTokens(path, opts, tok)
+		ids, labels, err := conversationTokens(path, opts, tok, note)
 		if err != nil {
 			return nil, err
 		}

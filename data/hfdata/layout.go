@@ -170,6 +170,9 @@ func splitFiles(base, split string) ([]string, error) {
 	if m := byName(base); len(m) > 0 {
 		return m, nil
 	}
+	if split == "data" {
+		return nil, nil // data/ holds the splits' files: it is never one split
+	}
 	return inFolder(filepath.Join(base, split), true)
 }
 
@@ -185,6 +188,9 @@ func splitsIn(base string) []string {
 			}
 		}
 		for _, e := range readDir(dir) {
+			if dir == base && e.name == "data" {
+				continue // the hub layout's folder of split files, not a split
+			}
 			if e.dir && e.broken == nil && len(parquetIn(filepath.Join(dir, e.name))) > 0 && !isConfigDir(filepath.Join(dir, e.name), e.name) {
 				seen[e.name] = true
 			}
@@ -296,7 +302,7 @@ func (s Spec) selectIn(path, config, split string) (Selection, error) {
 // folder): an empty split folder, or the splits there are (and the configs, for a dataset folder).
 func (s Spec) missingSplit(path, base, split string, have, configs []string) error {
 	for _, dir := range []string{filepath.Join(base, "data", split), filepath.Join(base, split)} {
-		if st, err := os.Stat(dir); err == nil && st.IsDir() {
+		if st, err := os.Stat(dir); err == nil && st.IsDir() && dir != filepath.Join(base, "data") {
 			return fmt.Errorf("%s: split %q is empty: its folder %s holds no .parquet files", path, split, dir)
 		}
 	}

@@ -114,6 +114,8 @@ func TestSelectRefusals(t *testing.T) {
 		{two, Spec{}, `holds several configs (cola, sst2), each a folder of splits: choose one, e.g. --data ` + filepath.Join(two, "cola")},
 		{two, Spec{ConfigFlag: "--data-config"}, `choose one, e.g. --data-config cola`},
 		{loop, Spec{}, `data/train is a symbolic link that loops`},
+		{filepath.Join("testdata", "hub-alpaca"), Spec{Split: "validation"}, `hub-alpaca has no split "validation" (it has test, train)`},
+		{filepath.Join("testdata", "hub-alpaca"), Spec{Split: "data"}, `hub-alpaca has no split "data" (it has test, train)`},
 	} {
 		_, err := OpenSpec(tc.root, tc.spec)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

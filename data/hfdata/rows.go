@@ -49,7 +49,11 @@ func (d *Dataset) Instructions() ([]data.Instruction, error) {
 			return fmt.Errorf("%s: an Alpaca row needs \"instruction\" and \"output\" strings, this one has a null", where)
 		}
 		in, _ := r[1].(string)
-		out = append(out, data.Instruction{Instruction: ins, Input: in, Output: res})
+		row := data.Instruction{Instruction: ins, Input: in, Output: res}
+		if err := row.CheckPrompt(); err != nil {
+			return fmt.Errorf("%s: %v", where, err)
+		}
+		out = append(out, row)
 		return nil
 	})
 	if err == nil && len(out) == 0 {
