@@ -436,3 +436,127 @@ func TestProbe36EmptyReplies(t *testing.T) {
 		refused36(t, out, c.args, c.want)
 	}
 }
+
+// TestProbe36OptionsRefused: options that do not apply to the data were accepted and ignored (pk06: --packing on
+// image parquet; col07, col09, col10, mp03: --columns naming a missing column, or one the data kind does not read;
+// hf27, hf28: --columns and --split on JSONL); each is now refused naming it.
+func TestProbe36OptionsRefused(t *testing.T) {
+	tmp := t.TempDir()
+	out := filepath.Join(tmp, "run")
+	llama := filepath.Join("..", "pretrained", "llama-tiny")
+	vit := filepath.Join(tmp, "vit")
+	mustRun(t, "init", "--arch", "vit", "--preset", "tiny", "--num-labels", "10", "--out", vit)
+	alpaca, jsonl := filepath.Join(hfTestdata, "alpaca.duckdb.parquet"), filepath.Join(hfTestdata, "alpaca.jsonl")
+	train := func(model, data string, more ...string) []string {
+		return append([]string{"train", "--model", model, "--data", data, "--out", out, "--steps", "1", "--batch-size", "2", "--seq-len", "64"}, more...)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{train(vit, filepath.Join(hfTestdata, "images.duckdb.parquet"), "--packing"), `--packing packs instruction and conversation examples (alpaca, messages data), not image data`},
+		{train(vit, filepath.Join(hfTestdata, "images.duckdb.parquet"), "--chat-template", "chatml"), `--chat-template renders conversations (messages data), not image data`},
+		{train(llama, alpaca, "--columns", "text=nosuch"), `alpaca.duckdb.parquet: --columns text=nosuch: the file has no column "nosuch" (it has "instruction", "input", "output", "status")`},
+		{train(llama, alpaca, "--columns", "input=nosuch"), `alpaca.duckdb.parquet: --columns input=nosuch: the file has no column "nosuch"`},
+		{train(llama, alpaca, "--columns", "text=output"), `--columns text=output: ` + abs(alpaca) + ` is read for the columns instruction, input, output, status; memfit reads no "text" column from it: leave that rename out`},
+		{train(llama, alpaca, "--columns", "label=output"), `--columns label=output: ` + abs(alpaca) + ` is read for the columns instruction, input, output, status; memfit reads no "label" column`},
+		{train(llama, probe36("map.parquet"), "--columns", "instruction=sentence,output=sentence,text=m"), `memfit reads no "text" column`},
+		{train(llama, jsonl, "--columns", "output=instruction"), `--columns renames the columns of parquet data, but ` + abs(jsonl) + ` is alpaca data: leave it out`},
+		{train(llama, jsonl, "--split", "train"), `--split picks a split of an image folder or tar, GLUE data or a parquet dataset folder, but ` + abs(jsonl) + ` is alpaca data, one file: leave it out`},
+	} {
+		refused36(t, out, c.args, c.want)
+	}
+}
+
+// TestProbe36Validation: validation data read from the same hub folder or GLUE folder as the training data takes
+// its validation (or test, dev) split, not the training split (ev23: --eval-data-split defaulted to --split);
+// validating on the training data itself is noted (ev10); the validation set's notes (examples cut or left out by
+// --seq-len) are printed as the training data's are (ev16); a split flag is named as given (ev24).
+func TestProbe36Validation(t *testing.T) {
+	tmp := t.TempDir()
+	out := filepath.Join(tmp, "run")
+	llama := filepath.Join("..", "pretrained", "llama-tiny")
+	hub := filepath.Join(hfTestdata, "hub-alpaca")
+	train := func(model, data string, more ...string) []string {
+		return append([]string{"train", "--model", model, "--data", data, "--out", out, "--steps", "1", "--batch-size", "2", "--seq-len", "256"}, more...)
+	}
+	trains := func(args []string, notes ...string) []map[string]any {
+		t.Helper()
+		os.RemoveAll(out)
+		_, stderr, code := run(t, args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d:\n%s", args, code, stderr)
+		}
+		for _, n := range notes {
+			if !strings.Contains(stderr, n) {
+				t.Errorf("%v: no note %q:\n%s", args[3:6], n, stderr)
+			}
+		}
+		return readMetrics36(t, filepath.Join(out, "metrics.jsonl"))
+	}
+	evalExamples := func(m []map[string]any) float64 {
+		for _, e := range m {
+			if e["kind"] == "eval" {
+				return e["eval_examples"].(float64)
+			}
+		}
+		return -1
+	}
+	m := trains(train(llama, hub, "--eval-data", hub), "validation set: "+abs(hub)+" (split test): 1 parquet file(s): read as Alpaca rows")
+	if n := evalExamples(m); n <= 0 || n > 8 {
+		t.Errorf("--data HUB --eval-data HUB evaluated %v examples; the test split has 8 rows (the train split 40)", n)
+	}
+	jsonl := filepath.Join(hfTestdata, "alpaca.jsonl")
+	trains(train(llama, jsonl, "--eval-data", jsonl, "--seq-len", "64"),
+		"validation set: --eval-data "+abs(jsonl)+" is the training data itself",
+		"validation set: "+abs(jsonl)+": 22 of 22 examples are longer than --seq-len 64 and were cut on the right",
+		"validation set: "+abs(jsonl)+": 18 examples have no response token within --seq-len 64 and were left out")
+	// GLUE: the dev split, as eval glue reads it.
+	cls := filepath.Join(tmp, "cls")
+	mustRun(t, "init", "--from", llama, "--num-labels", "2", "--out", cls)
+	sst := filepath.Join(tmp, "glue", "SST-2")
+	os.MkdirAll(sst, 0o755)
+	tsv, err := os.ReadFile(filepath.Join(golden.SharedDir(t), "glue", "SST-2", "train.tsv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(tsv), "\n")
+	os.WriteFile(filepath.Join(sst, "train.tsv"), []byte(strings.Join(lines[:11], "\n")+"\n"), 0o644)
+	os.WriteFile(filepath.Join(sst, "dev.tsv"), []byte(strings.Join(append(lines[:1], lines[11:17]...), "\n")+"\n"), 0o644)
+	if n := evalExamples(trains(train(cls, sst, "--eval-data", sst, "--seq-len", "32"))); n != 6 {
+		t.Errorf("--data SST-2 --eval-data SST-2 evaluated %v examples; its dev split has 6 (train 10)", n)
+	}
+	os.RemoveAll(out)
+	refused36(t, out, train(llama, jsonl, "--eval-data", filepath.Join(hfTestdata, "alpaca.duckdb.parquet"), "--eval-data-split", "test"),
+		"--eval-data-split test picks the files of a dataset folder, but "+abs(filepath.Join(hfTestdata, "alpaca.duckdb.parquet"))+" is one parquet file: leave --eval-data-split out")
+}
+
+// readMetrics36 reads a run's metrics.jsonl.
+func readMetrics36(t *testing.T, path string) []map[string]any {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// TestProbe36GLUEFolder (section 6): a GLUE task folder given to train is GLUE data, recognised as eval glue
+// recognises it; with a causal LM the message says how to make a classifier (it was "image data (images) needs a
+// ViT model").
+func TestProbe36GLUEFolder(t *testing.T) {
+	tmp := t.TempDir()
+	out := filepath.Join(tmp, "run")
+	llama := filepath.Join("..", "pretrained", "llama-tiny")
+	sst := filepath.Join(golden.SharedDir(t), "glue", "SST-2")
+	refused36(t, out, []string{"train", "--model", llama, "--data", sst, "--out", out, "--steps", "1"},
+		"is GLUE sst2 data, which trains a sequence classifier, but the model is a causal LM (LlamaForCausalLM): give it a classification head with finetune init --from "+abs(llama)+" --num-labels 2 --out NEW")
+}

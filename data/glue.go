@@ -70,6 +70,43 @@ func GLUETask(task string) (GLUEInfo, error) {
 	return GLUEInfo{}, fmt.Errorf("unknown GLUE task %q (have %s)", task, strings.Join(GLUETasks, ", "))
 }
 
+// GLUETaskOfFolder returns the task whose folder path is (its name is the task's folder name, SST-2, RTE, ..., in
+// any case, and it holds the task's train or dev files), or "".
+func GLUETaskOfFolder(path string) string {
+	base := filepath.Base(filepath.Clean(path))
+	for _, t := range GLUETasks {
+		info, _ := GLUETask(t)
+		if !strings.EqualFold(base, info.Dir) {
+			continue
+		}
+		for _, split := range []string{"train", "dev"} {
+			if _, err := GLUEFiles(filepath.Dir(filepath.Clean(path)), t, split); err == nil {
+				return t
+			}
+			// GLUEFiles looks for the task folder by its canonical name; a folder named in another case is tried as it is.
+			if _, err := os.Stat(filepath.Join(path, split+".tsv")); err == nil {
+				return t
+			}
+		}
+	}
+	return ""
+}
+
+// IsGLUE reports whether the folder path is GLUE data in the layout of ../shared/data/glue: a task's folder
+// (GLUETaskOfFolder), or a root holding one.
+func IsGLUE(path string) bool {
+	if GLUETaskOfFolder(path) != "" {
+		return true
+	}
+	for _, t := range GLUETasks {
+		info, _ := GLUETask(t)
+		if GLUETaskOfFolder(filepath.Join(path, info.Dir)) != "" {
+			return true
+		}
+	}
+	return false
+}
+
 // GLUEFiles returns the files of a task's split ("train" or "dev") under root, in the layouts of
 // ../shared/data/glue: official SST-2/RTE/STS-B TSVs, the original 4-column CoLA TSVs (train = train.tsv +
 // val.tsv, as GLUE's training set), and for MRPC the original Microsoft corpus files (train =

@@ -22,7 +22,7 @@ const FormatParquet = "parquet"
 
 // openParquet resolves parquet data's files and column renames.
 func openParquet(path string, opts DataOptions) (*hfdata.Dataset, error) {
-	return hfdata.Open(path, opts.Split, opts.Columns)
+	return hfdata.OpenSpec(path, hfdata.Spec{Split: opts.Split, Columns: opts.Columns, SplitFlag: opts.splitFlag()})
 }
 
 // parquetTextFormat returns the text format that parquet data for a LLaMA stands for, by its columns: GLUE for a
@@ -45,6 +45,9 @@ func parquetTextFormat(path string, opts DataOptions, classifier bool, note func
 			return "", fmt.Errorf("parquet data for a sequence classifier is a GLUE task's rows: name it with --task (%s)", strings.Join(data.GLUETasks, ", "))
 		}
 		return FormatGLUE, nil
+	}
+	if err := ds.CheckRenames(); err != nil {
+		return "", err
 	}
 	names, err := ds.ColumnNames()
 	if err != nil {
@@ -143,6 +146,18 @@ func openParquetData(src DataSource) (Iterator, error) {
 	fam, ok := FamilyOf(src.Model)
 	if !ok || fam.OpenData == nil {
 		return nil, fmt.Errorf("parquet data needs a ViT or LLaMA model")
+	}
+	if !slices.Contains(fam.Formats, FormatMessages) { // the family reads no conversations: packing and templates do not apply
+		kind := "image"
+		if !slices.Contains(fam.Formats, FormatImages) && len(fam.Formats) > 0 {
+			kind = fam.Formats[0]
+		}
+		switch {
+		case src.Options.Packing:
+			return nil, fmt.Errorf("--packing packs instruction and conversation examples (alpaca, messages data), not %s data (%s is read as %s data for the %s model): leave it out", kind, src.Path, kind, fam.Title)
+		case src.Options.ChatTemplate != "":
+			return nil, fmt.Errorf("--chat-template renders conversations (messages data), not %s data (%s is read as %s data for the %s model): leave it out", kind, src.Path, kind, fam.Title)
+		}
 	}
 	return fam.OpenData(src)
 }

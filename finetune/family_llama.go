@@ -390,8 +390,15 @@ func textExamplesNoted(path string, opts DataOptions, model Model, modelDir stri
 		return nil, fmt.Errorf("--chat-template renders conversations (messages data); %s is %s data: leave it out", path, format)
 	}
 	if classifier != (format == FormatGLUE) {
-		return nil, fmt.Errorf("%s data needs a %s model, the model is %s", format,
-			map[bool]string{true: "sequence-classification", false: "causal-LM"}[format == FormatGLUE], m.Config.Architecture)
+		if format == FormatGLUE {
+			labels := 2
+			if info, err := data.GLUETask(opts.Task); err == nil && info.Regression {
+				labels = 1
+			}
+			return nil, fmt.Errorf("%s is GLUE %s data, which trains a sequence classifier, but the model is a causal LM (%s): give it a classification head with finetune init --from %s --num-labels %d --out NEW",
+				path, opts.Task, m.Config.Architecture, modelDir, labels)
+		}
+		return nil, fmt.Errorf("%s data needs a causal-LM model, the model is %s", format, m.Config.Architecture)
 	}
 	var ex map[string]*tensors.Tensor
 	switch format {

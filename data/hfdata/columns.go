@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 
@@ -190,6 +191,11 @@ func (d *Dataset) resolve(f *file, specs []spec) ([]resolved, error) {
 	for _, fl := range schema.Fields() {
 		names = append(names, fl.Name())
 	}
+	for _, newName := range slices.Sorted(maps.Keys(d.Columns)) {
+		if old := d.Columns[newName]; !slices.Contains(names, old) {
+			return nil, fmt.Errorf("%s: --columns %s=%s: the file has no column %q (it has %s)", f.path, newName, old, old, quoteList(names))
+		}
+	}
 	out := make([]resolved, len(specs))
 	for i, s := range specs {
 		col := d.column(s.name)
@@ -323,6 +329,16 @@ type row []any
 // each reads the specs' columns of every file, row group by row group and readRows rows at a time, and calls fn
 // with each row and where it is (file and 0-based row, for messages). It returns the rows read.
 func (d *Dataset) each(specs []spec, fn func(where string, r row) error) (int, error) {
+	var reads []string
+	for _, s := range specs {
+		reads = append(reads, s.name)
+	}
+	for _, newName := range slices.Sorted(maps.Keys(d.Columns)) {
+		if !slices.Contains(reads, newName) {
+			return 0, fmt.Errorf("--columns %s=%s: %s is read for the columns %s; memfit reads no %q column from it: leave that rename out",
+				newName, d.Columns[newName], d.where(), strings.Join(reads, ", "), newName)
+		}
+	}
 	total := 0
 	for _, path := range d.Files {
 		f, err := openFile(path)

@@ -8,6 +8,7 @@ package hfdata
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -114,6 +115,21 @@ func (d *Dataset) where() string {
 func (d *Dataset) Has(name string) (bool, error) {
 	names, err := d.ColumnNames()
 	return slices.Contains(names, d.column(name)), err
+}
+
+// CheckRenames refuses a --columns rename whose column the dataset's first file lacks (the readers check every
+// file; this is for choosing what the data holds by its columns).
+func (d *Dataset) CheckRenames() error {
+	names, err := d.ColumnNames()
+	if err != nil {
+		return err
+	}
+	for _, newName := range slices.Sorted(maps.Keys(d.Columns)) {
+		if old := d.Columns[newName]; !slices.Contains(names, old) {
+			return fmt.Errorf("%s: --columns %s=%s: the file has no column %q (it has %s)", d.Files[0], newName, old, old, quoteList(names))
+		}
+	}
+	return nil
 }
 
 // ColumnNames returns the top-level columns of the dataset's first file.

@@ -232,6 +232,21 @@ func (s Spec) pickConfig(path, config string) string {
 	return "--data " + filepath.Join(path, config)
 }
 
+// EvalSplits are the splits validation data is read from when none is named, in order of preference: the
+// validation split under its names, then the test split.
+var EvalSplits = []string{"validation", "valid", "val", "dev", "test"}
+
+// EvalSplit returns the first of EvalSplits that the dataset folder path has (in config, "" for the default), or
+// "" (then its default split) when it has none of them.
+func EvalSplit(path, config string) string {
+	for _, s := range EvalSplits {
+		if _, err := Select(path, Spec{Config: config, Split: s}); err == nil {
+			return s
+		}
+	}
+	return ""
+}
+
 // Selection is what Select resolved in a dataset folder: the config ("" for the default one: files outside
 // config folders), the split and its files, in name order (shards keep their order).
 type Selection struct {
