@@ -133,7 +133,8 @@ func ReSiLU2(x *graph.Node) *graph.Node { return Approx(x, ActSiLU, ReSiLU2Coeff
 // Approx returns the exact activation act of x, whose backward uses the step derivative given by coeffs.
 //
 // Forward: y = x * gate(x) exactly as GELU/SiLU, plus code(x) = sum_i [x > C_i] (k bits per element), packed
-// 8/k codes per byte (4 per byte for k = 2; k = 3 uses 4-bit slots, 2 per byte). x itself is not kept.
+// 8/k codes per byte (4 per byte for k = 2; k = 3 uses 4-bit slots, 2 per byte), pinned to y (engine.Pin: the
+// returned node is y behind a barrier that also holds the codes). x itself is not kept.
 //
 // Backward: the ReLU-formed approximation h~(x) = sum_i A_i max(x - C_i, 0) has derivative
 // h~'(x) = sum_{i : x > C_i} A_i = Levels[code(x)], a step function of the code alone. So
@@ -145,19 +146,27 @@ func Approx(x *graph.Node, act Activation, coeffs Coefficients) *graph.Node {
 		panic(err)
 	}
 	y := forward(act, x)
-	packed := PackedCodes(x, coeffs.C, coeffs.Bits)
+	// The activation and its codes behind one barrier (engine.Pin), the forward continuing from the barrier's
+	// copy: the codes must be made before anything downstream of y runs, so that no backend computes them late or
+	// fuses the packing into the backward's slope lookup, either of which keeps x alive until the backward pass.
+	y2, res := engine.Pin(y, PackedCodes(x, coeffs.C, coeffs.Bits))
+	packed := res[0]
 	dims := x.Shape().Dimensions
 	table := ByteSlopes(coeffs.Levels(), coeffs.Bits)
-	return engine.SetVJP(y, engine.KindActivation, func(node, v *graph.Node) []*graph.Node {
+	engine.SetVJP(y, engine.KindActivation, func(node, v *graph.Node) []*graph.Node {
 		g := v.Graph()
 		n, m, per := v.Shape().Size(), packed.Shape().Size(), CodesPerByte(coeffs.Bits)
 		rows := graph.ConstAsDType(g, v.DType(), table) // [256, per]
-		slope := graph.Reshape(graph.Gather(rows, graph.Reshape(packed, m, 1)), m*per)
+		// The codes through a barrier tied to v (engine.Recompute): the float slopes, as large as x, are computed
+		// from the codes alone and could otherwise be looked up during the forward pass and held.
+		codes := engine.Recompute(packed)[0]
+		slope := graph.Reshape(graph.Gather(rows, graph.Reshape(codes, m, 1)), m*per)
 		if m*per != n {
 			slope = engine.SliceAxis(slope, 0, 0, n)
 		}
 		return inputGrad(node, graph.Mul(v, graph.Reshape(slope, dims...)))
 	})
+	return y2
 }
 
 // ByteSlopes returns the [256][per] table whose row b holds levels[code] for each of the per = CodesPerByte(bits)

@@ -91,15 +91,16 @@ func TestMemoryPlan(t *testing.T) {
 		if extra[0] == "--for-backend" && (q.Profile.Backend != "xla:cuda" || !strings.Contains(q.Why, "H100")) {
 			t.Errorf("--for-backend xla:cuda planned with %+v (%s)", q.Profile, q.Why)
 		}
-		// A plan for XLA made on this backend takes only the modes measured to lower XLA's device peak: the
-		// pure-Go planner's Mesa and checkpointing savings did not hold on an H200 (plancheck-h200).
+		// A plan for XLA made on this backend takes only the modes measured to lower XLA's device peak
+		// (plan.XLACUDAModes, with its reason and how to lift it): the pure-Go planner's Mesa and checkpointing
+		// savings did not hold on an H200 (plancheck-h200).
 		if extra[0] == "--for-backend" {
 			var modes []string
 			for _, c := range q.Costs {
 				modes = append(modes, c.Mode)
 			}
-			if !slices.Equal(modes, []string{"plain", "approx-act"}) || strings.Contains(q.Plan, "mesa") || strings.Contains(q.Plan, "grad-ckpt") ||
-				!strings.Contains(q.Why, "measured to raise the device peak") {
+			if !slices.Equal(modes, plan.XLACUDAModes.Modes) || strings.Contains(q.Plan, "mesa") || strings.Contains(q.Plan, "grad-ckpt") ||
+				!strings.Contains(q.Why, plan.XLACUDAModes.Reason) || q.Profile.Restrict == nil || q.Profile.Restrict.Lift == "" {
 				t.Errorf("--for-backend xla:cuda: modes %v, plan %s (%s)", modes, q.Plan, q.Why)
 			}
 		}

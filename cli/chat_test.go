@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/internal/golden"
 )
 
@@ -51,10 +52,21 @@ func TestTrainMessagesMatchesAlpaca(t *testing.T) {
 	losses := map[string][]float64{}
 	for _, kind := range []string{"alpaca", "messages"} {
 		out := filepath.Join(tmp, "run-"+kind)
-		_, errOut, code := run(t, "train", "--model", filepath.Join("..", "pretrained", "llama-tiny"), "--data", paths[kind],
+		stdout, errOut, code := run(t, "train", "--model", filepath.Join("..", "pretrained", "llama-tiny"), "--data", paths[kind],
 			"--out", out, "--method", "full", "--steps", "4", "--batch-size", "4", "--seq-len", "128", "--log-every", "1")
 		if code != 0 {
 			t.Fatalf("%s: exit %d: %s", kind, code, errOut)
+		}
+		if kind == "messages" {
+			// llama-tiny's tokenizer has no chat template: the run says which one its conversations took, and
+			// run.yaml records it
+			if all := stdout + errOut; !strings.Contains(all, "the tokenizer has no chat template: conversations take memfit's Alpaca prompt") {
+				t.Errorf("the run does not say which chat template it used:\n%s", all)
+			}
+			spec, err := finetune.ReadRunSpec(out)
+			if err != nil || spec.DataOptions.ChatTemplate != "alpaca" {
+				t.Errorf("run.yaml records the chat template %q (%v), want alpaca", spec.DataOptions.ChatTemplate, err)
+			}
 		}
 		for _, m := range readMetrics(t, filepath.Join(out, "metrics.jsonl")) {
 			losses[kind] = append(losses[kind], m["loss"].(float64))
@@ -161,7 +173,7 @@ func TestBadInputSweepChat(t *testing.T) {
 		{write("ends-user.jsonl", `{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Bye"}]}`), nil, 1,
 			"ends-user.jsonl:1: the Alpaca template learns the reply that ends a conversation: its last message must be the assistant's"},
 		{write("llama3.jsonl", good), []string{"--chat-template", "llama3"}, 1, "the llama3 chat template needs special tokens this tokenizer lacks"},
-		{write("template.jsonl", good), []string{"--chat-template", "vicuna"}, 2, `--chat-template "vicuna": use one of auto, llama3, chatml, alpaca`},
+		{write("template.jsonl", good), []string{"--chat-template", "vicuna"}, 2, `--chat-template "vicuna": use one of auto, model, llama3, chatml, alpaca`},
 		{write("alpaca.jsonl", alpacaRow), []string{"--chat-template", "chatml"}, 1, "--chat-template renders conversations (messages data);"},
 		{write("story.txt", strings.Repeat("Once upon a time there was a model. ", 80)), []string{"--packing"}, 1,
 			"--packing packs instruction and conversation examples (alpaca, messages data), not text data"},

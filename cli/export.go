@@ -1,9 +1,12 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -66,7 +69,7 @@ PATH] (the PEFT adapter merged into the model).`,
 			}
 			ins := inputs{}.add("--run", run, runReads...).add("--checkpoint", checkpointPath(run, checkpoint), checkpointReads...).
 				add("the run's base model", spec.Model, modelReads...).add("the run's tokenizer", spec.DataOptions.Tokenizer, tokenizerReads...)
-			if err := exportTarget(out, spec.Model, format, overwrite, ins); err != nil {
+			if err := exportTarget(out, spec.Model, format, exportName(format, checkpoint), overwrite, ins); err != nil {
 				return err
 			}
 			model, err := finetune.LoadModel(spec.Model, spec.Config)
@@ -140,7 +143,16 @@ func checkpointOf(run, checkpoint string) (string, error) {
 	dir := checkpointPath(run, checkpoint)
 	if _, err := os.Stat(filepath.Join(dir, finetune.StateFile)); err != nil {
 		switch {
+		case errors.Is(err, fs.ErrPermission):
+			return "", fmt.Errorf("--checkpoint %s: %v: this user cannot read that checkpoint (ask its owner to make it readable: chmod -R a+rX %s)", checkpoint, err, dir)
 		case checkpoint == finetune.BestDir:
+			if spec, err := finetune.ReadRunSpec(run); err == nil && (spec.EvalData != "" || spec.Config.EvalSplit > 0) {
+				when := "at its last step"
+				if n := spec.Config.EvalEvery; n > 0 {
+					when = fmt.Sprintf("at step %d", min(n, spec.Config.Steps))
+				}
+				return "", fmt.Errorf("--checkpoint best: %s has no best checkpoint yet (%s): the run has a validation set, and its first evaluation (%s) writes one: wait for it, or export another checkpoint", run, dir, when)
+			}
 			return "", fmt.Errorf("--checkpoint best: %s has no best checkpoint (%s): only runs with a validation set (--eval-data or --eval-split) keep one", run, dir)
 		case isStep(checkpoint):
 			return "", fmt.Errorf("--checkpoint %s: %s has no checkpoint of step %s (%s): the run keeps %s", checkpoint, run, checkpoint, dir, keptCheckpoints(run))
@@ -170,21 +182,22 @@ var (
 )
 
 // exportTarget refuses an --out that would lose something: the run's base model (its weights would be replaced
-// by the merged ones), a training output folder or a checkpoint (whose files would mix with the export), any
-// other file the export reads (ins), or an earlier export unless overwrite (whose files it then removes).
-func exportTarget(out, baseModel, format string, overwrite bool, ins inputs) error {
+// by the merged ones), a training output folder, a checkpoint or any folder training manages (managedFolder:
+// the export would mix with the run's files, or be deleted with them), any other file the export reads (ins), or
+// an earlier export unless overwrite; with overwrite it removes the earlier export's files, of either format (a
+// merged export over a PEFT one left adapter_config.json beside config.json). name is the suggested export
+// folder's name (exportName).
+func exportTarget(out, baseModel, format, name string, overwrite bool, ins inputs) error {
 	if same(out, baseModel) {
 		return usagef("--out %s is the run's base model: exporting there would replace the weights the run trains on; choose another folder", out)
 	}
-	for _, f := range []struct{ file, what string }{{finetune.RunFile, "a training output folder"}, {"trainer_state.json", "a checkpoint"}} {
-		if _, err := os.Stat(filepath.Join(out, f.file)); err == nil {
-			return usagef("--out %s is %s (it holds %s): export to a folder of its own, e.g. %s", out, f.what, f.file, filepath.Join(out, format))
-		}
+	if isRunFolder(out) {
+		return usagef("--out %s is a training output folder (it holds %s): export to a folder of its own, e.g. %s", out, finetune.RunFile, filepath.Join(out, "exports", name))
 	}
-	files := modelFiles
-	if format == "peft" {
-		files = []string{"adapter_config.json", "adapter_model.safetensors"}
+	if err := notInManaged("--out", out, name); err != nil {
+		return err
 	}
+	files := append(slices.Clone(modelFiles), adapterFiles...)
 	if err := outputFolder("--out", out, files, ins, overwrite, false); err != nil {
 		return err
 	}
@@ -192,6 +205,21 @@ func exportTarget(out, baseModel, format string, overwrite bool, ins inputs) err
 		return usageError{err}
 	}
 	return nil
+}
+
+// adapterFiles are the files of a PEFT adapter export.
+var adapterFiles = []string{"adapter_config.json", "adapter_model.safetensors"}
+
+// exportName is the name export suggests for its output under a run's exports folder: the format, with the
+// checkpoint exported when one was named (peft, merged-best, peft-20).
+func exportName(format, checkpoint string) string {
+	if checkpoint == "" || checkpoint == "last" {
+		return format
+	}
+	if checkpoint != finetune.BestDir && !isStep(checkpoint) {
+		return format + "-" + filepath.Base(checkpoint)
+	}
+	return format + "-" + checkpoint
 }
 
 // same reports whether two paths name the same folder (after resolving links).

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/memfit/memfit/chattemplate"
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/gguf"
 	"github.com/memfit/memfit/gguf/llamagguf"
@@ -142,7 +143,7 @@ func (g ggufExport) export(cmd *cobra.Command, opts *Options) error {
 		return err
 	}
 	var notes []string
-	format := ""
+	var tr ollama.Translation
 	why := ""
 	if tok == nil {
 		why = "the model was exported without a tokenizer"
@@ -152,14 +153,16 @@ func (g ggufExport) export(cmd *cobra.Command, opts *Options) error {
 		if err := finetune.CheckTokenizer(tok, model); err != nil {
 			return fmt.Errorf("%s: %w", tokPath, err)
 		}
-		switch {
-		case tok.Config.ChatTemplate == "":
-			tok.Config.ChatTemplate, format = ollama.AlpacaJinja, ollama.Alpaca
+		if tok.Config.ChatTemplate == "" {
+			tok.Config.ChatTemplate = ollama.AlpacaJinja
+			tr = ollama.AlpacaTranslation()
 			notes = append(notes, "the tokenizer has no chat template: the GGUF gets the Alpaca prompt's (what finetune generate --chat uses for it)")
-		case tok.ChatFormat() != "":
-			format = tok.ChatFormat()
-		default:
-			notes = append(notes, "the tokenizer's chat template is not one memfit translates for Ollama (Llama-3, ChatML, Alpaca): the GGUF keeps it for llama.cpp, the Modelfile has no TEMPLATE (see the comment in it)")
+		} else if tmpl, err := chattemplate.FromTokenizer(tok); err != nil {
+			why = "the tokenizer's chat template does not parse"
+			notes = append(notes, fmt.Sprintf("%v: the GGUF keeps it, the Modelfile has no TEMPLATE", err))
+		} else if tr, err = ollama.Translate(tmpl.Render, tok.Config.BOSToken); err != nil {
+			why = err.Error()
+			notes = append(notes, fmt.Sprintf("%s; the GGUF keeps it for llama.cpp, the Modelfile has no TEMPLATE (see the comment in it)", err))
 		}
 	}
 	name := strings.TrimSuffix(filepath.Base(g.out), filepath.Ext(g.out))
@@ -175,7 +178,7 @@ func (g ggufExport) export(cmd *cobra.Command, opts *Options) error {
 		}
 	}
 	mf := modelfileOf(g.out)
-	text, _ := ollama.Modelfile(filepath.Base(g.out), filepath.Base(mf), format, stops, why)
+	text := ollama.ModelfileOf(filepath.Base(g.out), filepath.Base(mf), tr, stops, why)
 	if err := writeFileAtomic(mf, []byte(text)); err != nil {
 		return err
 	}
@@ -208,7 +211,7 @@ func (g ggufExport) exportMerged(cmd *cobra.Command) error {
 	}
 	ins := inputs{}.add("--model", g.model, modelReads...).add("--adapter", g.adapter, adapterReads...).
 		add("--tokenizer", g.tokenizer, tokenizerReads...)
-	if err := exportTarget(g.out, g.model, "merged", g.overwrite, ins); err != nil {
+	if err := exportTarget(g.out, g.model, "merged", "merged", g.overwrite, ins); err != nil {
 		return err
 	}
 	model, err := finetune.LoadModel(g.model, finetune.Defaults())
@@ -229,9 +232,13 @@ func (g ggufExport) exportMerged(cmd *cobra.Command) error {
 	return nil
 }
 
-// checkOut refuses, before any work, a GGUF --out (or its Modelfile) that is a folder, lies in a missing
-// folder, is a file the export reads, or exists without --overwrite.
+// checkOut refuses, before any work, a GGUF --out (or its Modelfile) that lies in a folder training manages
+// (a checkpoint, best/: managedFolder), is a folder, lies in a missing folder, is a file the export reads, or
+// exists without --overwrite.
 func (g ggufExport) checkOut(ins inputs) error {
+	if err := notInManaged("--out", g.out, filepath.Base(g.out)); err != nil {
+		return err
+	}
 	if err := outputFile("--out", g.out, ins, g.overwrite, true); err != nil {
 		return err
 	}

@@ -40,8 +40,10 @@ prompts, then one decode program per token with the key/value cache kept on the 
 (--temperature 0, the default) or sampled (--temperature, --top-k, --top-p; deterministic for a --seed, each
 prompt drawing from its own stream keyed by its index in the input, so --batch-size changes nothing), and stops
 at the tokenizer's EOS (and the chat template's end-of-turn token), at a --stop string, or after
---max-new-tokens. --chat formats a --prompt as a user's turn with the chat template (--chat-template: the
-tokenizer's Llama-3 or ChatML template, else the Alpaca prompt memfit's instruction fine-tuning trains on).
+--max-new-tokens. --chat formats a --prompt as a user's turn with the chat template (--chat-template: auto is
+the model's own Jinja chat template from its tokenizer_config.json or chat_template.jinja, rendered as
+transformers' apply_chat_template renders it, else the Alpaca prompt memfit's instruction fine-tuning trains
+on; model, llama3, chatml and alpaca choose).
 
 --prompts reads a JSONL file, one object per line: {"prompt": TEXT}, {"instruction": TEXT, "input": TEXT} (the
 Alpaca prompt, as training formats it) or {"messages": [{"role": "user", "content": TEXT}, ...]}, with an
@@ -109,13 +111,16 @@ features): its tensors are dequantised to float32 and its tokenizer rebuilt from
 			for _, p := range prompts {
 				needed = needed || f.UsesTemplate(p)
 			}
+			note := ""
 			if needed {
-				if _, err := f.Resolved(); err != nil {
+				c, err := f.Resolve()
+				if err != nil {
 					if template != generate.TemplateAuto {
 						err = fmt.Errorf("--chat-template %s: %w", template, err)
 					}
 					return usageError{err}
 				}
+				note = c.Note
 			}
 			ids := make([][]int, len(prompts))
 			texts := make([]string, len(prompts))
@@ -126,6 +131,9 @@ features): its tensors are dequantised to float32 and its tokenizer rebuilt from
 					}
 					return fmt.Errorf("prompt %d: %w", i+1, err)
 				}
+			}
+			if note != "" { // said once every prompt is known to render
+				fmt.Fprintf(cmd.ErrOrStderr(), "note: %s\n", note)
 			}
 			backend, err := opts.NewBackend()
 			if err != nil {

@@ -1,6 +1,8 @@
 package cli_test
 
 import (
+	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -70,4 +72,263 @@ func TestCalibrationCacheNeverBlocksPlanning(t *testing.T) {
 	if st, err := os.Stat(filepath.Join(folder, "memfit", "calibration.json")); err != nil || !st.IsDir() {
 		t.Errorf("the folder was changed: %v", err)
 	}
+}
+
+// refusedOneLine runs args and checks what the probe's hidden rerun checks: a non-zero exit, stderr one line
+// "finetune: ..." naming want (no panic, no stack), nothing on stdout, and every file under root unchanged with
+// no new one.
+func refusedOneLine(t *testing.T, root string, args []string, want string) {
+	t.Helper()
+	before := snapshot(t, root)
+	stdout, stderr, code := run(t, args...)
+	if code == 0 || strings.Count(strings.TrimSpace(stderr), "\n") != 0 || !strings.HasPrefix(stderr, "finetune: ") || !strings.Contains(stderr, want) || stdout != "" {
+		t.Errorf("%v: exit %d, stdout %q, stderr:\n%s\nwant a non-zero exit and one line naming %q", args, code, stdout, stderr, want)
+	}
+	after := snapshot(t, root)
+	for f, h := range before {
+		if after[f] != h {
+			t.Errorf("%v changed %s", args, f)
+		}
+	}
+	for f := range after {
+		if _, ok := before[f]; !ok {
+			t.Errorf("%v wrote %s", args, f)
+		}
+	}
+}
+
+// TestExportNeverIntoManagedFolders (ex14, ex21 unclear; ex20, ex23 data loss): export refused --out RUN/best
+// but suggested RUN/best/peft, and an export there (or in RUN/checkpoint-N/...) was deleted without a word when
+// best/ improved or the checkpoint was pruned. Now every --out in a folder training manages (best/, checkpoint-N/,
+// adapter/, a checkpoint anywhere), of every format, is refused in one line suggesting RUN/exports/..., and an
+// export there survives the run going on. (ow03, ow05) export --overwrite removes an earlier export of either
+// format: a merged export over a PEFT one left adapter_config.json beside config.json.
+func TestExportNeverIntoManagedFolders(t *testing.T) {
+	tmp, model, data := vitFixture(t)
+	out := filepath.Join(tmp, "run")
+	if _, stderr, code := run(t, "train", "--model", model, "--data", data, "--out", out, "--steps", "2", "--batch-size", "4",
+		"--eval-split", "0.25", "--eval-every", "1", "--checkpoint-every", "1", "--keep-checkpoints", "1"); code != 0 {
+		t.Fatalf("train: exit %d\n%s", code, stderr)
+	}
+	best, ckpt := filepath.Join(out, "best"), filepath.Join(out, "checkpoint-2")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--checkpoint", "best", "--out", filepath.Join(best, "peft")}, "--out " + filepath.Join(best, "peft") + " lies in " + best + ", the run's best checkpoint, which the run replaces whenever its validation loss improves: anything written there is lost; write to e.g. " + filepath.Join(out, "exports", "peft-best")},
+		{[]string{"--checkpoint", "best", "--out", best}, "is the run's best checkpoint"},
+		{[]string{"--format", "merged", "--out", filepath.Join(ckpt, "mine")}, "lies in " + ckpt + ", a checkpoint of the run, which pruning (--keep-checkpoints) or --overwrite deletes: anything written there is lost; write to e.g. " + filepath.Join(out, "exports", "merged")},
+		{[]string{"--checkpoint", "2", "--out", ckpt}, "write to e.g. " + filepath.Join(out, "exports", "peft-2")},
+		{[]string{"--out", filepath.Join(out, "adapter", "x")}, "the run's adapter folder, which the run rewrites when it ends"},
+		{[]string{"--format", "gguf", "--checkpoint", "best", "--out", filepath.Join(best, "model.gguf")}, "write to e.g. " + filepath.Join(out, "exports", "model.gguf") + " (make the folder first: mkdir " + filepath.Join(out, "exports") + ")"},
+		{[]string{"--format", "merged", "--out", out}, "is a training output folder (it holds run.yaml): export to a folder of its own, e.g. " + filepath.Join(out, "exports", "merged")},
+	} {
+		refusedOneLine(t, tmp, append([]string{"export", "--run", out}, c.args...), c.want)
+	}
+	// The suggested folder takes the export, and keeps it while the run goes on (best/ replaced, checkpoints pruned).
+	mine := filepath.Join(out, "exports", "peft-best")
+	if _, stderr, code := run(t, "export", "--run", out, "--checkpoint", "best", "--out", mine); code != 0 {
+		t.Fatalf("export into RUN/exports: exit %d\n%s", code, stderr)
+	}
+	kept := snapshot(t, mine)
+	if _, stderr, code := run(t, "train", "--out", out, "--resume", "--steps", "4"); code != 0 {
+		t.Fatalf("resume: exit %d\n%s", code, stderr)
+	}
+	if after := snapshot(t, mine); len(after) != 2 || !maps.Equal(after, kept) {
+		t.Errorf("the export in RUN/exports changed with the run: %v, was %v", after, kept)
+	}
+	// ow03, ow05: --overwrite replaces an export of the other format whole.
+	x := filepath.Join(tmp, "x")
+	if _, stderr, code := run(t, "export", "--run", out, "--out", x); code != 0 {
+		t.Fatalf("peft: %s", stderr)
+	}
+	if _, stderr, code := run(t, "export", "--run", out, "--format", "merged", "--out", x); code != 2 || !strings.Contains(stderr, "already holds an export (adapter_") {
+		t.Errorf("merged over peft without --overwrite: exit %d\n%s", code, stderr)
+	}
+	if _, stderr, code := run(t, "export", "--run", out, "--format", "merged", "--out", x, "--overwrite"); code != 0 {
+		t.Fatalf("merged --overwrite: %s", stderr)
+	}
+	for _, f := range []string{"adapter_config.json", "adapter_model.safetensors"} {
+		if _, err := os.Stat(filepath.Join(x, f)); err == nil {
+			t.Errorf("merged --overwrite left the PEFT export's %s", f)
+		}
+	}
+	if _, stderr, code := run(t, "export", "--run", out, "--out", x, "--overwrite"); code != 0 {
+		t.Fatalf("peft --overwrite: %s", stderr)
+	}
+	for _, f := range []string{"config.json", "model.safetensors", "preprocessor_config.json"} {
+		if _, err := os.Stat(filepath.Join(x, f)); err == nil {
+			t.Errorf("peft --overwrite left the merged export's %s", f)
+		}
+	}
+}
+
+// trainedStep returns the step a checkpoint folder's trainer_state.json records.
+func trainedStep(t *testing.T, dir string) int {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(dir, "trainer_state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s struct {
+		Step int `json:"step"`
+	}
+	if err := json.Unmarshal(raw, &s); err != nil {
+		t.Fatal(err)
+	}
+	return s.Step
+}
+
+// replaceWith makes dir a copy of the folder from (files only, one level and init-adapter below).
+func replaceWith(t *testing.T, from, dir string) {
+	t.Helper()
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	copyTree(t, from, dir)
+}
+
+// TestBestNeverAheadOfTheRun (k8r, k8e): validation wrote best/ before the checkpoint of the same step, so a kill
+// between the two left best/ at step 2 and latest at checkpoint-1; `--resume --steps 1` then reported the best
+// as step 1 while best/ (and export --checkpoint best) held step 2. Now an evaluation that improves writes its
+// checkpoint first and copies it to best/, and a resume makes best/ agree with the resumed checkpoint: restored
+// from it when it is itself the best (both the old kill and a kill between the new order's two writes).
+func TestBestNeverAheadOfTheRun(t *testing.T) {
+	tmp, model, data := vitFixture(t)
+	out := filepath.Join(tmp, "run")
+	if _, stderr, code := run(t, "train", "--model", model, "--data", data, "--out", out, "--steps", "2", "--batch-size", "4",
+		"--eval-split", "0.25", "--eval-every", "1", "--lr", "0.003", "--train-modules", "classifier"); code != 0 {
+		t.Fatalf("train: exit %d\n%s", code, stderr)
+	}
+	// Every evaluation improved (the training and held-out examples share their labels' pattern): checkpoint-1 was
+	// written by its evaluation though --checkpoint-every is 0.
+	best := filepath.Join(out, "best")
+	if got := trainedStep(t, best); got != 2 {
+		t.Fatalf("best/ holds step %d, want 2 (the test needs every evaluation to improve)", got)
+	}
+	for _, c := range []string{"checkpoint-1", "checkpoint-2"} {
+		if _, err := os.Stat(filepath.Join(out, c, "trainer_state.json")); err != nil {
+			t.Fatalf("%s was not written by its improving evaluation: %v", c, err)
+		}
+	}
+	// The probe's kill: best/ at step 2, checkpoint-2 not written, latest at checkpoint-1.
+	os.RemoveAll(filepath.Join(out, "checkpoint-2"))
+	os.WriteFile(filepath.Join(out, "latest"), []byte("checkpoint-1\n"), 0o644)
+	stdout, stderr, code := run(t, "train", "--out", out, "--resume", "--steps", "1")
+	if code != 0 {
+		t.Fatalf("resume: exit %d\n%s", code, stderr)
+	}
+	if !strings.Contains(stderr, "note: "+best+" held step 2, not the best evaluation the resumed checkpoint records (step 1, this checkpoint): restored from "+filepath.Join(out, "checkpoint-1")) {
+		t.Errorf("no note of best/ restored:\n%s", stderr)
+	}
+	if got := trainedStep(t, best); got != 1 || !strings.Contains(stdout, "at step 1) in "+best) {
+		t.Errorf("best/ holds step %d after the resume:\n%s", got, stdout)
+	}
+	exp := filepath.Join(tmp, "exp")
+	if stdout, stderr, code := run(t, "export", "--run", out, "--checkpoint", "best", "--out", exp); code != 0 || !strings.Contains(stdout, "step 1)") {
+		t.Errorf("export --checkpoint best: exit %d\n%s%s", code, stdout, stderr)
+	}
+	// The new order's kill: checkpoint-2 (best at step 2) and latest written, best/ still at step 1.
+	if _, stderr, code := run(t, "train", "--out", out, "--resume", "--steps", "2"); code != 0 {
+		t.Fatalf("resume to 2: exit %d\n%s", code, stderr)
+	}
+	replaceWith(t, filepath.Join(out, "checkpoint-1"), best)
+	_, stderr, code = run(t, "train", "--out", out, "--resume", "--steps", "2")
+	if code != 0 || !strings.Contains(stderr, "held step 1, not the best evaluation the resumed checkpoint records (step 2") || trainedStep(t, best) != 2 {
+		t.Errorf("best/ not restored from checkpoint-2: exit %d\n%s", code, stderr)
+	}
+}
+
+// TestRunWithOnlyBestResumes (bk1r, bk1n): with the default --checkpoint-every 0 and --eval-every, a run killed
+// after an evaluation had only best/: --resume failed ("open RUN/latest: no such file"), a rerun said "continue
+// it with --resume", and only --overwrite got out, deleting best/. Now every improving evaluation writes the
+// step's checkpoint (so latest exists: TestBestNeverAheadOfTheRun), and a folder with only best/ (from an older
+// memfit) resumes from best/, saying so.
+func TestRunWithOnlyBestResumes(t *testing.T) {
+	tmp, model, data := vitFixture(t)
+	out := filepath.Join(tmp, "run")
+	if _, stderr, code := run(t, "train", "--model", model, "--data", data, "--out", out, "--steps", "1", "--batch-size", "4",
+		"--eval-split", "0.25", "--eval-every", "1"); code != 0 {
+		t.Fatalf("train: exit %d\n%s", code, stderr)
+	}
+	for _, f := range []string{"checkpoint-1", "latest", "adapter"} {
+		os.RemoveAll(filepath.Join(out, f))
+	}
+	_, stderr, code := run(t, "train", "--out", out, "--resume", "--steps", "2")
+	if code != 0 || !strings.Contains(stderr, "note: "+out+" has no latest checkpoint (the run was stopped before writing one): resuming from its best checkpoint "+filepath.Join(out, "best")+" (step 1)") {
+		t.Fatalf("resume from best/: exit %d\n%s", code, stderr)
+	}
+	if got := trainedStep(t, filepath.Join(out, "checkpoint-2")); got != 2 {
+		t.Errorf("the resumed run's last checkpoint is at step %d", got)
+	}
+}
+
+// TestResumeRefusesChangedValidationSet (rs01): the validation set was not fingerprinted: replaced between runs,
+// --resume accepted it and chose the best checkpoint by comparing losses from two sets. Now it is refused as
+// changed training data is, naming --eval-data, and nothing in the run changes.
+func TestResumeRefusesChangedValidationSet(t *testing.T) {
+	tmp, model, data := vitFixture(t)
+	eval := filepath.Join(tmp, "eval.safetensors")
+	writeMislabelled(t, eval, 9)
+	out := filepath.Join(tmp, "run")
+	if _, stderr, code := run(t, "train", "--model", model, "--data", data, "--eval-data", eval, "--out", out, "--steps", "1",
+		"--batch-size", "4", "--eval-every", "1"); code != 0 {
+		t.Fatalf("train: exit %d\n%s", code, stderr)
+	}
+	orig, _ := os.ReadFile(eval)
+	writeMislabelled(t, eval, 6)
+	refusedOneLine(t, tmp, []string{"train", "--out", out, "--resume", "--steps", "2"},
+		"--eval-data "+eval+": the data differs from the checkpoint's: it had 9 validation examples, the data now has 6")
+	changed := append([]byte(nil), orig...)
+	changed[len(changed)-100] ^= 1
+	os.WriteFile(eval, changed, 0o644)
+	refusedOneLine(t, tmp, []string{"train", "--out", out, "--resume", "--steps", "2"}, "the same number of validation examples (9) but other contents")
+	os.WriteFile(eval, orig, 0o644)
+	if _, stderr, code := run(t, "train", "--out", out, "--resume", "--steps", "2"); code != 0 {
+		t.Errorf("resume with the original validation set: exit %d\n%s", code, stderr)
+	}
+}
+
+// TestResumeStepsKeepTheSchedule: `--resume --steps N` stretched a decaying schedule to the new length without a
+// word (the learning rate of every step to come changed); the docs promise an exact continuation. Now another
+// --steps is refused for a linear or cosine schedule, saying how to train further; a constant schedule (the
+// default) still extends exactly. (k7r) --steps below the checkpoint named RUN/adapter where there was none.
+func TestResumeStepsKeepTheSchedule(t *testing.T) {
+	tmp, model, data := vitFixture(t)
+	out := filepath.Join(tmp, "run")
+	if _, stderr, code := run(t, "train", "--model", model, "--data", data, "--out", out, "--steps", "2", "--batch-size", "4",
+		"--schedule", "linear", "--checkpoint-every", "1"); code != 0 {
+		t.Fatalf("train: exit %d\n%s", code, stderr)
+	}
+	refusedOneLine(t, tmp, []string{"train", "--out", out, "--resume", "--steps", "4"},
+		"--steps 4: the run's linear learning-rate schedule decays over its 2 steps, and a resume continues it exactly")
+	os.RemoveAll(filepath.Join(out, "adapter"))
+	refusedOneLine(t, tmp, []string{"train", "--out", out, "--resume", "--steps", "1"},
+		"--steps 1 is below the step the checkpoint reached (2): give more steps to continue; export what it reached with finetune export --run "+out)
+}
+
+// TestCheckpointsReadableAndBestMessages (ro03, cc1): checkpoints were created 0700 (os.MkdirTemp), so another
+// user who reads a shared run folder could not read them, and export --checkpoint best said "only runs with a
+// validation set keep one" of a run that has one but has not evaluated yet. Now checkpoints take the run
+// folder's permissions, and the message says the first evaluation writes best/.
+func TestCheckpointsReadableAndBestMessages(t *testing.T) {
+	tmp, model, data := vitFixture(t)
+	out := filepath.Join(tmp, "run")
+	if _, stderr, code := run(t, "train", "--model", model, "--data", data, "--out", out, "--steps", "1", "--batch-size", "4",
+		"--eval-split", "0.25", "--eval-every", "5"); code != 0 {
+		t.Fatalf("train: exit %d\n%s", code, stderr)
+	}
+	st, _ := os.Stat(out)
+	for _, f := range []string{"checkpoint-1", "best", "latest", "checkpoint-1/trainer_state.json", "best/trainable.safetensors"} {
+		fst, err := os.Stat(filepath.Join(out, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fst.Mode().Perm()&0o044 != st.Mode().Perm()&0o044 {
+			t.Errorf("%s has mode %v; the run folder %v (others who read the run cannot read it)", f, fst.Mode().Perm(), st.Mode().Perm())
+		}
+	}
+	os.RemoveAll(filepath.Join(out, "best"))
+	refusedOneLine(t, tmp, []string{"export", "--run", out, "--checkpoint", "best", "--out", filepath.Join(tmp, "x")},
+		"--checkpoint best: "+out+" has no best checkpoint yet ("+filepath.Join(out, "best")+"): the run has a validation set, and its first evaluation (at step 1) writes one")
 }

@@ -22,7 +22,7 @@ func newMemoryCommand(opts *Options) *cobra.Command {
 	var asJSON, compileTime, autoplan, packing bool
 	var budgetMargin float64
 	var budgetBatch bool
-	var forBackend string
+	var forBackend, beside string
 	calibrate := true
 	flagCfg := finetune.Defaults()
 	cmd := &cobra.Command{
@@ -33,7 +33,8 @@ only config.json is read) in each memory-saving variant and prints, side by side
   - saved activations: the forward tensors the backward pass reads, exact from the training graph, split by op
     kind (linear inputs, norms, activations, attention, other), the paper's Figure 2 breakdown;
   - the step's peak: on the pure-Go backend a liveness simulation of its executor (checked to the byte against a
-    buffer-pool counter in tools/peakmem), on XLA the compiled program's sizes;
+    buffer-pool counter in tools/peakmem), on XLA the compiled program's sizes, with the pure-Go planner's peak
+    of the same step beside them (--beside; what a plan made on another machine counts);
   - weights, gradients and optimizer state, and the total (peak + optimizer state);
   - ratios to the plain variant.
 --model takes a Hugging Face folder or a preset name (vit: tiny, vit-b16; llama: tiny, llama-1b, llama-7b).
@@ -214,7 +215,19 @@ the cost model (FLOPs recomputed, bytes moved; docs/autopilot.md) with --calibra
 				}
 				return nil
 			}
-			rep, err := plan.Memory(backend, plan.MemoryRequest{Model: model, Config: cfg, Labels: numLabels, Shape: in, Variants: variants})
+			req := plan.MemoryRequest{Model: model, Config: cfg, Labels: numLabels, Shape: in, Variants: variants}
+			if beside == "" && backend.Name() == "xla" {
+				beside = "go" // XLA's compiled sizes beside the pure-Go planner's accounting
+			}
+			if beside != "" && beside != "none" {
+				b, err := engine.NewBackend(beside)
+				if err != nil {
+					return usagef("--beside %s: %v", beside, err)
+				}
+				defer b.Finalize()
+				req.Beside = b
+			}
+			rep, err := plan.Memory(backend, req)
 			if err != nil {
 				return err
 			}
@@ -241,6 +254,7 @@ the cost model (FLOPs recomputed, bytes moved; docs/autopilot.md) with --calibra
 	f.BoolVar(&calibrate, "calibrate", true, "with --plan: time the modes on a one- and a two-block model of the real width (seconds, cached); false: predict them with the cost model (docs/autopilot.md)")
 	f.StringVar(&forBackend, "for-backend", "", "with --plan: plan for a run on another backend (go, xla:cuda = H100-class GPU, xla:cuda:h200), its step times from the cost model's device profile")
 	f.BoolVar(&budgetBatch, "budget-batch", false, "with --plan: also choose the micro-batch (a divisor of --batch-size, the effective batch, with accumulation making up the rest) that runs fastest")
+	f.StringVar(&beside, "beside", "", `also plan each variant on this backend and print its step peak beside (default on XLA: go, the pure-Go planner's accounting beside XLA's compiled sizes; "none": off)`)
 	f.BoolVar(&compileTime, "compile-time", false, "instead of the memory table, build and compile each variant's step programs (the gradient computation and the device-resident step) and print how long that took")
 	bindSettings(f, &flagCfg, true, memorySettings...)
 	alias(f, "seq-len", "seq")
@@ -286,28 +300,54 @@ func writeMemoryTable(out io.Writer, rep *plan.Report) error {
 	for _, k := range engine.Kinds {
 		fmt.Fprintf(w, "%s\t", k)
 	}
-	fmt.Fprint(w, "x plain\tstep peak\tx plain\tweights\tgrads\toptimizer\ttotal\tx plain\ttrainable\t\n")
+	beside := besideName(rep.Beside)
+	fmt.Fprint(w, "x plain\tstep peak\tx plain\t")
+	if beside != "" {
+		fmt.Fprintf(w, "%s peak\tx plain\t", beside)
+	}
+	fmt.Fprint(w, "weights\tgrads\toptimizer\ttotal\tx plain\ttrainable\t\n")
 	for _, v := range rep.Variants {
 		fmt.Fprintf(w, "%s\t%s\t", v.Name, memory.FormatBytes(v.SavedActivationBytes))
 		for _, k := range engine.Kinds {
 			fmt.Fprintf(w, "%s\t", memory.FormatBytes(v.SavedByKind[k.String()]))
 		}
-		fmt.Fprintf(w, "%.3f\t%s\t%.3f\t%s\t%s\t%s\t%s\t%.3f\t%d\t\n", v.SavedRatio, memory.FormatBytes(v.PeakBytes), v.PeakRatio,
-			memory.FormatBytes(v.WeightsBytes), memory.FormatBytes(v.GradientBytes), memory.FormatBytes(v.OptimizerBytes),
-			memory.FormatBytes(v.TotalBytes), v.TotalRatio, v.TrainableParams)
+		fmt.Fprintf(w, "%.3f\t%s\t%.3f\t", v.SavedRatio, memory.FormatPeakCell(v.PeakBytes, v.PeakMethod, 3), v.PeakRatio)
+		if beside != "" {
+			fmt.Fprintf(w, "%s\t%.3f\t", memory.FormatPeakCell(v.BesidePeakBytes, v.BesidePeakMethod, 3), v.BesidePeakRatio)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%.3f\t%d\t\n", memory.FormatBytes(v.WeightsBytes), memory.FormatBytes(v.GradientBytes),
+			memory.FormatBytes(v.OptimizerBytes), memory.FormatBytes(v.TotalBytes), v.TotalRatio, v.TrainableParams)
 	}
 	if err := w.Flush(); err != nil {
 		return err
 	}
 	if len(rep.Variants) > 0 {
-		fmt.Fprintf(out, "\nsaved act.: %s\nstep peak: %s\ntotal = step peak + optimizer state\n",
-			rep.Variants[0].SavedMethod, rep.Variants[0].PeakMethod)
+		fmt.Fprintf(out, "\nsaved act.: %s\nstep peak: %s\n", rep.Variants[0].SavedMethod, rep.Variants[0].PeakMethod)
+		if beside != "" {
+			fmt.Fprintf(out, "%s peak: the same step planned on %s (%s)\n", beside, rep.Beside, rep.Variants[0].BesidePeakMethod)
+		}
+		ties := "on"
+		if !rep.Ties {
+			ties = "off (" + engine.TiesEnv + "=0)"
+		}
+		fmt.Fprintf(out, "total = step peak + optimizer state; ordering ties (docs/memory-saving.md, \"Order is data\") %s\n", ties)
 		if v := rep.Variants[0]; v.QuantizedParams > 0 {
 			fmt.Fprintf(out, "NF4 base: %d parameters in %s, %.3f bits per parameter (double-quantised scales)\n",
 				v.QuantizedParams, memory.FormatBytes(v.QuantizedBytes), v.QuantizedBits)
 		}
 	}
 	return nil
+}
+
+// besideName is the short name of a Beside backend for a column header ("go" for the pure-Go backend).
+func besideName(backend string) string {
+	switch {
+	case backend == "":
+		return ""
+	case strings.HasPrefix(strings.ToLower(backend), "go"):
+		return "go"
+	}
+	return backend
 }
 
 // Bounds of a memory budget (--budget, --seq-budget): below minBudget no training step fits (a number without a

@@ -49,10 +49,44 @@ func TestMemoryJSON(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	for _, want := range []string{"approx-act+ms-norm", "saved act.: exact", "step peak: estimate"} {
+	for _, want := range []string{"approx-act+ms-norm", "saved act.: exact", "step peak: estimate", "ordering ties (docs/memory-saving.md, \"Order is data\") on"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("table lacks %q:\n%s", want, table)
 		}
+	}
+	// --beside (on XLA the default, go): each variant planned on a second backend, its peak beside the first's.
+	beside, errOut, code := run(t, "memory", "--model", "vit:tiny", "--num-labels", "3", "--batch-size", "2", "--variants", "plain,approx-act+mesa", "--beside", "go", "--json")
+	if code != 0 {
+		t.Fatalf("--beside go: exit %d: %s", code, errOut)
+	}
+	var br struct {
+		Beside   string `json:"beside"`
+		Ties     bool   `json:"ties"`
+		Variants []struct {
+			Name             string `json:"name"`
+			PeakBytes        int64  `json:"peak_bytes"`
+			BesidePeakBytes  int64  `json:"beside_peak_bytes"`
+			BesideTotalBytes int64  `json:"beside_total_bytes"`
+			TotalBytes       int64  `json:"total_bytes"`
+		} `json:"variants"`
+	}
+	if err := json.Unmarshal([]byte(beside), &br); err != nil {
+		t.Fatalf("--beside: not JSON: %v\n%s", err, beside)
+	}
+	if !strings.HasPrefix(br.Beside, "Go") || !br.Ties || len(br.Variants) != 2 || br.Variants[1].Name != "approx-act+mesa" {
+		t.Fatalf("--beside go: %+v", br)
+	}
+	for _, v := range br.Variants { // the same backend twice: the same figures
+		if v.BesidePeakBytes != v.PeakBytes || v.BesideTotalBytes != v.TotalBytes || v.PeakBytes == 0 {
+			t.Errorf("--beside go, %s: peak %d beside %d, total %d beside %d", v.Name, v.PeakBytes, v.BesidePeakBytes, v.TotalBytes, v.BesideTotalBytes)
+		}
+	}
+	if table, _, _ := run(t, "memory", "--model", "vit:tiny", "--num-labels", "3", "--batch-size", "2", "--variants", "plain", "--beside", "go"); !strings.Contains(table, "go peak") ||
+		!strings.Contains(table, "go peak: the same step planned on Go") {
+		t.Errorf("--beside go: no go peak column or note:\n%s", table)
+	}
+	if _, errOut, code := run(t, "memory", "--model", "vit:tiny", "--num-labels", "3", "--variants", "plain", "--beside", "xla:/nonexistent/plugin.so"); code != 2 || strings.Count(strings.TrimSpace(errOut), "\n") != 0 {
+		t.Errorf("--beside with a missing plugin: exit %d, %q", code, errOut)
 	}
 	fit, errOut, code := run(t, "memory", "--model", "llama:tiny", "--batch-size", "1", "--max-seq-len", "512", "--budget", "3MiB", "--json")
 	if code != 0 {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/gomlx/core/tensors"
@@ -90,7 +91,7 @@ const maxLabels = 1_000_000
 // modelFiles matches the files of a Hugging Face model folder that init writes or that belong to the model it
 // would replace (a tokenizer left from another model would pair the wrong vocabulary with the new weights).
 var modelFiles = []string{"config.json", "*.safetensors", "model.safetensors.index.json", "tokenizer.json",
-	"tokenizer_config.json", "tokenizer.model", "special_tokens_map.json", "preprocessor_config.json", "generation_config.json"}
+	"tokenizer_config.json", "chat_template.jinja", "tokenizer.model", "special_tokens_map.json", "preprocessor_config.json", "generation_config.json"}
 
 // freshModelFolder refuses an output folder that already holds a model (a config.json or weights) unless
 // overwrite, and with overwrite removes that model's files (and only those).
@@ -104,7 +105,11 @@ func clearFiles(out string, patterns []string, what string, overwrite bool) erro
 	var found []string
 	for _, pat := range patterns {
 		m, _ := filepath.Glob(filepath.Join(out, pat))
-		found = append(found, m...)
+		for _, f := range m {
+			if !slices.Contains(found, f) { // two patterns may match one file (*.safetensors, adapter_model.safetensors)
+				found = append(found, f)
+			}
+		}
 	}
 	if len(found) == 0 {
 		return nil

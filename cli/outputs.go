@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/memfit/memfit/finetune"
 )
 
 // Output paths against inputs (issue 28): nothing a command writes may replace a file it reads. Each command lists
@@ -40,12 +42,12 @@ func (ins inputs) add(flag, path string, files ...string) inputs {
 var (
 	// modelReads are the files of a Hugging Face model folder that loading a model (and its tokenizer) reads.
 	modelReads = []string{"config.json", "*.safetensors", "model.safetensors.index.json", "tokenizer.json",
-		"tokenizer_config.json", "tokenizer.model", "special_tokens_map.json", "preprocessor_config.json",
-		"generation_config.json"}
+		"tokenizer_config.json", "chat_template.jinja", "tokenizer.model", "special_tokens_map.json",
+		"preprocessor_config.json", "generation_config.json"}
 	// adapterReads are the files of a PEFT adapter folder.
 	adapterReads = []string{"adapter_config.json", "adapter_model.safetensors", "adapter_model.bin"}
 	// tokenizerReads are the files tokenizer.Load reads in a folder.
-	tokenizerReads = []string{"tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json"}
+	tokenizerReads = []string{"tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "tokenizer.model", "special_tokens_map.json"}
 )
 
 // readBy returns the input whose file path would replace and that file (nil when none): path exists and is an
@@ -193,4 +195,66 @@ func outputFolder(flag, out string, patterns []string, ins inputs, overwrite, ne
 			flag, out, filepath.Base(existing[0]))
 	}
 	return nil
+}
+
+// managedFolder reports whether path is, or lies inside, a folder memfit's training manages, whose contents a
+// later train, resume or pruning replaces or deletes: a run's best checkpoint (replaced whenever the validation
+// loss improves), a checkpoint-N (pruned by --keep-checkpoints, deleted by --overwrite), a run's adapter folder
+// (rewritten when the run ends), a save's temporary folder, or any folder holding trainer_state.json (a
+// checkpoint). It returns that folder, the run folder above it ("" when there is none) and why its contents are
+// not safe there. A run folder itself is not reported: files beside run.yaml (RUN/exports/...) survive.
+func managedFolder(path string) (dir, run, why string, ok bool) {
+	p := realPath(path)
+	for d := p; ; d = filepath.Dir(d) {
+		parent, base := filepath.Dir(d), filepath.Base(d)
+		if isRunFolder(parent) {
+			switch {
+			case base == finetune.BestDir:
+				return d, parent, "the run's best checkpoint, which the run replaces whenever its validation loss improves", true
+			case strings.HasPrefix(base, "checkpoint-"):
+				return d, parent, "a checkpoint of the run, which pruning (--keep-checkpoints) or --overwrite deletes", true
+			case base == "adapter":
+				return d, parent, "the run's adapter folder, which the run rewrites when it ends", true
+			case strings.HasPrefix(base, ".checkpoint-") || strings.HasPrefix(base, "."+finetune.BestDir+"."):
+				return d, parent, "a temporary folder of a checkpoint being saved", true
+			}
+		}
+		if _, err := os.Stat(filepath.Join(d, finetune.StateFile)); err == nil {
+			run := ""
+			if isRunFolder(parent) {
+				run = parent
+			}
+			return d, run, "a checkpoint (it holds " + finetune.StateFile + ")", true
+		}
+		if parent == d {
+			return "", "", "", false
+		}
+	}
+}
+
+// isRunFolder reports whether dir is a training output folder (it holds run.yaml).
+func isRunFolder(dir string) bool {
+	st, err := os.Stat(filepath.Join(dir, finetune.RunFile))
+	return err == nil && !st.IsDir()
+}
+
+// notInManaged refuses an output path (named by flag) that is or lies in a folder training manages
+// (managedFolder), suggesting a path of the same name under the run's exports folder (suggest: e.g. "peft-best"
+// or "model.gguf").
+func notInManaged(flag, path, suggest string) error {
+	dir, run, why, ok := managedFolder(path)
+	if !ok {
+		return nil
+	}
+	where := "a folder of its own outside " + dir
+	if run != "" {
+		where = "e.g. " + filepath.Join(run, "exports", suggest)
+		if _, err := os.Stat(filepath.Join(run, "exports")); err != nil && filepath.Ext(suggest) != "" {
+			where += " (make the folder first: mkdir " + filepath.Join(run, "exports") + ")" // a file export needs its folder
+		}
+	}
+	if realPath(path) == dir {
+		return usagef("%s %s is %s: anything written there is lost; write to %s", flag, path, why, where)
+	}
+	return usagef("%s %s lies in %s, %s: anything written there is lost; write to %s", flag, path, dir, why, where)
 }

@@ -62,7 +62,8 @@ with the same keys as the flags, snake_case: --lora-r is lora_r), then the flags
 validated before anything is printed, and printed before any compute. The output folder receives run.yaml,
 metrics.jsonl (one line per logging step), checkpoints (checkpoint-N, "latest") and, for LoRA runs, the PEFT
 adapter in adapter/. --resume continues the run in --out
-from its latest checkpoint exactly (weights, optimizer, schedule, step, RNG and data position).
+from its latest checkpoint exactly (weights, optimizer, schedule, step, RNG and data position); --steps may change
+the step count of a constant schedule, not of a decaying one (linear, cosine), whose rates depend on it.
 
 Validation: --eval-data PATH (any format above) or --eval-split FRACTION (a seeded hold-out of the training data,
 never trained on) is evaluated whole every --eval-every N steps and at the end: loss and perplexity for a language
@@ -216,7 +217,7 @@ gradients to the host; the loss is read back every --log-every steps.`,
 	f.BoolVar(&dataOpts.Augment, "augment", false, "random crop and horizontal flip of training images")
 	f.StringVar(&evalData, "eval-data", "", "validation set, read as --data is (any format train takes): evaluated every --eval-every steps and at the end")
 	f.StringVar(&evalDataSplit, "eval-data-split", "", "the split of --eval-data (image folder/tar subfolder, GLUE split; default: --split)")
-	f.StringVar(&dataOpts.ChatTemplate, "chat-template", "", "template of messages data: auto (the tokenizer's, else alpaca), llama3, chatml or alpaca")
+	f.StringVar(&dataOpts.ChatTemplate, "chat-template", "", "template of messages data: auto (the model's own Jinja chat template, else alpaca), model, llama3, chatml or alpaca")
 	f.BoolVar(&dataOpts.Packing, "packing", false, "pack several alpaca/messages examples into each --seq-len sequence (positions restart and attention stays within each example)")
 	bindSettings(f, &flagCfg, true)
 	checksOwnRange(f, "seq-len") // the loader names the model's positions
@@ -272,6 +273,7 @@ func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out s
 		Check: plan.CheckMachine, Export: finetune.Export{Adapter: true},
 		Hooks: finetune.RunHooks{
 			OnDataNote: func(n string) { fmt.Fprintf(stderr, "note: %s\n", n) },
+			OnNote:     func(n string) { fmt.Fprintf(stderr, "note: %s\n", n) },
 			// Printed once the model, data and config are known to be good: a bad input is one line, not this block.
 			OnResolved: func(spec finetune.RunSpec) {
 				resolved, _ := yaml.Marshal(spec)
@@ -328,9 +330,12 @@ func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out s
 		fmt.Fprintf(cmd.OutOrStdout(), "early stopping at step %d: the validation loss has not gone below %.4f (step %d) for %d evaluations\n",
 			res.Trainer.Step, st.BestLoss, st.BestStep, st.BadEvals)
 	}
-	if st := res.Trainer.EvalState; st.BestStep > 0 {
+	if st := res.Trainer.EvalState; st.BestStep > 0 && finetune.BestStep(out) == st.BestStep {
 		fmt.Fprintf(cmd.OutOrStdout(), "best checkpoint (validation loss %.4f at step %d) in %s: finetune export --run %s --checkpoint best\n",
 			st.BestLoss, st.BestStep, filepath.Join(out, finetune.BestDir), out)
+	} else if st.BestStep > 0 {
+		fmt.Fprintf(cmd.OutOrStdout(), "best evaluation: validation loss %.4f at step %d, whose checkpoint is gone (a kill before it was copied to %s)\n",
+			st.BestLoss, st.BestStep, filepath.Join(out, finetune.BestDir))
 	}
 	if res.AdapterDir != "" {
 		fmt.Fprintf(cmd.OutOrStdout(), "adapter written to %s\n", res.AdapterDir)

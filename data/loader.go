@@ -109,14 +109,20 @@ type loaderState struct {
 // mean decoding every image). It is computed once.
 func (l *ImageLoader) Fingerprint() string {
 	if l.fingerprint == "" {
-		h := sha256.New()
-		fmt.Fprintf(h, "%q\n", l.Source.Classes())
-		for i := range l.Source.Len() {
-			fmt.Fprintf(h, "%s\x00%d\n", l.Source.Name(i), l.Source.Label(i))
-		}
-		l.fingerprint = hex.EncodeToString(h.Sum(nil))[:16]
+		l.fingerprint = SourceFingerprint(l.Source)
 	}
 	return l.fingerprint
+}
+
+// SourceFingerprint hashes an image source's class names and each image's name and label (SHA-256, 16 hex
+// digits): what ImageLoader.Fingerprint and a validation set of images are told apart by.
+func SourceFingerprint(src ImageSource) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%q\n", src.Classes())
+	for i := range src.Len() {
+		fmt.Fprintf(h, "%s\x00%d\n", src.Name(i), src.Label(i))
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 // State returns the position (epoch, offset) with the seed and dataset it belongs to.

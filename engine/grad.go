@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"weak"
 
@@ -66,6 +67,9 @@ type entry struct {
 	fresh, rebuilt *graph.Node
 	// transposedFrom, for a weight made by TransposedWeight, is the [in, out] node it transposes.
 	transposedFrom *graph.Node
+	// ownBarrier marks a multi-output optimization barrier built by engine (barriers): its gradient passes
+	// nothing to operands whose outputs received none.
+	ownBarrier bool
 }
 
 // modify registers a copy of node's entry (an empty one if it has none) changed by change.
@@ -154,7 +158,10 @@ func Fresh(node *graph.Node) *graph.Node {
 }
 
 // Recompute returns xs, forward tensors a backward function recomputes something from, behind one optimization
-// barrier (graph.OptimizationBarriers), so that no backend can merge the recomputation with the forward
+// barrier (graph.OptimizationBarriers) that also holds the cotangent of the backward function calling it (the
+// gradient arriving at its node), so that nothing recomputed from them can run before the backward pass reaches
+// that node (XLA's scheduler would otherwise be free to run it during the forward pass and hold the result; see
+// order.go, and Ties for the switch), and so that no backend can merge the recomputation with the forward
 // computation it repeats: GoMLX v0.28's Go backend de-duplicates identical nodes when it builds a graph, and
 // XLA's common-subexpression elimination does the same when it compiles one. Without the barrier the backward's
 // GELU gate, attention scores and probabilities, QLoRA's dequantised weights and the rebuilt gated product all
@@ -180,10 +187,18 @@ func Recompute(xs ...*graph.Node) []*graph.Node {
 	if len(missing) == 0 {
 		return out
 	}
-	barriers := graph.OptimizationBarriers(missing...)
+	var bs []*graph.Node
+	if tie := tieOf(missing[0].Graph()); tie != nil {
+		// The cotangent of the backward function running now is one more operand: nothing behind the barrier
+		// can be computed before the backward pass reaches that function (order.go). Its own output is not
+		// read (on the pure-Go backend it is never executed).
+		bs = barriers(append(slices.Clone(missing), tie)...)
+	} else {
+		bs = graph.OptimizationBarriers(missing...)
+	}
 	for j, i := range at {
-		out[i] = barriers[j]
-		b := barriers[j]
+		out[i] = bs[j]
+		b := bs[j]
 		modify(xs[i], func(e *entry) { e.fresh = b })
 	}
 	return out

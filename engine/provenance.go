@@ -10,11 +10,13 @@ import (
 )
 
 // Span says that the backward nodes with ids in [From, To) were created by the VJP of forward node Forward,
-// which was tagged Kind.
+// which was tagged Kind, called with the cotangent (the gradient arriving at Forward's output; for a
+// multi-output node the first output's that received one) Cotangent.
 type Span struct {
-	From, To graph.NodeId
-	Forward  graph.NodeId
-	Kind     Kind
+	From, To  graph.NodeId
+	Forward   graph.NodeId
+	Kind      Kind
+	Cotangent graph.NodeId
 }
 
 // GradientInfo describes the backward part of a graph differentiated with Gradient.
@@ -23,6 +25,9 @@ type GradientInfo struct {
 	Boundary graph.NodeId
 	// Spans lists, in creation order, which VJP created which backward nodes.
 	Spans []Span
+	// Cotangents lists the cotangent of every VJP call (the gradient arriving at the node whose VJP ran, see
+	// Span.Cotangent), whether or not the VJP created nodes: the nodes the ordering ties hold (engine.Ties).
+	Cotangents []graph.NodeId
 }
 
 // KindOfBackward returns the kind of the VJP that created backward node id, and false when id was created by
@@ -39,6 +44,10 @@ type gradRecord struct {
 	mu    sync.Mutex
 	info  GradientInfo
 	valid bool // Gradient was called through engine.Gradient.
+	// cotangent is the gradient arriving at the node whose VJP is running (Recompute's tie, see order.go);
+	// unpinned counts the Checkpoint forward builds in progress, during which Pin does nothing.
+	cotangent *graph.Node
+	unpinned  int
 }
 
 var (
@@ -63,13 +72,15 @@ func recordFor(g *graph.Graph, create bool) *gradRecord {
 	return r
 }
 
-func recordSpan(g *graph.Graph, from, to, forward graph.NodeId, kind Kind) {
-	if from == to {
-		return
-	}
+func recordSpan(g *graph.Graph, from, to, forward graph.NodeId, kind Kind, cotangent graph.NodeId) {
 	r := recordFor(g, true)
 	r.mu.Lock()
-	r.info.Spans = append(r.info.Spans, Span{From: from, To: to, Forward: forward, Kind: kind})
+	r.info.Cotangents = append(r.info.Cotangents, cotangent)
+	if from == to {
+		r.mu.Unlock()
+		return
+	}
+	r.info.Spans = append(r.info.Spans, Span{From: from, To: to, Forward: forward, Kind: kind, Cotangent: cotangent})
 	r.mu.Unlock()
 }
 
@@ -103,7 +114,8 @@ func GradientInfoOf(g *graph.Graph) (GradientInfo, bool) {
 	if !r.valid {
 		return GradientInfo{}, false
 	}
-	info := GradientInfo{Boundary: r.info.Boundary, Spans: append([]Span(nil), r.info.Spans...)}
+	info := GradientInfo{Boundary: r.info.Boundary, Spans: append([]Span(nil), r.info.Spans...),
+		Cotangents: append([]graph.NodeId(nil), r.info.Cotangents...)}
 	sort.Slice(info.Spans, func(i, j int) bool { return info.Spans[i].From < info.Spans[j].From })
 	return info, true
 }

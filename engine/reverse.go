@@ -89,14 +89,22 @@ func gradient(loss *graph.Node, wrt []*graph.Node) []*graph.Node {
 			continue
 		}
 		var vjps []*graph.Node
+		var cotangent *graph.Node // the first gradient that arrived, Recompute's tie (order.go)
+		barrier := node.Type() == graph.NodeTypeOptimizationBarrier && isOwnBarrier(node)
 		if node.NumOutputs() > 1 {
 			vjps = multi[id]
-			if !slices.ContainsFunc(vjps, func(v *graph.Node) bool { return v != nil }) {
+			if i := slices.IndexFunc(vjps, func(v *graph.Node) bool { return v != nil }); i < 0 {
 				continue // no gradient arrives at any output
+			} else {
+				cotangent = vjps[i]
 			}
 			var outShapes []shapes.Shape
 			for i, v := range vjps {
-				if v != nil {
+				if v != nil || barrier {
+					// engine's own barriers (barriers) pass each output's gradient to its own operand, and
+					// none where none arrived (a pinned residual, Pin; a tie, Checkpoint), instead of a zero
+					// tensor that would then flow on into the integer code chain or the backward graph. (A
+					// barrier engine did not build keeps GoMLX's zeros, as graph.Gradient builds them.)
 					continue
 				}
 				if outShapes == nil {
@@ -109,6 +117,7 @@ func gradient(loss *graph.Node, wrt []*graph.Node) []*graph.Node {
 				continue // a stop-gradient consumer: nothing arrives
 			}
 			vjps = []*graph.Node{accumulated[id]}
+			cotangent = vjps[0]
 		}
 
 		if node.Type() == graph.NodeTypeSplitNode {
@@ -125,8 +134,11 @@ func gradient(loss *graph.Node, wrt []*graph.Node) []*graph.Node {
 
 		e := lookup(node)
 		first := nextID(g)
+		prevTie := setCotangent(g, cotangent)
 		var grads []*graph.Node
 		switch {
+		case barrier:
+			grads = slices.Clone(vjps)
 		case node.CustomGradient() != nil:
 			grads = node.CustomGradient()(node, vjps, lossShape)
 		case e != nil && e.vjp != nil:
@@ -141,11 +153,12 @@ func gradient(loss *graph.Node, wrt []*graph.Node) []*graph.Node {
 			}
 			grads = fn(node, vjps, lossShape)
 		}
+		setCotangent(g, prevTie)
 		kind := KindOther
 		if e != nil {
 			kind = e.kind
 		}
-		recordSpan(g, first, nextID(g), node.Id(), kind)
+		recordSpan(g, first, nextID(g), node.Id(), kind, cotangent.Id())
 
 		inputs := node.Inputs()
 		if len(grads) != len(inputs) {

@@ -8,24 +8,26 @@ import (
 
 	"github.com/gomlx/gomlx/core/tensors"
 
+	"github.com/memfit/memfit/chattemplate"
 	"github.com/memfit/memfit/data"
-	"github.com/memfit/memfit/generate"
 	"github.com/memfit/memfit/tokenizer"
 )
 
-// ConversationTemplate returns the chat template that conversations take for training with tok: template (auto
-// or "": the tokenizer's chat template when memfit renders it, else alpaca; or llama3, chatml, alpaca), resolved
-// exactly as generate resolves its --template, so a model is prompted the way it was trained.
-func ConversationTemplate(tok *tokenizer.Tokenizer, template string) (string, error) {
-	return generate.Formatter{Tok: tok, Template: template}.Resolved()
+// ConversationChat returns the chat template that conversations take for training with tok
+// (chattemplate.Resolve): template auto (or "") takes the model's own Jinja template when the tokenizer has one,
+// else Alpaca (the Chat's Note says so); model, llama3, chatml and alpaca choose. generate resolves its
+// --chat-template the same way, so a model is prompted the way it was trained.
+func ConversationChat(tok *tokenizer.Tokenizer, template string) (*chattemplate.Chat, error) {
+	return chattemplate.Resolve(tok, template)
 }
 
 // conversationTokens reads the conversations of a JSONL file (data.ReadConversations) or of parquet data with a
 // messages column (ParquetConversations), leaves out those with an empty reply (withoutEmptyReplies, noted), and
-// encodes each with the chat template (tokenizer.FormatConversation):
-// labels on the assistant turns only. A conversation the template cannot render is an error naming its line (for
-// parquet its file and row, 0-based as data/hfdata counts rows).
-func conversationTokens(path string, opts DataOptions, tok *tokenizer.Tokenizer, note func(string, ...any)) (ids, labels [][]int, err error) {
+// encodes each with the chat template (ConversationChat, EncodeConversations): labels on the assistant turns
+// only. note tells which template they took (and, for auto on a model without one, why Alpaca); *chat is set to
+// its name. A conversation the template cannot render is an error naming its line (for parquet its file and row,
+// 0-based as data/hfdata counts rows).
+func conversationTokens(path string, opts DataOptions, tok *tokenizer.Tokenizer, note func(string, ...any), chat *string) (ids, labels [][]int, err error) {
 	var convs []data.Conversation
 	if DataFormat(path, opts) == FormatParquet {
 		if convs, err = ParquetConversations(path, opts); err != nil {
@@ -37,11 +39,24 @@ func conversationTokens(path string, opts DataOptions, tok *tokenizer.Tokenizer,
 	if convs, err = withoutEmptyReplies(path, convs, func(c data.Conversation) bool { return data.EmptyReply(c.Messages) }, note); err != nil {
 		return nil, nil, err
 	}
-	tmpl, err := ConversationTemplate(tok, opts.ChatTemplate)
+	c, err := ConversationChat(tok, opts.ChatTemplate)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return EncodeConversations(convs, tok, tmpl, path)
+	if c.Note != "" {
+		note("%s: %s", path, c.Note)
+	} else {
+		note("%s: conversations take the chat template %s", path, c)
+	}
+	*chat = c.Name
+	ids, labels, unended, err := EncodeConversations(convs, c, path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if unended > 0 {
+		note("%s: the chat template writes no special token after %d assistant turns: the model does not learn where its reply ends there", path, unended)
+	}
+	return ids, labels, nil
 }
 
 // withoutEmptyReplies keeps the examples whose reply is not empty (empty tells): an Alpaca row with an empty output
@@ -65,25 +80,26 @@ func withoutEmptyReplies[T any](path string, xs []T, empty func(T) bool, note fu
 	return kept, nil
 }
 
-// EncodeConversations encodes conversations with the resolved chat template tmpl (ConversationTemplate) for
-// training: ids and labels per conversation, IgnoreIndex except on the assistant's replies. name (the file) and
-// each conversation's Line (or its Where) name the one that fails.
-func EncodeConversations(convs []data.Conversation, tok *tokenizer.Tokenizer, tmpl, name string) (ids, labels [][]int, err error) {
-	for _, c := range convs {
-		msgs := make([]tokenizer.Message, len(c.Messages))
-		for i, m := range c.Messages {
+// EncodeConversations encodes conversations with the chat template c for training (Chat.EncodeTraining): ids
+// and labels per conversation, IgnoreIndex except on the assistant's replies. name (the file) and each
+// conversation's Line (or its Where, for a parquet row) name the one that fails; unended counts the assistant
+// turns after which the template writes no special token to learn.
+func EncodeConversations(convs []data.Conversation, c *chattemplate.Chat, name string) (ids, labels [][]int, unended int, err error) {
+	for _, conv := range convs {
+		msgs := make([]tokenizer.Message, len(conv.Messages))
+		for i, m := range conv.Messages {
 			msgs[i] = tokenizer.Message(m)
 		}
-		id, label, err := tok.FormatConversation(msgs, tmpl)
+		id, label, u, err := c.EncodeTraining(msgs)
 		if err != nil {
-			if c.Where != "" {
-				return nil, nil, fmt.Errorf("%s: %w", c.Where, err)
+			if conv.Where != "" {
+				return nil, nil, 0, fmt.Errorf("%s: %w", conv.Where, err)
 			}
-			return nil, nil, fmt.Errorf("%s:%d: %w", name, c.Line, err)
+			return nil, nil, 0, fmt.Errorf("%s:%d: %w", name, conv.Line, err)
 		}
-		ids, labels = append(ids, id), append(labels, label)
+		ids, labels, unended = append(ids, id), append(labels, label), unended+u
 	}
-	return ids, labels, nil
+	return ids, labels, unended, nil
 }
 
 // supervisedExamples turns encoded examples (labels IgnoreIndex on what is not learned) into the loader's

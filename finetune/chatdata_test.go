@@ -14,9 +14,11 @@ import (
 
 // TestConversationsWithTheTokenizersTemplate: training data of conversations takes the tokenizer's own chat
 // template under auto, as generate does: with the shared Llama-3 tokenizer (its tokenizer_config.json carries
-// the Llama-3 template) each row is the Llama-3 rendering of its conversation, and its labels learn exactly the
-// two assistant turns with their <|eot_id|>; packed, the same tokens and labels follow one another in one row,
-// positions restarting, each conversation's first label ignored.
+// the original Llama-3 template, rendered by the Jinja engine) each row is the Llama-3 rendering of its
+// conversation (memfit's built-in Llama-3 rendering, and the assistant header that template writes after the
+// last message even without add_generation_prompt), and its labels learn exactly the two assistant turns with
+// their <|eot_id|>; packed, the same tokens and labels follow one another in one row, positions restarting,
+// each conversation's first label ignored. The loader records the template as "model".
 func TestConversationsWithTheTokenizersTemplate(t *testing.T) {
 	tokDir := filepath.Join(golden.SharedDir(t), "tokenizers", "llama3")
 	tok, err := tokenizer.Load(tokDir)
@@ -50,6 +52,9 @@ func TestConversationsWithTheTokenizersTemplate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		for _, id := range tok.Encode("<|start_header_id|>assistant<|end_header_id|>\n\n", false) {
+			wi, wl = append(wi, id), append(wl, tokenizer.IgnoreIndex)
+		}
 		wantIDs, wantLabels = append(wantIDs, wi), append(wantLabels, wl)
 		var got []int
 		for j := range ids[i] {
@@ -69,6 +74,13 @@ func TestConversationsWithTheTokenizersTemplate(t *testing.T) {
 		if !strings.HasPrefix(tok.Decode(wi, false), "<|begin_of_text|><|start_header_id|>") {
 			t.Errorf("row %d is not the Llama-3 template: %q", i, tok.Decode(wi, false))
 		}
+	}
+	it, err := finetune.OpenData(path, finetune.DataOptions{SeqLen: seqLen, Tokenizer: tokDir}, model, "", 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := it.(*finetune.Loader); l.ChatTemplate != "model" || !strings.Contains(strings.Join(l.Notes, "\n"), "conversations take the chat template model (tokenizer_config.json)") {
+		t.Errorf("the loader records the template %q, notes %q", l.ChatTemplate, l.Notes)
 	}
 	packed, err := finetune.TextExamples(path, finetune.DataOptions{SeqLen: seqLen, Tokenizer: tokDir, Packing: true}, model, "")
 	if err != nil {

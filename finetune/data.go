@@ -48,6 +48,9 @@ type Loader struct {
 	Shuffle bool
 	// Notes are what reading the data found worth telling the user (examples cut or left out).
 	Notes []string
+	// ChatTemplate is the chat template conversations took (chattemplate.Chat's Name: model, llama3, chatml or
+	// alpaca; "" for other data): run.yaml records it.
+	ChatTemplate string
 
 	epoch, pos  int
 	order       []int
@@ -123,15 +126,20 @@ type loaderState struct {
 // that the data changed since its checkpoint. It is computed once.
 func (l *Loader) Fingerprint() string {
 	if l.fingerprint == "" {
-		h := sha256.New()
-		for _, name := range slices.Sorted(maps.Keys(l.Data)) {
-			t := l.Data[name]
-			fmt.Fprintf(h, "%s %s %v\n", name, t.DType(), t.Shape().Dimensions)
-			_ = t.ConstBytes(func(b []byte) { h.Write(b) })
-		}
-		l.fingerprint = hex.EncodeToString(h.Sum(nil))[:16]
+		l.fingerprint = l.Data.Fingerprint()
 	}
 	return l.fingerprint
+}
+
+// Fingerprint hashes the examples (SHA-256 of their tensors' names, dtypes, shapes and bytes; 16 hex digits).
+func (e Examples) Fingerprint() string {
+	h := sha256.New()
+	for _, name := range slices.Sorted(maps.Keys(e)) {
+		t := e[name]
+		fmt.Fprintf(h, "%s %s %v\n", name, t.DType(), t.Shape().Dimensions)
+		_ = t.ConstBytes(func(b []byte) { h.Write(b) })
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 // State returns the position (epoch and offset).

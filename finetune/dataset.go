@@ -45,8 +45,9 @@ type DataOptions struct {
 	SeqLen int `json:"seq_len,omitempty"`
 	// Augment turns on random crops (padding of 1/8 of the image side) and horizontal flips for images.
 	Augment bool `json:"augment,omitempty"`
-	// ChatTemplate renders conversations (FormatMessages): auto (""), llama3, chatml or alpaca, as generate's
-	// --template; auto is the tokenizer's chat template when memfit renders it, else Alpaca.
+	// ChatTemplate renders conversations (FormatMessages): auto (""), model, llama3, chatml or alpaca
+	// (chattemplate.Choices), as generate's --chat-template; auto is the model's own Jinja template when its
+	// tokenizer has one, else Alpaca. A run records the template its conversations took (auto resolved).
 	ChatTemplate string `json:"chat_template,omitempty"`
 	// Packing fills each sequence with several instruction or conversation examples (Alpaca, messages),
 	// document-aware: positions restart at each example and attention does not cross examples (position_ids).

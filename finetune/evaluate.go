@@ -3,7 +3,6 @@ package finetune
 import (
 	"fmt"
 	"math"
-	"path/filepath"
 	"time"
 
 	"github.com/gomlx/compute/dtypes"
@@ -91,6 +90,61 @@ func (e ImagesEval) Batches(size int, fn func(Batch, int) error) error {
 		b, err := data.ImageBatch(e.Source, e.Pre, idx)
 		return Batch(b), err
 	}, fn)
+}
+
+// evalSetIdentity is what a checkpoint records of the run's validation set, so that a resume on another one is
+// refused as a resume on other training data is: the best checkpoint is chosen by comparing losses on one set.
+type evalSetIdentity struct {
+	Examples    int    `json:"examples"`
+	Fingerprint string `json:"fingerprint"`
+}
+
+// evalFingerprint hashes a validation set as the training data is hashed (in-memory examples: every tensor's
+// bytes; images: names, labels, classes); "" for a set of another kind (nothing to compare).
+func evalFingerprint(set EvalSet) string {
+	switch s := set.(type) {
+	case ExamplesEval:
+		return s.Examples.Fingerprint()
+	case ImagesEval:
+		return data.SourceFingerprint(s.Source)
+	}
+	return ""
+}
+
+// validationIdentity returns the identity of t.Validation (nil without one, or for a set evalFingerprint cannot
+// hash), computed once.
+func (t *Trainer) validationIdentity() *evalSetIdentity {
+	if t.Validation == nil {
+		return nil
+	}
+	if t.evalIdentity == nil {
+		fp := evalFingerprint(t.Validation)
+		if fp == "" {
+			return nil
+		}
+		t.evalIdentity = &evalSetIdentity{Examples: t.Validation.Len(), Fingerprint: fp}
+	}
+	return t.evalIdentity
+}
+
+// CheckValidationSet refuses a resumed run whose validation set (Validation) is not the one its checkpoint was
+// evaluated on (an error wrapping ErrDataChanged that says how they differ); Fit calls it before the first step.
+// A checkpoint written before memfit recorded its validation set, or a set of a kind it cannot hash, is not
+// checked.
+func (t *Trainer) CheckValidationSet() error {
+	was := t.resumedEval
+	if was == nil {
+		return nil
+	}
+	now := t.validationIdentity()
+	if now == nil {
+		return nil
+	}
+	if err := data.SameData("validation examples", "contents", was.Examples, now.Examples, was.Fingerprint, func() string { return now.Fingerprint }); err != nil {
+		return err
+	}
+	t.resumedEval = nil
+	return nil
 }
 
 // EvalState is where a run's validation stands; it is saved in every checkpoint (trainer_state.json "eval") so a
@@ -257,10 +311,10 @@ func targetCount(labels *tensors.Tensor) (int, error) {
 	return n, nil
 }
 
-// validate evaluates t.Validation at the current step, updates EvalState (improvement: a validation loss
-// strictly below the best so far; the first evaluation always improves) and, on improvement with an output
-// folder, writes the checkpoint to outDir/BestDir.
-func (t *Trainer) validate(outDir string, data Iterator) (EvalStats, error) {
+// validate evaluates t.Validation at the current step and updates EvalState (improvement: a validation loss
+// strictly below the best so far; the first evaluation always improves: EvalStats.Best). Fit then writes the
+// step's checkpoint and copies it to BestDir.
+func (t *Trainer) validate() (EvalStats, error) {
 	s, err := t.Evaluate(t.Validation)
 	if err != nil {
 		return s, fmt.Errorf("validation at step %d: %w", t.Step, err)
@@ -277,10 +331,5 @@ func (t *Trainer) validate(outDir string, data Iterator) (EvalStats, error) {
 		st.Stopped, s.EarlyStop = true, true
 	}
 	s.BestLoss, s.BestStep, s.BadEvals = st.BestLoss, st.BestStep, st.BadEvals
-	if s.Best && outDir != "" {
-		if err := t.Save(filepath.Join(outDir, BestDir), data); err != nil {
-			return s, fmt.Errorf("saving the best checkpoint: %w", err)
-		}
-	}
 	return s, nil
 }

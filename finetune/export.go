@@ -266,7 +266,9 @@ func (t *Trainer) Merged() (models.Params, error) {
 		return nil, err
 	}
 	for name, v := range t.Model.Folded() {
-		unfolded[name] = v
+		if _, ok := unfolded[name]; !ok { // a shared fold's norm is in p already, as trained
+			unfolded[name] = v
+		}
 	}
 	shapes := t.Model.Shapes()
 	for _, name := range unfolded.Names() {
@@ -293,7 +295,7 @@ func (t *Trainer) Merged() (models.Params, error) {
 // mergedFolderFiles are the files of a Hugging Face model folder, besides its config and weights, that a merged
 // export copies from the base model (the tokenizer's from the run's tokenizer when it had its own).
 var (
-	tokenizerFiles   = []string{"tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json"}
+	tokenizerFiles   = []string{"tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "tokenizer.model", "special_tokens_map.json"}
 	modelFolderFiles = []string{"preprocessor_config.json", GenerationConfig}
 )
 
@@ -301,7 +303,8 @@ var (
 const GenerationConfig = "generation_config.json"
 
 // ExportMergedFolder writes the merged checkpoint (ExportMerged) to dir as a complete Hugging Face folder: the
-// tokenizer files (tokenizer.json, tokenizer_config.json, tokenizer.model, special_tokens_map.json) of the
+// tokenizer files (tokenizer.json, tokenizer_config.json and its chat template, chat_template.jinja when the
+// model keeps it there, tokenizer.model, special_tokens_map.json) of the
 // run's tokenizer (a folder or file; "" for the base model's), and the base model folder's
 // preprocessor_config.json and generation_config.json, each where the source has it; a causal LM whose base
 // has no generation_config.json gets one made from its config's token ids, as transformers makes it

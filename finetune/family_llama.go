@@ -153,7 +153,7 @@ func llamaOptions(opts ModelOptions) llama.Options {
 // openText opens text data (FormatAlpaca, FormatMessages, FormatText, FormatGLUE) for the LLaMA m (TextExamples), its notes in
 // the loader's Notes.
 func openText(src DataSource) (Iterator, error) {
-	ex, notes, err := textExamples(src.Path, src.Options, src.Model, src.ModelDir)
+	ex, notes, chat, err := textExamples(src.Path, src.Options, src.Model, src.ModelDir)
 	if err != nil {
 		return nil, err
 	}
@@ -161,7 +161,7 @@ func openText(src DataSource) (Iterator, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.Notes = notes
+	l.Notes, l.ChatTemplate = notes, chat
 	return l, nil
 }
 
@@ -329,17 +329,19 @@ func hasTarget(labels []int) bool {
 // (no target token left) would only add steps with no gradient, so it is left out. OpenData's loader reports
 // both counts in its Notes.
 func TextExamples(path string, opts DataOptions, model Model, modelDir string) (Examples, error) {
-	ex, _, err := textExamples(path, opts, model, modelDir)
+	ex, _, _, err := textExamples(path, opts, model, modelDir)
 	return ex, err
 }
 
-func textExamples(path string, opts DataOptions, model Model, modelDir string) (Examples, []string, error) {
+// textExamples is TextExamples with its notes and, for conversations, the chat template they took.
+func textExamples(path string, opts DataOptions, model Model, modelDir string) (Examples, []string, string, error) {
 	var notes []string
-	ex, err := textExamplesNoted(path, opts, model, modelDir, func(format string, args ...any) { notes = append(notes, fmt.Sprintf(format, args...)) })
-	return ex, notes, err
+	chat := ""
+	ex, err := textExamplesNoted(path, opts, model, modelDir, func(format string, args ...any) { notes = append(notes, fmt.Sprintf(format, args...)) }, &chat)
+	return ex, notes, chat, err
 }
 
-func textExamplesNoted(path string, opts DataOptions, model Model, modelDir string, note func(string, ...any)) (Examples, error) {
+func textExamplesNoted(path string, opts DataOptions, model Model, modelDir string, note func(string, ...any), chat *string) (Examples, error) {
 	m, ok := model.(Llama)
 	if !ok {
 		return nil, fmt.Errorf("text data needs a LLaMA model")
@@ -419,7 +421,7 @@ func textExamplesNoted(path string, opts DataOptions, model Model, modelDir stri
 			return nil, err
 		}
 	case FormatMessages:
-		ids, labels, err := conversationTokens(path, opts, tok, note)
+		ids, labels, err := conversationTokens(path, opts, tok, note, chat)
 		if err != nil {
 			return nil, err
 		}

@@ -36,13 +36,16 @@ const maxSkipsInARow = 1000
 // to metrics (JSONL, when metrics is not nil); every CheckpointEvery steps and at the end a checkpoint is
 // written to outDir/checkpoint-<step> (when outDir is not empty). With a validation set, every
 // Config.EvalEvery steps and at the last step it is evaluated (an "eval" line in metrics, hooks.OnEval) and the
-// checkpoint of the lowest validation loss kept in outDir/BestDir. ctx cancellation stops after the current
-// step with a checkpoint.
+// checkpoint of the lowest validation loss kept in outDir/BestDir (an evaluation that improves writes the step's
+// checkpoint-<step>, then copies it to BestDir). ctx cancellation stops after the current step with a checkpoint.
 //
 // The steps run device-resident (TrainStepAsync): their loss and gradient norm are read back (Sync) only at
 // logging, checkpoint and last steps, and at least every syncEvery steps, which is also where a non-finite
 // step is found and reported (hooks.OnStep sees every step; StepStats.Synced says which carry a loss).
 func (t *Trainer) Fit(ctx context.Context, data Iterator, outDir string, metrics io.Writer, hooks Hooks) error {
+	if err := t.CheckValidationSet(); err != nil {
+		return err
+	}
 	enc := (*json.Encoder)(nil)
 	if metrics != nil {
 		enc = json.NewEncoder(metrics)
@@ -114,11 +117,13 @@ func (t *Trainer) Fit(ctx context.Context, data Iterator, outDir string, metrics
 					"free space and continue with --resume")
 			}
 		}
+		improved := false
 		if evalStep {
-			ev, err := t.validate(outDir, data)
+			ev, err := t.validate()
 			if err != nil {
 				return t.stopWithCheckpoint(err, outDir, data, saved, hooks, "fix it and continue with --resume")
 			}
+			improved = ev.Best
 			if hooks.OnEval != nil {
 				hooks.OnEval(ev)
 			}
@@ -130,7 +135,11 @@ func (t *Trainer) Fit(ctx context.Context, data Iterator, outDir string, metrics
 			}
 		}
 		stop := ctx.Err() != nil // Save syncs when the hook cancelled after an unsynced step
-		checkpoint = checkpoint || (outDir != "" && (stop || t.EvalState.Stopped))
+		// An evaluation that improves writes the step's checkpoint first (it carries the evaluation state), then
+		// best/ as a copy of it: a kill between the two leaves latest naming a checkpoint whose best is itself,
+		// and resuming restores best/ from it (SyncBest); best/ is never ahead of the run's checkpoints, and a run
+		// without --checkpoint-every still has a checkpoint to resume from.
+		checkpoint = checkpoint || (outDir != "" && (stop || t.EvalState.Stopped || improved))
 		if checkpoint {
 			dir := filepath.Join(outDir, fmt.Sprintf("checkpoint-%d", t.Step))
 			if err := t.Save(dir, data); err != nil {
@@ -145,6 +154,11 @@ func (t *Trainer) Fit(ctx context.Context, data Iterator, outDir string, metrics
 			}
 			if hooks.OnCheckpoint != nil {
 				hooks.OnCheckpoint(dir)
+			}
+			if improved {
+				if err := copyCheckpoint(dir, filepath.Join(outDir, BestDir)); err != nil {
+					return fmt.Errorf("saving the best checkpoint: %w", err)
+				}
 			}
 		}
 		if stop {
@@ -214,6 +228,11 @@ func writeLatest(outDir, name string) error {
 		return err
 	}
 	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := tmp.Chmod(0o644); err != nil { // os.CreateTemp makes it 0600: others who read the run read it too
 		tmp.Close()
 		os.Remove(tmp.Name())
 		return err

@@ -95,6 +95,9 @@ type RunHooks struct {
 	// OnMetricsTrimmed is called on a resume that dropped lines of metrics.jsonl written after the checkpoint
 	// of step (or cut short).
 	OnMetricsTrimmed func(path string, lines, step int)
+	// OnNote receives what a resume chose or repaired in the output folder, in a line (resumed from best/ of a
+	// run without another checkpoint; best/ restored from the resumed checkpoint after a kill).
+	OnNote func(note string)
 	// OnStart sees the trainer before the first step; an error stops the run there.
 	OnStart func(tr *Trainer) error
 	// Hooks are the loop's (Trainer.Fit): every step, checkpoint and skipped batch.
@@ -185,6 +188,11 @@ func (r Recipe) Run(ctx context.Context) (res *Result, err error) {
 			r.Hooks.OnDataNote(n)
 		}
 	}
+	if l, ok := data.(*Loader); ok && l.ChatTemplate != "" {
+		// run.yaml records the template the conversations took (auto resolved), so a resume renders them alike
+		spec.DataOptions.ChatTemplate = l.ChatTemplate
+		res.Spec = spec
+	}
 	if spec.DataOptions.Packing && spec.Config.Attention == attention.KindFlash.String() && r.Hooks.OnDataNote != nil {
 		r.Hooks.OnDataNote("--packing with --attention flash: the fused flash op takes a causal mask and sequence lengths, not the block-diagonal mask of packed sequences; their attention runs memory-efficient (the same values, the scores computed in full)")
 	}
@@ -223,6 +231,22 @@ func (r Recipe) Run(ctx context.Context) (res *Result, err error) {
 	}
 	res.Trainer = tr
 	tr.Validation = validation
+	if err := tr.CheckValidationSet(); err != nil {
+		flag := "--eval-data " + spec.EvalData
+		if spec.EvalData == "" {
+			flag = fmt.Sprintf("--eval-split %g", spec.Config.EvalSplit)
+		}
+		return res, fmt.Errorf("%s: %w", flag, err)
+	}
+	if r.Resume {
+		note, err := SyncBest(out, tr)
+		if err != nil {
+			return res, err
+		}
+		if note != "" && r.Hooks.OnNote != nil {
+			r.Hooks.OnNote(note)
+		}
+	}
 	if r.Hooks.OnResolved != nil {
 		r.Hooks.OnResolved(spec)
 	}
@@ -284,20 +308,38 @@ func (r Recipe) trainer(spec RunSpec, model Model, backend compute.Backend, data
 		}
 		return tr, nil
 	}
-	tr, err := Resume(r.Out, model, backend, data, r.Options...)
+	from, fromBest, err := ResumeCheckpoint(r.Out)
+	if err != nil {
+		return nil, err
+	}
+	tr, err := Resume(from, model, backend, data, r.Options...)
 	if err != nil {
 		if errors.Is(err, ErrDataChanged) {
 			return nil, fmt.Errorf("--data %s: %w", spec.Data, err)
 		}
 		return nil, err
 	}
+	if fromBest && r.Hooks.OnNote != nil {
+		r.Hooks.OnNote(fmt.Sprintf("%s has no latest checkpoint (the run was stopped before writing one): resuming from its best checkpoint %s (step %d)", r.Out, from, tr.Step))
+	}
 	if diff := ConfigDiff(spec.Config, tr.Config); len(diff) > 0 {
 		return nil, fmt.Errorf("%s does not match the checkpoint it resumes (here = run.yaml, there = the checkpoint): %s",
 			filepath.Join(r.Out, RunFile), strings.Join(diff, "; "))
 	}
 	if spec.Config.Steps < tr.Step {
-		return nil, &RequestError{fmt.Errorf("--steps %d is below the step the checkpoint reached (%d): give more steps to continue; the run's adapter is in %s",
-			spec.Config.Steps, tr.Step, filepath.Join(r.Out, "adapter"))}
+		have := fmt.Sprintf("export what it reached with finetune export --run %s --out DIR", r.Out)
+		if _, err := os.Stat(filepath.Join(r.Out, "adapter", AdapterConfig)); err == nil {
+			have = "the run's adapter is in " + filepath.Join(r.Out, "adapter")
+		}
+		return nil, &RequestError{fmt.Errorf("--steps %d is below the step the checkpoint reached (%d): give more steps to continue; %s",
+			spec.Config.Steps, tr.Step, have)}
+	}
+	if spec.Config.Steps != tr.Config.Steps && tr.Config.Schedule != "" && tr.Config.Schedule != "constant" {
+		// The learning rate of a decaying schedule depends on the run's length at every step: another --steps
+		// would change the rate of the steps still to come (lr 4.9e-5 at step 12, 3.8e-4 at step 13), and a
+		// resume continues the run exactly.
+		return nil, &RequestError{fmt.Errorf("--steps %d: the run's %s learning-rate schedule decays over its %d steps, and a resume continues it exactly (another length would change the learning rate of every step to come): resume without --steps, or train further in a new run from this one's weights (LoRA: --init-adapter %s; full: finetune export --run %s --format merged, then --model that folder)",
+			spec.Config.Steps, tr.Config.Schedule, tr.Config.Steps, filepath.Join(r.Out, "adapter"), r.Out)}
 	}
 	tr.Config.Steps = spec.Config.Steps
 	if err := tr.Config.Validate(); err != nil {

@@ -276,3 +276,69 @@ func TrimMetrics(path string, step int) (int, error) {
 		return nil
 	})
 }
+
+// ResumeCheckpoint returns the checkpoint folder a resume of the output folder out continues from: the one
+// "latest" names, or best/ in a run that has no latest (written by a memfit that kept only best/ in a run without
+// --checkpoint-every, killed before its end; fromBest is then true). out may also be a checkpoint folder itself.
+func ResumeCheckpoint(out string) (dir string, fromBest bool, err error) {
+	if _, err := os.Stat(filepath.Join(out, StateFile)); err == nil {
+		return out, false, nil
+	}
+	latest, err := LatestCheckpoint(out)
+	if err == nil {
+		return latest, false, nil
+	}
+	best := filepath.Join(out, BestDir)
+	if errors.Is(err, fs.ErrNotExist) && isOurCheckpoint(best) {
+		return best, true, nil
+	}
+	return "", false, fmt.Errorf("%s is neither a checkpoint nor an output folder with one: %w", out, err)
+}
+
+// checkpointStateStep returns the step a checkpoint folder's trainer_state.json records (-1 when dir holds none).
+func checkpointStateStep(dir string) int {
+	raw, err := readfile.Read(filepath.Join(dir, StateFile), readfile.Config)
+	if err != nil {
+		return -1
+	}
+	var s struct {
+		Step int `json:"step"`
+	}
+	if json.Unmarshal(raw, &s) != nil {
+		return -1
+	}
+	return s.Step
+}
+
+// BestStep returns the step of the checkpoint in out's best/ folder (-1 when there is none): what `finetune
+// export --checkpoint best` exports.
+func BestStep(out string) int { return checkpointStateStep(filepath.Join(out, BestDir)) }
+
+// SyncBest makes out's best/ agree with the resumed trainer's evaluation state (EvalState.BestStep, the best
+// step the resumed checkpoint knows), before the resumed run trains: a kill between the checkpoint of an
+// evaluation that improved and its copy to best/ leaves best/ at an earlier step, and a run written before Fit
+// ordered them could leave best/ at a step after the checkpoint (k8r). When the checkpoint is itself the best,
+// best/ is restored from it; a best/ from a step after the checkpoint whose best has no copy left is removed (the
+// next evaluation that improves writes one). It returns a note saying what it did ("" when nothing).
+func SyncBest(out string, tr *Trainer) (string, error) {
+	if out == "" || tr.resumedFrom == "" {
+		return "", nil
+	}
+	best := filepath.Join(out, BestDir)
+	have, want := BestStep(out), tr.EvalState.BestStep
+	switch {
+	case have == want || want == 0 && have < 0:
+		return "", nil
+	case want == tr.Step && !within(tr.resumedFrom, best):
+		if err := copyCheckpoint(tr.resumedFrom, best); err != nil {
+			return "", fmt.Errorf("restoring the best checkpoint: %w", err)
+		}
+		return fmt.Sprintf("%s held step %d, not the best evaluation the resumed checkpoint records (step %d, this checkpoint): restored from %s", best, have, want, tr.resumedFrom), nil
+	case have > tr.Step:
+		if err := os.RemoveAll(best); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%s held step %d, after the resumed checkpoint (step %d), whose best evaluation (step %d) has no checkpoint left: removed it; the next evaluation that improves writes best/ again", best, have, tr.Step, want), nil
+	}
+	return "", nil
+}

@@ -49,8 +49,9 @@ type savedState struct {
 	Checksums map[string]string `json:"checksums,omitempty"`
 	// Adapter is the adapters' PEFT config (type and settings) of a run with adapters, checked by Resume.
 	Adapter map[string]any `json:"adapter,omitempty"`
-	// Eval is where the run's validation stands (runs with a validation set).
-	Eval *EvalState `json:"eval,omitempty"`
+	// Eval is where the run's validation stands (runs with a validation set), EvalData which set it is.
+	Eval     *EvalState       `json:"eval,omitempty"`
+	EvalData *evalSetIdentity `json:"eval_data,omitempty"`
 }
 
 // adapterConfig returns the PEFT config of the run's adapters (nil without adapters), as JSON would re-read it.
@@ -91,11 +92,7 @@ func (t *Trainer) Save(dir string, data Iterator) error {
 	if _, _, err := t.Sync(); err != nil {
 		return err // a step that failed since the last sync: Step and the tensors are from before it
 	}
-	parent := filepath.Dir(dir)
-	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return err
-	}
-	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(dir)+".tmp-")
+	tmp, err := tempDir(dir)
 	if err != nil {
 		return err
 	}
@@ -152,39 +149,95 @@ func (t *Trainer) Save(dir string, data Iterator) error {
 		eval = &t.EvalState
 	}
 	state, err := json.MarshalIndent(savedState{Version: 1, Step: t.Step, Config: t.Config, Data: pos, RNG: rng,
-		ModelFingerprint: fp, Checksums: sums, Adapter: ac, Eval: eval}, "", "  ")
+		ModelFingerprint: fp, Checksums: sums, Adapter: ac, Eval: eval, EvalData: t.validationIdentity()}, "", "  ")
 	if err != nil {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(tmp, StateFile), append(state, '\n'), 0o644); err != nil {
 		return err
 	}
-	if _, err := os.Stat(dir); err == nil {
-		// Replacing a checkpoint of the same step: move the old one aside, put the new one in place, then
-		// delete the old one, so no moment lacks a complete copy (CleanStale puts an aside copy back if a kill
-		// came between the two renames).
-		aside, err := os.MkdirTemp(parent, "."+filepath.Base(dir)+".old-")
-		if err != nil {
-			return err
-		}
-		if err := os.Remove(aside); err != nil {
-			return err
-		}
-		if err := os.Rename(dir, aside); err != nil {
-			return err
-		}
-		if err := os.Rename(tmp, dir); err != nil {
-			_ = os.Rename(aside, dir)
-			return err
-		}
-		if err := os.RemoveAll(aside); err != nil {
-			return err
-		}
-	} else if err := os.Rename(tmp, dir); err != nil {
+	if err := replaceDir(tmp, dir); err != nil {
 		return err
 	}
 	t.keptInitAdapter(dir)
 	return nil
+}
+
+// tempDir makes the temporary folder a checkpoint dir is written into (beside it, ".<name>.tmp-*"), readable as
+// its parent folder is: os.MkdirTemp makes it 0700, which left a shared run's checkpoints unreadable to the
+// other users that can read the run folder (ro03).
+func tempDir(dir string) (string, error) {
+	parent := filepath.Dir(dir)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return "", err
+	}
+	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(dir)+".tmp-")
+	if err != nil {
+		return "", err
+	}
+	if st, err := os.Stat(parent); err == nil {
+		if err := os.Chmod(tmp, st.Mode().Perm()|0o700); err != nil {
+			os.RemoveAll(tmp)
+			return "", err
+		}
+	}
+	return tmp, nil
+}
+
+// replaceDir puts the complete folder tmp in place as dir. An existing dir (a checkpoint of the same step, or
+// best/) is moved aside first, the new one renamed in, then the old one deleted, so no moment lacks a complete
+// copy (CleanStale puts an aside copy back if a kill came between the two renames).
+func replaceDir(tmp, dir string) error {
+	if _, err := os.Stat(dir); err != nil {
+		return os.Rename(tmp, dir)
+	}
+	aside, err := os.MkdirTemp(filepath.Dir(dir), "."+filepath.Base(dir)+".old-")
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(aside); err != nil {
+		return err
+	}
+	if err := os.Rename(dir, aside); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		_ = os.Rename(aside, dir)
+		return err
+	}
+	return os.RemoveAll(aside)
+}
+
+// copyCheckpoint makes the checkpoint folder to a copy of the checkpoint folder from (best/ from the step's
+// checkpoint), written like a checkpoint (a temporary folder, then replaceDir). Its files are hard links where
+// the file system allows (a checkpoint's files are never changed in place, only replaced), copies otherwise.
+func copyCheckpoint(from, to string) error {
+	tmp, err := tempDir(to)
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	err = filepath.WalkDir(from, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(from, p)
+		if err != nil || rel == "." {
+			return err
+		}
+		dst := filepath.Join(tmp, rel)
+		if d.IsDir() {
+			return os.Mkdir(dst, 0o755)
+		}
+		if os.Link(p, dst) == nil {
+			return nil
+		}
+		return copyFile(p, dst)
+	})
+	if err != nil {
+		return err
+	}
+	return replaceDir(tmp, to)
 }
 
 // keptInitAdapter makes the copy of the init adapter in the checkpoint just saved at dir the source of the next
@@ -228,18 +281,15 @@ func (t *Trainer) trainsBase(name string) bool {
 	return ok
 }
 
-// Resume continues a run from the checkpoint folder dir (or an output folder, whose latest checkpoint is
-// used): model must be the same base model, loaded with the same options, and data the same dataset (its
+// Resume continues a run from the checkpoint folder dir (or an output folder, whose latest checkpoint is used,
+// or its best/ when it has no latest: ResumeCheckpoint): model must be the same base model, loaded with the same options, and data the same dataset (its
 // position is restored). The trainer's config is the saved one. A run of custom adapters (method custom) is
 // resumed with the same adapters, built as for New and passed as WithAdapters: their type and settings must be
 // the saved ones, and their trained tensors are replaced by the checkpoint's.
 func Resume(dir string, model Model, backend compute.Backend, data Iterator, opts ...Option) (*Trainer, error) {
-	if _, err := os.Stat(filepath.Join(dir, StateFile)); errors.Is(err, fs.ErrNotExist) {
-		latest, lerr := LatestCheckpoint(dir)
-		if lerr != nil {
-			return nil, fmt.Errorf("%s is neither a checkpoint nor an output folder with one: %w", dir, lerr)
-		}
-		dir = latest
+	dir, _, err := ResumeCheckpoint(dir)
+	if err != nil {
+		return nil, err
 	}
 	raw, err := readfile.Read(filepath.Join(dir, StateFile), readfile.Config)
 	if err != nil {
@@ -339,6 +389,7 @@ func Resume(dir string, model Model, backend compute.Backend, data Iterator, opt
 	if s.Eval != nil {
 		t.EvalState = *s.Eval
 	}
+	t.resumedEval, t.resumedFrom = s.EvalData, dir
 	if len(s.RNG) != t.RNG.Shape().Size() {
 		return nil, fmt.Errorf("%s: the random-number state has %d words, want %d", dir, len(s.RNG), t.RNG.Shape().Size())
 	}

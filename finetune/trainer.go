@@ -65,6 +65,11 @@ type Trainer struct {
 	Validation EvalSet
 	EvalState  EvalState
 	evalRunner *runner.OutputsRunner
+	// evalIdentity is Validation's identity (saved in checkpoints); resumedEval the resumed checkpoint's, until
+	// CheckValidationSet has compared them.
+	evalIdentity, resumedEval *evalSetIdentity
+	// resumedFrom is the checkpoint folder Resume read ("" for a new run).
+	resumedFrom string
 }
 
 // StepStats describes one optimizer step.

@@ -32,6 +32,8 @@ var Variants = []Variant{
 	{Name: "grad-ckpt", GradCkpt: true},
 	{Name: "mesa", Mesa: []string{quant.MesaActivation, quant.MesaNorm}},
 	{Name: "approx-act+ms-norm+mesa-softmax", ApproxAct: true, MSNorm: true, Mesa: []string{quant.MesaSoftmax}},
+	// approx-act+mesa is the autopilot's block mode of that name on every block: Mesa on every kind.
+	{Name: "approx-act+mesa", ApproxAct: true, Mesa: append([]string(nil), quant.MesaKinds...)},
 }
 
 // VariantByName returns the named variant of Variants.

@@ -1,7 +1,8 @@
 // Package generate turns what a user asks into token ids for runner.Generator and its tokens back into text:
-// prompt files (plain prompts, Alpaca instructions, chat conversations), the model's chat template (Llama-3,
-// ChatML or Alpaca), the tokens that end a reply, and a streamer that prints text as tokens arrive. The
-// decoding itself (key/value cache, sampling) is runner.Generator's.
+// prompt files (plain prompts, Alpaca instructions, chat conversations), the chat template (the model's own
+// Jinja template, or memfit's Llama-3, ChatML or Alpaca: chattemplate.Chat), the tokens that end a reply, and a
+// streamer that prints text as tokens arrive. The decoding itself (key/value cache, sampling) is
+// runner.Generator's.
 package generate
 
 import (
@@ -13,21 +14,24 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/memfit/memfit/chattemplate"
 	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/tokenizer"
 )
 
-// Chat templates: tokenizer.ChatLlama3 and tokenizer.ChatML (the tokenizer's own, from tokenizer_config.json),
-// and the Stanford Alpaca prompt that memfit's instruction fine-tuning trains on (AlpacaPrompt).
+// Chat templates (chattemplate.Choices): the model's own (its tokenizer's Jinja chat_template), memfit's
+// built-in Llama-3 and ChatML, and the Stanford Alpaca prompt that memfit's instruction fine-tuning trains on
+// (AlpacaPrompt).
 const (
-	TemplateAuto   = "auto" // the tokenizer's chat template when it is one memfit renders, else Alpaca
-	TemplateLlama3 = tokenizer.ChatLlama3
-	TemplateChatML = tokenizer.ChatML
-	TemplateAlpaca = "alpaca"
+	TemplateAuto   = chattemplate.Auto // the model's own template when its tokenizer has one, else Alpaca
+	TemplateModel  = chattemplate.Model
+	TemplateLlama3 = chattemplate.Llama3
+	TemplateChatML = chattemplate.ChatML
+	TemplateAlpaca = chattemplate.Alpaca
 )
 
 // Templates lists the values of a template choice.
-var Templates = []string{TemplateAuto, TemplateLlama3, TemplateChatML, TemplateAlpaca}
+var Templates = chattemplate.Choices
 
 // Prompt is one request: a plain text (continued as it is), an Alpaca instruction with optional input, or a
 // conversation. Prompt files hold one JSON object per line with these keys.
@@ -146,26 +150,21 @@ type Formatter struct {
 	Template string
 }
 
-// Resolved returns the template that applies: Template, or for auto the tokenizer's chat format, else Alpaca.
-// A Llama-3 or ChatML template with a tokenizer that lacks its special tokens is an error naming them
-// (tokenizer.CheckChatFormat): its markup would be encoded as plain text.
+// Resolve returns the chat template that applies (chattemplate.Resolve): Template, or for auto the model's own
+// when its tokenizer has one, else Alpaca (saying so in the Chat's Note). A Llama-3 or ChatML template with a
+// tokenizer that lacks its special tokens is an error naming them (tokenizer.CheckChatFormat): its markup
+// would be encoded as plain text; so is a model template that does not parse.
+func (f Formatter) Resolve() (*chattemplate.Chat, error) {
+	return chattemplate.Resolve(f.Tok, f.Template)
+}
+
+// Resolved returns the name of the template that applies (Resolve): model, llama3, chatml or alpaca.
 func (f Formatter) Resolved() (string, error) {
-	tmpl := f.Template
-	switch tmpl {
-	case "", TemplateAuto:
-		if tmpl = f.Tok.ChatFormat(); tmpl == "" {
-			return TemplateAlpaca, nil
-		}
-	case TemplateLlama3, TemplateChatML, TemplateAlpaca:
-	default:
-		return "", fmt.Errorf("unknown chat template %q: use one of %s", f.Template, strings.Join(Templates, ", "))
+	c, err := f.Resolve()
+	if err != nil {
+		return "", err
 	}
-	if tmpl != TemplateAlpaca {
-		if err := f.Tok.CheckChatFormat(tmpl); err != nil {
-			return "", err
-		}
-	}
-	return tmpl, nil
+	return c.Name, nil
 }
 
 // UsesTemplate reports whether p is rendered with the chat template (a conversation, or a plain prompt with
@@ -179,9 +178,10 @@ func (f Formatter) UsesTemplate(p Prompt) bool {
 // An instruction takes the Alpaca prompt as training formats it (a system message in place of its preamble). A
 // plain prompt without Chat is continued as it is (a system message is refused: it has no place there). A
 // conversation, or a plain prompt with Chat as the user's turn, takes the chat template with the system message
-// first: Llama-3 and ChatML render every turn in order as the Hugging Face templates do (tokenizer.FormatChat);
-// Alpaca renders it with tokenizer.AlpacaConversation (the last user message the instruction, the turns before
-// it the input), and refuses a conversation it cannot render.
+// first (chattemplate.Chat.EncodePrompt): the model's own template renders it as apply_chat_template with
+// add_generation_prompt does; Llama-3 and ChatML render every turn in order as the Hugging Face templates do
+// (tokenizer.FormatChat); Alpaca renders it with tokenizer.AlpacaConversation (the last user message the
+// instruction, the turns before it the input), and refuses a conversation it cannot render.
 func (f Formatter) Encode(p Prompt) ([]int, string, error) {
 	if err := p.check(); err != nil {
 		return nil, "", err
@@ -199,7 +199,7 @@ func (f Formatter) Encode(p Prompt) ([]int, string, error) {
 		}
 		return f.Tok.Encode(p.Prompt, true), p.Prompt, nil
 	}
-	tmpl, err := f.Resolved()
+	chat, err := f.Resolve()
 	if err != nil {
 		return nil, "", err
 	}
@@ -210,22 +210,12 @@ func (f Formatter) Encode(p Prompt) ([]int, string, error) {
 	if p.System != "" {
 		msgs = append([]tokenizer.Message{{Role: "system", Content: p.System}}, msgs...)
 	}
-	if tmpl == TemplateAlpaca {
-		text, err := tokenizer.AlpacaConversation(msgs)
-		if err != nil {
-			return nil, "", err
-		}
-		return f.Tok.Encode(text, true), text, nil
-	}
-	ids, _, err := f.Tok.FormatChat(msgs, tmpl, true)
-	if err != nil {
-		return nil, "", err
-	}
-	return ids, f.Tok.Decode(ids, false), nil
+	return chat.EncodePrompt(msgs)
 }
 
-// StopTokens returns the ids that end a reply: the tokenizer's EOS, the model's eos ids, and the template's
-// end-of-turn token (<|eot_id|> for Llama-3, <|im_end|> for ChatML) when the vocabulary has it.
+// StopTokens returns the ids that end a reply: the tokenizer's EOS, the model's eos ids, the chat template's
+// end-of-turn token (the model template's, found by rendering an exchange: <|im_end|>, <end_of_turn>,
+// <|end|>, ...), and <|eot_id|> and <|im_end|> when the vocabulary has them.
 func (f Formatter) StopTokens(modelEOS ...int) []int {
 	seen := map[int]bool{}
 	var out []int
@@ -240,6 +230,11 @@ func (f Formatter) StopTokens(modelEOS ...int) []int {
 	}
 	for _, id := range modelEOS {
 		add(id)
+	}
+	if chat, err := f.Resolve(); err == nil {
+		if id, ok := chat.EndOfTurn(); ok {
+			add(id)
+		}
 	}
 	for _, tok := range []string{"<|eot_id|>", "<|im_end|>"} {
 		if id, ok := f.Tok.TokenID(tok); ok {

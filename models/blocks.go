@@ -150,11 +150,17 @@ func Mode(plan []BlockMode, i int, approx, ckpt bool) (mode BlockMode, perBlock 
 // per-block plan gives the block's mode) and checkpointed when the mode says so. perBlock is false when mode is
 // the model-wide options, whose Mesa is b's as it is.
 func (b Bound) ApplyBlock(prefix string, x *graph.Node, mode BlockMode, perBlock bool, block func(b Bound, x *graph.Node) *graph.Node) *graph.Node {
+	return b.ApplyBlockOver([]string{prefix}, x, mode, perBlock, block)
+}
+
+// ApplyBlockOver is ApplyBlock for a block whose parameters are those whose names start with any of prefixes (see
+// CheckpointedOver).
+func (b Bound) ApplyBlockOver(prefixes []string, x *graph.Node, mode BlockMode, perBlock bool, block func(b Bound, x *graph.Node) *graph.Node) *graph.Node {
 	if perBlock {
 		b.Mesa = b.Mesa.Only(mode.Mesa)
 	}
 	if mode.GradCheckpoint {
-		return b.Checkpointed(prefix, x, block)
+		return b.CheckpointedOver(prefixes, x, block)
 	}
 	return block(b, x)
 }

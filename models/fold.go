@@ -14,15 +14,23 @@ type Linear struct{ Weight, Bias string }
 
 // Fold names a norm whose affine (Gamma, and Beta when the model has it) moves into the linear layers that
 // consume the norm's output, for MS-LN / MS-RMSNorm. PlusOne marks Gemma-style norms that scale by 1 + gamma.
+//
+// Shared marks a norm whose output is also the residual stream (a post-LN encoder, models/bert): the linear
+// layers take the folded affine and read the norm's output without it, while the residual stream still needs
+// the affine, so the norm keeps its tensors (they stay among the model's parameters and train under full
+// fine-tuning). Unfolding then reads the norm's tensors as they are in the parameters being unfolded (trained
+// ones included), falling back to their values at folding time.
 type Fold struct {
 	Gamma, Beta string
 	PlusOne     bool
+	Shared      bool
 	Linears     []Linear
 }
 
 // ApplyFolds returns a copy of p in which each fold's affine is folded into its linear layers with msnorm.Fold
 // (W' = W diag(gamma), b' = b + W beta; a bias appears where beta is not zero) and the norm's own tensors are
-// removed; removed holds those norm tensors, which export needs to undo the folding. p is not modified.
+// removed (a Shared fold's stay); removed holds every fold's norm tensors as they were folded, which export needs
+// to undo the folding. p is not modified.
 //
 // It is the one place a model's norms are folded, float or quantised: a weight stored in NF4 (quantised before
 // folding, QLoRA) takes gamma exactly as its per-input-channel scale (quant.NF4.Fold: codes and block scales
@@ -92,7 +100,9 @@ func ApplyFolds(p Params, folds []Fold, arch map[string][]int) (folded, removed 
 		for _, n := range []string{f.Gamma, f.Beta} {
 			if t, ok := p[n]; ok && n != "" {
 				removed[n] = t
-				delete(folded, n)
+				if !f.Shared {
+					delete(folded, n)
+				}
 			}
 		}
 	}
@@ -148,7 +158,8 @@ func NormOf(folds []Fold, removed Params, weight string) (norm msnorm.NormAffine
 // UndoFolds is the inverse of ApplyFolds for export: it returns a copy of p in which every linear layer that
 // folds fed (removed holding the norms' tensors) is unfolded with msnorm.Unfold. With partial, layers absent
 // from p are skipped (p holds some trained tensors only); otherwise they are an error. The norm tensors
-// themselves are not added, and p is not modified.
+// themselves are not added, and p is not modified. A Shared fold unfolds with its norm's tensors from p when p
+// has them (the affine the residual stream used, trained or not), else with removed's.
 func UndoFolds(p Params, folds []Fold, removed Params, partial bool) (Params, error) {
 	out := Params{}
 	for n, v := range p {
@@ -158,7 +169,11 @@ func UndoFolds(p Params, folds []Fold, removed Params, partial bool) (Params, er
 		return out, nil
 	}
 	for _, f := range folds {
-		norm, err := normAffine(removed, f)
+		src := removed
+		if _, ok := p[f.Gamma]; ok && f.Shared {
+			src = p
+		}
+		norm, err := normAffine(src, f)
 		if err != nil {
 			return nil, err
 		}
@@ -197,7 +212,8 @@ func UndoFolds(p Params, folds []Fold, removed Params, partial bool) (Params, er
 
 // FoldedShapes returns the parameter shapes that ApplyFolds produces from parameters with the given shapes: the
 // folded norms' tensors are gone, and a linear layer fed by a norm with a beta gains a bias [out] where it had
-// none (ApplyFolds adds it when beta is not all zero; shapes alone cannot tell, so this assumes it is not).
+// none (ApplyFolds adds it when beta is not all zero; shapes alone cannot tell, so this assumes it is not). A
+// Shared fold's norm keeps its tensors.
 func FoldedShapes(shapes map[string][]int, folds []Fold) map[string][]int {
 	out := make(map[string][]int, len(shapes))
 	for n, d := range shapes {
@@ -211,6 +227,9 @@ func FoldedShapes(shapes map[string][]int, folds []Fold) map[string][]int {
 					out[l.Bias] = []int{w[0]}
 				}
 			}
+		}
+		if f.Shared {
+			continue
 		}
 		delete(out, f.Gamma)
 		if f.Beta != "" {

@@ -72,3 +72,49 @@ func TestFoldsUndo(t *testing.T) {
 		t.Errorf("NF4 folding's bias differs by %g", d)
 	}
 }
+
+// TestSharedFold: a Shared fold (a post-LN norm whose output is also the residual stream) keeps the norm's tensors
+// among the parameters, and unfolding uses the norm's tensors as the parameters hold them (trained) rather than
+// as they were folded: W = W' diag(1/g_now).
+func TestSharedFold(t *testing.T) {
+	const in, out = 6, 2
+	gamma := gtest.Rand(7, in, 0.3)
+	for i := range gamma {
+		gamma[i] += 1
+	}
+	p := models.Params{"norm.weight": gtest.Tensor(gamma, in), "norm.bias": gtest.Tensor(gtest.Rand(8, in, 1), in),
+		"a.weight": gtest.Tensor(gtest.Rand(9, out*in, 1), out, in), "a.bias": gtest.Tensor(gtest.Rand(10, out, 1), out)}
+	folds := []models.Fold{{Gamma: "norm.weight", Beta: "norm.bias", Shared: true, Linears: []models.Linear{{Weight: "a.weight", Bias: "a.bias"}}}}
+	folded, removed, err := models.ApplyFolds(p, folds, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if folded["norm.weight"] == nil || folded["norm.bias"] == nil || removed["norm.weight"] == nil {
+		t.Fatal("a shared fold must keep the norm's tensors and record them")
+	}
+	if s := models.FoldedShapes(map[string][]int{"norm.weight": {in}, "norm.bias": {in}, "a.weight": {out, in}, "a.bias": {out}}, folds); s["norm.weight"] == nil {
+		t.Error("FoldedShapes dropped a shared norm")
+	}
+	// Training moved gamma to 2*gamma: the folded layer reads z, so its original-basis weight is W' / (2 gamma).
+	trained := models.Params{}
+	for n, v := range folded {
+		trained[n] = v
+	}
+	doubled := make([]float32, in)
+	for i, g := range gamma {
+		doubled[i] = 2 * g
+	}
+	trained["norm.weight"] = gtest.Tensor(doubled, in)
+	back, err := models.UndoFolds(trained, folds, removed, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, fw := gtest.Float32s(back["a.weight"]), gtest.Float32s(folded["a.weight"])
+	for r := 0; r < out; r++ {
+		for i := 0; i < in; i++ {
+			if want := fw[r*in+i] / doubled[i]; w[r*in+i]-want > 1e-6 || want-w[r*in+i] > 1e-6 {
+				t.Fatalf("a.weight[%d,%d] = %g, want %g", r, i, w[r*in+i], want)
+			}
+		}
+	}
+}

@@ -4,6 +4,7 @@ package models
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -155,9 +156,16 @@ func (b Bound) Merge(others ...Bound) Bound {
 // block in the backward pass instead of keeping its activations (gradient checkpointing, engine.Checkpoint).
 // block receives a Bound over the same names (and b's hook), whose nodes it must use.
 func (b Bound) Checkpointed(prefix string, x *graph.Node, block func(b Bound, x *graph.Node) *graph.Node) *graph.Node {
+	return b.CheckpointedOver([]string{prefix}, x, block)
+}
+
+// CheckpointedOver is Checkpointed over the parameters whose names start with any of prefixes: a block that also
+// reads a neighbour's parameters (a post-LN encoder layer under MS-LN applies the previous layer's norm affine to
+// its residual stream, models/bert).
+func (b Bound) CheckpointedOver(prefixes []string, x *graph.Node, block func(b Bound, x *graph.Node) *graph.Node) *graph.Node {
 	var names []string
 	for _, n := range b.Names {
-		if strings.HasPrefix(n, prefix) {
+		if slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(n, p) }) {
 			names = append(names, n)
 		}
 	}

@@ -489,11 +489,12 @@ func Autopilot(o AutopilotOptions) (*Autoplan, error) {
 		o.progress("memory autopilot: this model's family does not cut its blocks out: the full calibration times the whole model")
 	}
 	modes := AutopilotModes
-	if method == CalibrationNone && o.ForBackend != "" && len(profile.Modes) > 0 && profileName(backend.Name()) != profileName(profile.Backend) {
+	if r := profile.Restrict; r != nil && method == CalibrationNone && o.ForBackend != "" && profileName(backend.Name()) != profileName(profile.Backend) {
 		// Planned on another backend than the run's: only the modes measured to lower that device's peak
-		// (DeviceProfile.Modes), the memory figures being this backend's planner's.
-		modes = profile.Modes
-		why += fmt.Sprintf("; modes %s only: memory is this backend's exact planner, and on XLA CUDA (an H200) Mesa and gradient checkpointing were measured to raise the device peak (docs/benchmarks/plancheck-h200): check the plan on the GPU with bench step --block-plan", strings.Join(modes, ", "))
+		// (DeviceProfile.Restrict), the memory figures being this backend's planner's.
+		modes = r.Modes
+		why += fmt.Sprintf("; modes %s only: memory is this backend's exact planner, and %s: check the plan on the GPU with bench step --block-plan",
+			strings.Join(modes, ", "), r.Reason)
 	}
 	o.progress("memory autopilot: planning %d modes on %d blocks (exact planner)", len(modes), blocks)
 	costs, err := ModeCosts(backend, model, cfg, in, modes)

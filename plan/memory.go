@@ -50,6 +50,13 @@ type StepMemory struct {
 	SavedRatio float64 `json:"saved_ratio"`
 	PeakRatio  float64 `json:"peak_ratio"`
 	TotalRatio float64 `json:"total_ratio"`
+	// BesidePeakBytes, BesidePeakMethod and BesideTotalBytes are the same step planned on the report's Beside
+	// backend (MemoryRequest.Beside: the pure-Go planner's accounting, printed beside XLA's compiled sizes), with
+	// BesidePeakRatio its peak against the first variant's there; zero when there is none.
+	BesidePeakBytes  int64   `json:"beside_peak_bytes,omitempty"`
+	BesidePeakMethod string  `json:"beside_peak_method,omitempty"`
+	BesideTotalBytes int64   `json:"beside_total_bytes,omitempty"`
+	BesidePeakRatio  float64 `json:"beside_peak_ratio,omitempty"`
 }
 
 // Report compares the variants of one training configuration.
@@ -61,7 +68,12 @@ type Report struct {
 	Attention    string         `json:"attention"`
 	Shape        finetune.Shape `json:"shape"`
 	Backend      string         `json:"backend"`
-	Variants     []StepMemory   `json:"variants"`
+	// Beside is the backend each variant was also planned on (MemoryRequest.Beside), or "".
+	Beside   string       `json:"beside,omitempty"`
+	Variants []StepMemory `json:"variants"`
+	// Ties says whether the steps were built with engine's ordering ties (engine.Ties; MEMFIT_XLA_TIES=0 turns
+	// them off for a before/after comparison on XLA).
+	Ties bool `json:"ties"`
 }
 
 // ShapeModel returns the model at dir (a Hugging Face folder: only config.json is read) or, when dir is not a
@@ -235,6 +247,10 @@ type MemoryRequest struct {
 	Labels   int
 	Shape    finetune.Shape
 	Variants []finetune.Variant
+	// Beside, when not nil, is a second backend every variant is also planned on, its figures reported beside
+	// (StepMemory.Beside*): finetune memory on XLA passes the pure-Go backend, so that XLA's compiled sizes and
+	// the pure-Go planner's accounting (what a plan made on a laptop counts) print side by side.
+	Beside compute.Backend
 }
 
 // Memory plans the request's training step in every variant and returns them side by side, with ratios to the
@@ -246,7 +262,10 @@ func Memory(backend compute.Backend, r MemoryRequest) (*Report, error) {
 	}
 	cfg := r.Config
 	rep := &Report{Model: r.Model, Method: cfg.Method, ComputeDType: cfg.ComputeDType, Attention: cfg.Attention,
-		Shape: r.Shape, Backend: backend.Name()}
+		Shape: r.Shape, Backend: backend.Name(), Ties: engine.Ties()}
+	if r.Beside != nil {
+		rep.Beside = r.Beside.Name()
+	}
 	for _, v := range variants {
 		vc := v.Apply(cfg)
 		model, shp, err := ShapeModel(r.Model, vc, r.Labels)
@@ -263,6 +282,13 @@ func Memory(backend compute.Backend, r MemoryRequest) (*Report, error) {
 			return nil, fmt.Errorf("variant %s: %w", v.Name, err)
 		}
 		mv.Name = v.Name
+		if r.Beside != nil {
+			bv, err := Step(r.Beside, model, shp, vc, r.Shape)
+			if err != nil {
+				return nil, fmt.Errorf("variant %s on %s: %w", v.Name, r.Beside.Name(), err)
+			}
+			mv.BesidePeakBytes, mv.BesidePeakMethod, mv.BesideTotalBytes = bv.PeakBytes, bv.PeakMethod, bv.TotalBytes
+		}
 		rep.Variants = append(rep.Variants, mv)
 	}
 	base := rep.Variants[0]
@@ -271,6 +297,7 @@ func Memory(backend compute.Backend, r MemoryRequest) (*Report, error) {
 		v.SavedRatio = ratio(v.SavedActivationBytes, base.SavedActivationBytes)
 		v.PeakRatio = ratio(v.PeakBytes, base.PeakBytes)
 		v.TotalRatio = ratio(v.TotalBytes, base.TotalBytes)
+		v.BesidePeakRatio = ratio(v.BesidePeakBytes, base.BesidePeakBytes)
 	}
 	return rep, nil
 }

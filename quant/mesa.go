@@ -98,7 +98,10 @@ func kindSet(kinds []string) map[string]bool {
 // Enabled reports whether kind is stored as int8.
 func (m *Mesa) Enabled(kind string) bool { return m != nil && m.RNG != nil && m.Kinds[kind] }
 
-// Keep marks x (a tensor some backward pass reads) to be kept as int8 when kind is enabled, and returns x.
+// Keep marks x (a tensor some backward pass reads) to be kept as int8 when kind is enabled, and returns what the
+// forward pass continues with: x itself, or, with ordering ties on (engine.Ties), x behind a barrier that also
+// holds the int8 codes and their scales (engine.Pin), so that the quantisation runs in the forward pass and x can
+// die there. Backward functions read either through engine.Fresh, which rebuilds the float tensor from the codes.
 // groupAxis >= 0 groups by that axis (attention heads); -1 splits the last axis into MesaGroups channel groups
 // (fewer when it does not divide).
 func (m *Mesa) Keep(kind string, x *graph.Node, groupAxis int) *graph.Node {
@@ -188,11 +191,23 @@ func (m *Mesa) Keep(kind string, x *graph.Node, groupAxis int) *graph.Node {
 	codes := graph.ConvertDType(graph.ClipScalar(graph.Add(graph.Div(graph.Sub(xf, lo), scale), u), 0, 255), dtypes.Uint8)
 	codes = engine.SetKind(codes, engine.KindOther)
 	dtype := x.DType()
-	return engine.Recomputable(x, func() *graph.Node {
-		// Behind a barrier, so that no backend pulls the quantisation into the backward (recomputing the codes
-		// from x would keep x alive after all).
-		f := engine.Recompute(codes, scale, lo)
+	// x and its int8 copy behind one barrier (engine.Pin), every forward reader of x reading the barrier's x:
+	// the quantisation must happen before anything downstream of x runs, and x can die in the forward pass.
+	x2, res := engine.Pin(x, codes, scale, lo)
+	rebuild := func() *graph.Node {
+		// Behind a barrier tied to the reading backward function's cotangent (engine.Recompute), so that no
+		// backend pulls the quantisation into the backward (recomputing the codes from x would keep x alive after
+		// all) or builds the float copy early and holds it.
+		f := engine.Recompute(res...)
 		deq := graph.Add(graph.Mul(graph.ConvertDType(f[0], dtypes.Float32), f[1]), f[2])
 		return graph.ConvertDType(deq, dtype)
-	})
+	}
+	if x2 == x {
+		return engine.Recomputable(x, rebuild)
+	}
+	engine.Recomputable(x2, rebuild)
+	// A backward function attached to x itself (a norm reading its own output through engine.Fresh) gets the
+	// same rebuild.
+	engine.Recomputable(x, func() *graph.Node { return engine.Fresh(x2) })
+	return x2
 }

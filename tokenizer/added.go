@@ -17,6 +17,9 @@ type addedVocab struct {
 type segment struct {
 	text string
 	id   int // >= 0 for an added token
+	// start and end are the bytes of the input the segment covers (an added token's with the whitespace its
+	// lstrip/rstrip absorbed).
+	start, end int
 }
 
 func newAddedVocab(tokens []addedToken) *addedVocab {
@@ -37,7 +40,7 @@ func isWordRune(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) 
 
 func (a *addedVocab) split(text string) []segment {
 	if a == nil || len(a.byFirst) == 0 {
-		return []segment{{text, -1}}
+		return []segment{{text, -1, 0, len(text)}}
 	}
 	var out []segment
 	last := 0
@@ -77,16 +80,16 @@ func (a *addedVocab) split(text string) []segment {
 				}
 			}
 			if start > last {
-				out = append(out, segment{text[last:start], -1})
+				out = append(out, segment{text[last:start], -1, last, start})
 			}
-			out = append(out, segment{t.Content, t.ID})
+			out = append(out, segment{t.Content, t.ID, start, end})
 			last = end
 			i = end - 1
 			break
 		}
 	}
 	if last < len(text) {
-		out = append(out, segment{text[last:], -1})
+		out = append(out, segment{text[last:], -1, last, len(text)})
 	}
 	return out
 }

@@ -5,61 +5,127 @@ import (
 	"fmt"
 )
 
-type postProcessor interface {
-	single(a []int) []int
-	pair(a, b []int) []int
+// seq is a token sequence with its token type ids (Hugging Face tokenizers' Encoding, ids and type_ids only).
+type seq struct{ ids, types []int }
+
+// typed returns ids with every type id set to typ.
+func typed(ids []int, typ int) seq {
+	types := make([]int, len(ids))
+	for i := range types {
+		types[i] = typ
+	}
+	return seq{ids: ids, types: types}
 }
 
-// templateItem is one element of a TemplateProcessing template: a special token's ids or sequence A / B.
+func (s seq) concat(o seq) seq {
+	return seq{ids: append(append([]int(nil), s.ids...), o.ids...), types: append(append([]int(nil), s.types...), o.types...)}
+}
+
+// postProcessor adds a model's special tokens around a sequence or a pair, as Hugging Face tokenizers' post
+// processors: process returns the processed first sequence and, when the processor leaves a pair unmerged
+// (ByteLevel), the processed second one (nil once merged). The sequences come in with type ids 0 (first) and 1
+// (second), as tokenizers encodes them.
+type postProcessor interface {
+	process(a seq, b *seq) (seq, *seq)
+	// added is the number of special tokens process adds to a single sequence or to a pair.
+	added(pair bool) int
+}
+
+// templateItem is one element of a TemplateProcessing template: a special token's ids or sequence A / B, with
+// the type id its tokens get.
 type templateItem struct {
-	ids []int
-	seq string // "A" or "B" for a sequence
+	ids    []int
+	seq    string // "A" or "B" for a sequence
+	typeID int
 }
 
 type template struct{ singleT, pairT []templateItem }
 
-func (t template) apply(items []templateItem, a, b []int) []int {
-	var out []int
+func (t template) apply(items []templateItem, a, b seq) seq {
+	var out seq
 	for _, it := range items {
 		switch it.seq {
 		case "A":
-			out = append(out, a...)
+			out = out.concat(typed(a.ids, it.typeID))
 		case "B":
-			out = append(out, b...)
+			out = out.concat(typed(b.ids, it.typeID))
 		default:
-			out = append(out, it.ids...)
+			out = out.concat(typed(it.ids, it.typeID))
 		}
 	}
 	return out
 }
 
-func (t template) single(a []int) []int  { return t.apply(t.singleT, a, nil) }
-func (t template) pair(a, b []int) []int { return t.apply(t.pairT, a, b) }
+func (t template) process(a seq, b *seq) (seq, *seq) {
+	if b == nil {
+		return t.apply(t.singleT, a, seq{}), nil
+	}
+	return t.apply(t.pairT, a, *b), nil
+}
+
+func (t template) added(pair bool) int {
+	items := t.singleT
+	if pair {
+		items = t.pairT
+	}
+	n := 0
+	for _, it := range items {
+		n += len(it.ids)
+	}
+	return n
+}
+
+// bertLike is BertProcessing ([CLS] A [SEP] B [SEP]) and RobertaProcessing (<s> A </s></s> B </s>): BERT's
+// first part has type 0 and its second part (B [SEP]) type 1; RoBERTa, which has no token types, gives every
+// token type 0 (as Hugging Face tokenizers does).
+type bertLike struct {
+	cls, sep []int
+	roberta  bool
+}
+
+func (p bertLike) process(a seq, b *seq) (seq, *seq) {
+	first := typed(p.cls, 0).concat(a).concat(typed(p.sep, 0))
+	if b == nil {
+		return first, nil
+	}
+	if p.roberta {
+		return first.concat(typed(p.sep, 0)).concat(typed(b.ids, 0)).concat(typed(p.sep, 0)), nil
+	}
+	return first.concat(*b).concat(typed(p.sep, 1)), nil
+}
+
+func (p bertLike) added(pair bool) int {
+	switch {
+	case !pair:
+		return len(p.cls) + len(p.sep)
+	case p.roberta:
+		return len(p.cls) + 3*len(p.sep)
+	}
+	return len(p.cls) + 2*len(p.sep)
+}
 
 type postSeq []postProcessor
 
-func (s postSeq) single(a []int) []int {
+func (s postSeq) process(a seq, b *seq) (seq, *seq) {
 	for _, p := range s {
-		a = p.single(a)
+		a, b = p.process(a, b)
 	}
-	return a
+	return a, b
 }
 
-func (s postSeq) pair(a, b []int) []int {
-	if len(s) == 0 {
-		return append(a, b...)
+func (s postSeq) added(pair bool) int {
+	n := 0
+	for _, p := range s {
+		n += p.added(pair)
 	}
-	out := s[0].pair(a, b)
-	for _, p := range s[1:] {
-		out = p.single(out)
-	}
-	return out
+	return n
 }
 
+// noPost is ByteLevel's post-processing (offset trimming only): the sequences are left as they are.
 type noPost struct{}
 
-func (noPost) single(a []int) []int  { return a }
-func (noPost) pair(a, b []int) []int { return append(append([]int(nil), a...), b...) }
+func (noPost) process(a seq, b *seq) (seq, *seq) { return a, b }
+func (noPost) added(bool) int                    { return 0 }
 
 func parsePostProcessor(raw json.RawMessage, vocab map[string]int) (postProcessor, error) {
 	typ, err := typeOf(raw)
@@ -89,7 +155,8 @@ func parsePostProcessor(raw json.RawMessage, vocab map[string]int) (postProcesso
 			var out []templateItem
 			for _, it := range items {
 				var v struct {
-					ID string `json:"id"`
+					ID     string `json:"id"`
+					TypeID int    `json:"type_id"`
 				}
 				if r, ok := it["SpecialToken"]; ok {
 					if err := json.Unmarshal(r, &v); err != nil {
@@ -99,12 +166,12 @@ func parsePostProcessor(raw json.RawMessage, vocab map[string]int) (postProcesso
 					if !ok {
 						return nil, fmt.Errorf("template token %q is not in special_tokens", v.ID)
 					}
-					out = append(out, templateItem{ids: st.IDs})
+					out = append(out, templateItem{ids: st.IDs, typeID: v.TypeID})
 				} else if r, ok := it["Sequence"]; ok {
 					if err := json.Unmarshal(r, &v); err != nil {
 						return nil, err
 					}
-					out = append(out, templateItem{seq: v.ID})
+					out = append(out, templateItem{seq: v.ID, typeID: v.TypeID})
 				} else {
 					return nil, fmt.Errorf("template item %v is neither SpecialToken nor Sequence", it)
 				}
@@ -139,13 +206,7 @@ func parsePostProcessor(raw json.RawMessage, vocab map[string]int) (postProcesso
 		if err != nil {
 			return nil, err
 		}
-		t := template{singleT: []templateItem{{ids: c}, {seq: "A"}, {ids: s}}}
-		if typ == "BertProcessing" {
-			t.pairT = []templateItem{{ids: c}, {seq: "A"}, {ids: s}, {seq: "B"}, {ids: s}}
-		} else {
-			t.pairT = []templateItem{{ids: c}, {seq: "A"}, {ids: s}, {ids: s}, {seq: "B"}, {ids: s}}
-		}
-		return t, nil
+		return bertLike{cls: c, sep: s, roberta: typ == "RobertaProcessing"}, nil
 	case "ByteLevel":
 		return noPost{}, nil
 	case "Sequence":

@@ -43,13 +43,26 @@ type Tokenizer struct {
 
 // Config is the part of tokenizer_config.json memfit reads.
 type Config struct {
-	BOSToken     string `json:"-"`
-	EOSToken     string `json:"-"`
-	PadToken     string `json:"-"`
+	BOSToken string `json:"-"`
+	EOSToken string `json:"-"`
+	PadToken string `json:"-"`
+	// UnkToken, SepToken, ClsToken, MaskToken and AdditionalSpecialTokens are the other special tokens of
+	// tokenizer_config.json, which transformers hands a chat template as variables.
+	UnkToken, SepToken, ClsToken, MaskToken string   `json:"-"`
+	AdditionalSpecialTokens                 []string `json:"-"`
+	// ChatTemplate is the model's Jinja chat template: chat_template.jinja beside tokenizer_config.json when
+	// there is one (transformers saves it there since v4.47 and prefers it), else tokenizer_config.json's
+	// chat_template; of the list-of-named-templates form some configs use, the one named "default" (as
+	// transformers' apply_chat_template picks it); "" when the model has none.
 	ChatTemplate string `json:"-"`
-	AddBOS       *bool  `json:"-"`
-	AddEOS       *bool  `json:"-"`
-	MaxLength    int    `json:"-"`
+	// ChatTemplateFrom names where ChatTemplate was read ("chat_template.jinja", "tokenizer_config.json",
+	// "tokenizer_config.json (default of N named templates)"); ChatTemplates holds every named template of the
+	// list form.
+	ChatTemplateFrom string            `json:"-"`
+	ChatTemplates    map[string]string `json:"-"`
+	AddBOS           *bool             `json:"-"`
+	AddEOS           *bool             `json:"-"`
+	MaxLength        int               `json:"-"`
 }
 
 // Load reads a tokenizer from a tokenizer.json file, a SentencePiece tokenizer.model file, or a folder holding
@@ -96,6 +109,9 @@ func Load(path string) (*Tokenizer, error) {
 		}
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
+	}
+	if data, err := os.ReadFile(filepath.Join(dir, ChatTemplateFile)); err == nil {
+		t.Config.ChatTemplate, t.Config.ChatTemplateFrom = string(data), ChatTemplateFile
 	}
 	if t.spBOS != 0 || t.spEOS != 0 {
 		t.spTemplate()
@@ -164,10 +180,27 @@ func (t *Tokenizer) readConfig(data []byte) error {
 		return ""
 	}
 	t.Config.BOSToken, t.Config.EOSToken, t.Config.PadToken = tokenField("bos_token"), tokenField("eos_token"), tokenField("pad_token")
+	t.Config.UnkToken, t.Config.SepToken = tokenField("unk_token"), tokenField("sep_token")
+	t.Config.ClsToken, t.Config.MaskToken = tokenField("cls_token"), tokenField("mask_token")
+	if v, ok := raw["additional_special_tokens"]; ok {
+		var list []json.RawMessage
+		if json.Unmarshal(v, &list) == nil {
+			for _, item := range list {
+				var s string
+				var o struct {
+					Content string `json:"content"`
+				}
+				if json.Unmarshal(item, &s) == nil {
+					t.Config.AdditionalSpecialTokens = append(t.Config.AdditionalSpecialTokens, s)
+				} else if json.Unmarshal(item, &o) == nil && o.Content != "" {
+					t.Config.AdditionalSpecialTokens = append(t.Config.AdditionalSpecialTokens, o.Content)
+				}
+			}
+		}
+	}
 	if v, ok := raw["chat_template"]; ok {
-		var s string
-		if json.Unmarshal(v, &s) == nil {
-			t.Config.ChatTemplate = s
+		if err := t.readChatTemplate(v); err != nil {
+			return err
 		}
 	}
 	for key, dst := range map[string]**bool{"add_bos_token": &t.Config.AddBOS, "add_eos_token": &t.Config.AddEOS} {
@@ -183,6 +216,41 @@ func (t *Tokenizer) readConfig(data []byte) error {
 		if json.Unmarshal(v, &f) == nil && f > 0 && f < 1e9 {
 			t.Config.MaxLength = int(f)
 		}
+	}
+	return nil
+}
+
+// ChatTemplateFile is the file beside tokenizer_config.json in which transformers (since v4.47) saves a
+// model's chat template.
+const ChatTemplateFile = "chat_template.jinja"
+
+// readChatTemplate reads tokenizer_config.json's chat_template: a string, null, or a list of {"name",
+// "template"} objects, of which apply_chat_template takes the one named "default".
+func (t *Tokenizer) readChatTemplate(v json.RawMessage) error {
+	var s *string
+	if json.Unmarshal(v, &s) == nil {
+		if s != nil {
+			t.Config.ChatTemplate, t.Config.ChatTemplateFrom = *s, "tokenizer_config.json"
+		}
+		return nil
+	}
+	var named []struct {
+		Name     string  `json:"name"`
+		Template *string `json:"template"`
+	}
+	if err := json.Unmarshal(v, &named); err != nil {
+		return errors.New(`chat_template is neither a string nor a list of {"name", "template"} objects`)
+	}
+	t.Config.ChatTemplates = map[string]string{}
+	for _, n := range named {
+		if n.Name == "" || n.Template == nil {
+			return errors.New(`chat_template: each named template needs a "name" and a "template"`)
+		}
+		t.Config.ChatTemplates[n.Name] = *n.Template
+	}
+	if d, ok := t.Config.ChatTemplates["default"]; ok {
+		t.Config.ChatTemplate = d
+		t.Config.ChatTemplateFrom = fmt.Sprintf(`tokenizer_config.json ("default" of %d named templates)`, len(named))
 	}
 	return nil
 }
@@ -217,7 +285,8 @@ func (t *Tokenizer) resolveSpecial() {
 func (t *Tokenizer) Encode(text string, addSpecial bool) []int {
 	ids := t.encodeText(text)
 	if addSpecial && t.post != nil {
-		ids = t.post.single(ids)
+		out, _ := t.post.process(typed(ids, 0), nil)
+		ids = out.ids
 	}
 	return ids
 }
@@ -225,18 +294,103 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []int {
 // EncodePair returns the ids of a pair of texts (sentence-pair tasks), joined by the post-processor's pair
 // template when addSpecial (simply concatenated otherwise).
 func (t *Tokenizer) EncodePair(a, b string, addSpecial bool) []int {
-	x, y := t.encodeText(a), t.encodeText(b)
-	if addSpecial && t.post != nil {
-		return t.post.pair(x, y)
+	if !addSpecial {
+		return append(t.encodeText(a), t.encodeText(b)...)
 	}
-	return append(x, y...)
+	return t.EncodeInputs(a, b, true, 0).IDs
+}
+
+// Encoding is what a model's input reads of a text or a text pair: its token ids with the post-processor's special
+// tokens, and their token type ids (segment ids: 0 for the first text, 1 for the second, or as the template gives
+// them), as Hugging Face tokenizers' Encoding has them.
+type Encoding struct {
+	IDs, TypeIDs []int
+}
+
+// EncodeInputs encodes text a, or the pair (a, b) when pair, with the post-processor's special tokens and token
+// type ids, cut to maxLength tokens (0: no limit) as Hugging Face tokenizers truncate (truncation=True, the
+// longest_first strategy): tokens are dropped from the end of the texts, never the special tokens, the longer
+// text first. A maxLength too short to hold the special tokens is honoured as far as it can be (the texts are
+// emptied).
+func (t *Tokenizer) EncodeInputs(a, b string, pair bool, maxLength int) Encoding {
+	xi, xEnds := t.encodePieces(a)
+	x := typed(xi, 0)
+	var y *seq
+	var yEnds []int
+	if pair {
+		var yi []int
+		yi, yEnds = t.encodePieces(b)
+		s := typed(yi, 1)
+		y = &s
+	}
+	if maxLength > 0 {
+		added := 0
+		if t.post != nil {
+			added = t.post.added(pair)
+		}
+		budget := max(maxLength-added, 0)
+		if y == nil {
+			x.ids, x.types = x.ids[:min(len(x.ids), budget)], x.types[:min(len(x.types), budget)]
+		} else {
+			n1, n2 := TruncatePair(cappedLength(xEnds, maxLength), cappedLength(yEnds, maxLength), budget)
+			x, *y = seq{x.ids[:n1], x.types[:n1]}, seq{y.ids[:n2], y.types[:n2]}
+		}
+	}
+	out := x
+	if t.post != nil {
+		var rest *seq
+		if out, rest = t.post.process(x, y); rest != nil {
+			out = out.concat(*rest)
+		}
+	} else if y != nil {
+		out = x.concat(*y)
+	}
+	return Encoding{IDs: out.ids, TypeIDs: out.types}
+}
+
+// TruncatePair returns the lengths two texts of n1 and n2 tokens keep when their total must fit budget (the
+// maximum length less the special tokens the pair template adds), as Hugging Face tokenizers' longest_first
+// truncation gives them (checked against tokenizers 0.23): the shorter keeps all it has when the longer can take
+// the rest, else both get half the budget, the longer (the second on a tie) the odd token. (Hugging Face
+// tokenizers compares lengths it has already cut at the first pre-tokenized word that reaches the maximum length;
+// EncodeInputs passes those.)
+func TruncatePair(n1, n2, budget int) (int, int) {
+	budget = max(budget, 0)
+	a, b := n1, n2
+	if a+b <= budget {
+		return a, b
+	}
+	swap := a > b
+	if swap {
+		a, b = b, a
+	}
+	if a > budget {
+		b = a
+	} else {
+		b = max(a, budget-a)
+	}
+	if a+b > budget {
+		a = budget / 2
+		b = a + budget%2
+	}
+	if swap {
+		a, b = b, a
+	}
+	return min(a, n1), min(b, n2)
 }
 
 func (t *Tokenizer) encodeText(text string) []int {
-	var ids []int
+	ids, _ := t.encodePieces(text)
+	return ids
+}
+
+// encodePieces returns the ids of text and, per pre-tokenized piece (or added token), the number of ids up to its
+// end.
+func (t *Tokenizer) encodePieces(text string) (ids, ends []int) {
 	for _, seg := range t.added.split(text) {
 		if seg.id >= 0 {
 			ids = append(ids, seg.id)
+			ends = append(ends, len(ids))
 			continue
 		}
 		s := seg.text
@@ -253,10 +407,25 @@ func (t *Tokenizer) encodeText(text string) []int {
 		for _, p := range pieces {
 			if p != "" {
 				ids = t.model.tokenize(p, ids)
+				ends = append(ends, len(ids))
 			}
 		}
 	}
-	return ids
+	return ids, ends
+}
+
+// cappedLength is the number of ids Hugging Face tokenizers holds of a text encoded with truncation to maxLength
+// before it truncates the pair: it stops at the first piece that reaches maxLength ids.
+func cappedLength(ends []int, maxLength int) int {
+	for _, e := range ends {
+		if e >= maxLength {
+			return e
+		}
+	}
+	if len(ends) == 0 {
+		return 0
+	}
+	return ends[len(ends)-1]
 }
 
 // Decode returns the text of ids; skipSpecial drops special tokens (BOS, EOS, padding, ...).

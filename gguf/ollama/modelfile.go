@@ -1,6 +1,7 @@
-// Package ollama writes the Ollama Modelfile of a GGUF export: FROM the file, the TEMPLATE of the chat format
-// memfit's generate renders (Llama-3, ChatML or Alpaca) in Ollama's Go-template syntax, and PARAMETER stop for
-// the format's end-of-turn markers. It also gives the Jinja chat template of the Alpaca prompt, for a GGUF whose
+// Package ollama writes the Ollama Modelfile of a GGUF export: FROM the file, the TEMPLATE that renders
+// conversations as the model's Jinja chat template does, in Ollama's Go-template syntax (Translate: Llama-3,
+// ChatML, Gemma, Phi-3, Mistral, each checked against the model's template on probe conversations; or
+// memfit's Alpaca prompt), and PARAMETER stop for the format's end-of-turn markers. It also gives the Jinja chat template of the Alpaca prompt, for a GGUF whose
 // tokenizer has none (llama.cpp renders tokenizer.chat_template).
 package ollama
 
@@ -63,30 +64,43 @@ const AlpacaJinja = `{%- set ns = namespace(system='', context='') -%}
 {{- (ns.system if ns.system else '` + alpacaPreamble + `') + '\n\n### Instruction:\n' + messages[-1]['content'] + '\n\n### Response:\n' -}}
 {%- endif -%}`
 
-// Modelfile returns the Modelfile name of the GGUF file ggufName (a name in the Modelfile's folder) for the chat
-// format (Llama3, ChatML, Alpaca; "" or another when the tokenizer's template is none memfit can translate:
-// the Modelfile then says so in a comment and has no TEMPLATE, and ok is false). stops are more end-of-turn
-// strings (the tokenizer's EOS token); why, when there is no TEMPLATE, says why in the comment.
-func Modelfile(ggufName, name, format string, stops []string, why string) (text string, ok bool) {
+// AlpacaTranslation is the Ollama TEMPLATE of memfit's Alpaca prompt (AlpacaJinja's), for a GGUF whose
+// tokenizer had no chat template.
+func AlpacaTranslation() Translation {
+	t := templates[Alpaca]
+	return Translation{Format: Alpaca, Body: t.body, Stops: t.stops}
+}
+
+// ModelfileOf returns the Modelfile of the GGUF file ggufName for a translated template (Translate); t.Body ""
+// writes none, saying why. stops are more end-of-turn strings (the tokenizer's EOS token).
+func ModelfileOf(ggufName, name string, t Translation, stops []string, why string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Ollama Modelfile written by memfit's finetune export: ollama create NAME -f %s\n", name)
 	fmt.Fprintf(&b, "FROM ./%s\n", ggufName)
-	t, ok := templates[format]
-	if ok {
-		fmt.Fprintf(&b, "TEMPLATE \"\"\"%s\"\"\"\n", t.body)
+	if t.Body != "" {
+		fmt.Fprintf(&b, "TEMPLATE \"\"\"%s\"\"\"\n", t.Body)
 	} else {
-		if why == "" {
-			why = "the tokenizer's chat template is not one memfit translates (Llama-3, ChatML, Alpaca)"
-		}
 		fmt.Fprintf(&b, "# No TEMPLATE: %s, so Ollama sends prompts as they are.\n# Write a TEMPLATE by hand for chat use.\n", why)
 	}
 	seen := map[string]bool{}
-	for _, s := range append(append([]string(nil), t.stops...), stops...) {
+	for _, s := range append(append([]string(nil), t.Stops...), stops...) {
 		if s == "" || seen[s] {
 			continue
 		}
 		seen[s] = true
 		fmt.Fprintf(&b, "PARAMETER stop %s\n", strconv.Quote(s))
 	}
-	return b.String(), ok
+	return b.String()
+}
+
+// Modelfile returns the Modelfile name of the GGUF file ggufName (a name in the Modelfile's folder) for the chat
+// format (Llama3, ChatML, Alpaca; "" or another when the tokenizer's template is none memfit can translate:
+// the Modelfile then says so in a comment and has no TEMPLATE, and ok is false). stops are more end-of-turn
+// strings (the tokenizer's EOS token); why, when there is no TEMPLATE, says why in the comment.
+func Modelfile(ggufName, name, format string, stops []string, why string) (text string, ok bool) {
+	t, ok := templates[format]
+	if !ok && why == "" {
+		why = "the tokenizer's chat template is not one memfit translates (Llama-3, ChatML, Gemma, Phi-3, Mistral, Alpaca)"
+	}
+	return ModelfileOf(ggufName, name, Translation{Format: format, Body: t.body, Stops: t.stops}, stops, why), ok
 }

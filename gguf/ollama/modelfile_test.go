@@ -1,12 +1,14 @@
 package ollama
 
 import (
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"text/template"
 
+	"github.com/memfit/memfit/chattemplate"
 	"github.com/memfit/memfit/internal/golden"
 	"github.com/memfit/memfit/tokenizer"
 )
@@ -72,5 +74,49 @@ func TestTemplatesRenderAsMemfit(t *testing.T) {
 	mf, ok = Modelfile("m.gguf", "m.Modelfile", "", []string{"</s>"}, "the model was exported without a tokenizer")
 	if ok || strings.Contains(mf, "\nTEMPLATE") || !strings.Contains(mf, "# No TEMPLATE: the model was exported without a tokenizer") {
 		t.Errorf("untranslatable template:\n%s", mf)
+	}
+}
+
+// TestTranslate: the real models' templates (chattemplate's fixtures) translate to the Ollama format that
+// renders as they do, checked on probe conversations by Translate itself and here on one more conversation;
+// Mistral-Nemo's (the system message folded into the last user turn) has no translation and says so.
+func TestTranslate(t *testing.T) {
+	want := map[string]string{
+		"qwen2.5-7b-instruct.jinja": ChatML, "qwen3-0.6b.jinja": ChatML, "gemma-2-2b-it.jinja": Gemma,
+		"phi-3.5-mini-instruct.jinja": Phi3, "mistral-7b-instruct-v0.3.jinja": Mistral, "llama-3.1-8b-instruct.jinja": "",
+		"mistral-nemo-instruct-2407.jinja": "",
+	}
+	bos := map[string]string{"gemma-2-2b-it.jinja": "<bos>", "mistral-7b-instruct-v0.3.jinja": "<s>", "mistral-nemo-instruct-2407.jinja": "<s>",
+		"llama-3.1-8b-instruct.jinja": "<|begin_of_text|>", "phi-3.5-mini-instruct.jinja": "<s>"}
+	for file, format := range want {
+		src, err := os.ReadFile(filepath.Join("..", "..", "chattemplate", "testdata", "templates", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok := &tokenizer.Tokenizer{Config: tokenizer.Config{BOSToken: bos[file], EOSToken: "</s>"}}
+		tmpl, err := chattemplate.New(string(src), file, tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, err := Translate(tmpl.Render, bos[file])
+		if format == "" {
+			if err == nil {
+				t.Errorf("%s translated to %s", file, tr.Format)
+			}
+			continue
+		}
+		if err != nil || tr.Format != format {
+			t.Errorf("%s: %v, %q; want %s", file, err, tr.Format, format)
+			continue
+		}
+		conv := []tokenizer.Message{{Role: "user", Content: "What is 2+2?"}, {Role: "assistant", Content: "4"}, {Role: "user", Content: "And 3+3?"}}
+		jinja, err := tmpl.Render(conv, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mf := ModelfileOf("m.gguf", "m.Modelfile", tr, nil, "")
+		if got := render(t, mf, map[string]any{"Messages": conv}); got != strings.TrimPrefix(jinja, bos[file]) {
+			t.Errorf("%s as %s:\n got %q\nwant %q", file, format, got, jinja)
+		}
 	}
 }

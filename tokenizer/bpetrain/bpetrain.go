@@ -1,6 +1,9 @@
-// Package bpetrain trains a byte-level BPE tokenizer on text and writes it as a Hugging Face tokenizer.json
-// (the Llama-3 layout: the Llama-3 split regex, byte-level alphabet, merges, a BOS template), so any HF-compatible
-// reader (memfit's tokenizer package, Hugging Face tokenizers) loads it.
+// Package bpetrain trains a byte-level BPE tokenizer on text and writes it as a Hugging Face tokenizer.json, so any
+// HF-compatible reader (memfit's tokenizer package, Hugging Face tokenizers) loads it, in one of two layouts: the
+// Llama-3 one (the Llama-3 split regex, byte-level alphabet, merges, a BOS template, special tokens after the
+// vocabulary) or RoBERTa's (GPT-2's split regex inside the ByteLevel pre-tokenizer, <s> <pad> </s> <unk> <mask>
+// as ids 0-4 before the byte alphabet, RobertaProcessing's <s> A </s></s> B </s>), which is what Hugging Face's
+// ByteLevelBPETokenizer trainer writes for a new RoBERTa.
 //
 // The algorithm is the classic one (Sennrich et al. 2016, byte-level as GPT-2): split the text into chunks with
 // the pre-tokenizer, count the chunks, start from the 256 byte symbols and repeatedly merge the most frequent
@@ -53,6 +56,46 @@ func Split(text string) []string {
 	return out
 }
 
+// gpt2RE is GPT-2's split regex (ByteLevel's use_regex), anchored, without its `\s+(?!\S)` lookahead, which
+// SplitGPT2 reproduces by hand as Split does.
+var gpt2RE = regexp.MustCompile(`^(?:'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+)`)
+
+// SplitGPT2 cuts text into the chunks of GPT-2's pre-tokenizer (RoBERTa's ByteLevel pre-tokenizer).
+func SplitGPT2(text string) []string {
+	var out []string
+	for i := 0; i < len(text); {
+		n := 0
+		if loc := gpt2RE.FindStringIndex(text[i:]); loc != nil {
+			n = loc[1]
+		}
+		if n == 0 {
+			_, n = utf8.DecodeRuneInString(text[i:])
+		}
+		chunk := text[i : i+n]
+		// `\s+(?!\S)`: a whitespace run followed by a non-space leaves its last character to the next chunk.
+		if i+n < len(text) && isWhitespace(chunk) {
+			if r, _ := utf8.DecodeRuneInString(text[i+n:]); !unicode.IsSpace(r) {
+				if _, last := utf8.DecodeLastRuneInString(chunk); last < len(chunk) {
+					chunk = chunk[:len(chunk)-last]
+					n = len(chunk)
+				}
+			}
+		}
+		out = append(out, chunk)
+		i += n
+	}
+	return out
+}
+
+func isWhitespace(s string) bool {
+	for _, r := range s {
+		if !unicode.IsSpace(r) {
+			return false
+		}
+	}
+	return s != ""
+}
+
 func isSpaceRun(s string) bool {
 	for _, r := range s {
 		if !unicode.IsSpace(r) || r == '\n' || r == '\r' {
@@ -86,8 +129,23 @@ func ByteLevel(s string) string {
 	return sb.String()
 }
 
+// Layouts of the tokenizer.json Train's model is written in.
+const (
+	// LayoutLlama3 is the Llama-3 layout (the default): special tokens after the vocabulary, a BOS template.
+	LayoutLlama3 = "llama3"
+	// LayoutRoBERTa is RoBERTa's: RobertaSpecial as ids 0-4, GPT-2's split, RobertaProcessing.
+	LayoutRoBERTa = "roberta"
+)
+
+// RobertaSpecial are the special tokens of the RoBERTa layout, ids 0 to 4: BOS/CLS, padding, EOS/SEP, unknown and
+// the masked-LM mask.
+var RobertaSpecial = []string{"<s>", "<pad>", "</s>", "<unk>", "<mask>"}
+
 // Options configure Train.
 type Options struct {
+	// Layout is LayoutLlama3 ("" too) or LayoutRoBERTa. The RoBERTa layout has its own special tokens
+	// (RobertaSpecial): Special must be empty.
+	Layout string
 	// VocabSize is the final vocabulary size, special tokens included (at least 256 + len(Special)).
 	VocabSize int
 	// Special are the special tokens, appended after the learned vocabulary; the first is the BOS token that the
@@ -103,8 +161,30 @@ type Model struct {
 	Vocab []string
 	// Merges are the learned merges, in order.
 	Merges [][2]string
-	// Special are the special tokens (their ids follow the learned vocabulary).
+	// Special are the special tokens (their ids follow the learned vocabulary; in the RoBERTa layout they come
+	// first, ids 0 to 4).
 	Special []string
+	// Layout is the tokenizer.json layout (Options.Layout).
+	Layout string
+}
+
+// specialFirst reports whether the special tokens take the first ids (RoBERTa layout).
+func (m *Model) specialFirst() bool { return m.Layout == LayoutRoBERTa }
+
+// specialID returns the id of special token i.
+func (m *Model) specialID(i int) int {
+	if m.specialFirst() {
+		return i
+	}
+	return len(m.Vocab) - len(m.Special) + i
+}
+
+// learned returns the byte and merged tokens (the vocabulary without the special tokens) and the id of the first.
+func (m *Model) learned() ([]string, int) {
+	if m.specialFirst() {
+		return m.Vocab[len(m.Special):], len(m.Special)
+	}
+	return m.Vocab[:len(m.Vocab)-len(m.Special)], 0
 }
 
 type word struct {
@@ -117,16 +197,28 @@ func Train(texts []string, opts Options) (*Model, error) {
 	if opts.MinFrequency == 0 {
 		opts.MinFrequency = 2
 	}
+	split := Split
+	switch opts.Layout {
+	case "", LayoutLlama3:
+		opts.Layout = LayoutLlama3
+	case LayoutRoBERTa:
+		if len(opts.Special) > 0 {
+			return nil, fmt.Errorf("the RoBERTa layout has its own special tokens (%s): give no others", strings.Join(RobertaSpecial, " "))
+		}
+		opts.Special, split = RobertaSpecial, SplitGPT2
+	default:
+		return nil, fmt.Errorf("unknown tokenizer layout %q: use %s or %s", opts.Layout, LayoutLlama3, LayoutRoBERTa)
+	}
 	if opts.VocabSize < 256+len(opts.Special) {
 		return nil, fmt.Errorf("vocab size %d is below the 256 byte tokens + %d special tokens", opts.VocabSize, len(opts.Special))
 	}
 	counts := map[string]int{}
 	for _, t := range texts {
-		for _, c := range Split(t) {
+		for _, c := range split(t) {
 			counts[c]++
 		}
 	}
-	m := &Model{Special: opts.Special}
+	m := &Model{Special: opts.Special, Layout: opts.Layout}
 	// The byte alphabet, ordered by character as Hugging Face's trainer orders it.
 	alphabet := make([]string, 256)
 	for b := range alphabet {
@@ -185,7 +277,11 @@ func Train(texts []string, opts Options) (*Model, error) {
 			words[wi].syms = out
 		}
 	}
-	m.Vocab = append(m.Vocab, opts.Special...)
+	if m.specialFirst() {
+		m.Vocab = append(append([]string(nil), opts.Special...), m.Vocab...)
+	} else {
+		m.Vocab = append(m.Vocab, opts.Special...)
+	}
 	return m, nil
 }
 
@@ -196,24 +292,37 @@ func less(vocab []string, a1, b1, a2, b2 int) bool {
 	return vocab[b1] < vocab[b2]
 }
 
-// TokenizerJSON returns the model as a Hugging Face tokenizer.json: the Llama-3 pre-tokenizer (split regex, then
-// byte level), the BPE model, a TemplateProcessing post-processor that adds the first special token (BOS) in
-// front of every sequence, and the byte-level decoder.
+// TokenizerJSON returns the model as a Hugging Face tokenizer.json. The Llama-3 layout: the Llama-3 pre-tokenizer
+// (split regex, then byte level), the BPE model, a TemplateProcessing post-processor that adds the first special
+// token (BOS) in front of every sequence, and the byte-level decoder. The RoBERTa layout: the ByteLevel
+// pre-tokenizer with GPT-2's regex, the BPE model whose vocabulary holds the special tokens first,
+// RobertaProcessing (<s> A </s>, pairs <s> A </s></s> B </s>), the byte-level decoder.
 func (m *Model) TokenizerJSON() ([]byte, error) {
 	type obj = map[string]any
+	learned, first := m.learned()
 	vocab := make(map[string]int, len(m.Vocab))
-	for i, s := range m.Vocab[:len(m.Vocab)-len(m.Special)] {
-		vocab[s] = i
+	for i, s := range learned {
+		vocab[s] = first + i
 	}
 	var added []obj
 	for i, s := range m.Special {
-		added = append(added, obj{"id": len(m.Vocab) - len(m.Special) + i, "content": s, "single_word": false,
-			"lstrip": false, "rstrip": false, "normalized": false, "special": true})
+		added = append(added, obj{"id": m.specialID(i), "content": s, "single_word": false,
+			"lstrip": m.specialFirst() && s == "<mask>", "rstrip": false, "normalized": false, "special": true})
+		if m.specialFirst() {
+			vocab[s] = m.specialID(i) // the trainer's vocabulary holds its special tokens
+		}
 	}
 	var post any
-	if len(m.Special) > 0 {
+	pre := obj{"type": "Sequence", "pretokenizers": []obj{
+		{"type": "Split", "pattern": obj{"Regex": SplitPattern}, "behavior": "Isolated", "invert": false},
+		{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}}}
+	switch {
+	case m.specialFirst():
+		post = obj{"type": "RobertaProcessing", "sep": []any{"</s>", 2}, "cls": []any{"<s>", 0}, "trim_offsets": true, "add_prefix_space": false}
+		pre = obj{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}
+	case len(m.Special) > 0:
 		bos := m.Special[0]
-		bosID := len(m.Vocab) - len(m.Special)
+		bosID := m.specialID(0)
 		post = obj{"type": "TemplateProcessing",
 			"single": []obj{{"SpecialToken": obj{"id": bos, "type_id": 0}}, {"Sequence": obj{"id": "A", "type_id": 0}}},
 			"pair": []obj{{"SpecialToken": obj{"id": bos, "type_id": 0}}, {"Sequence": obj{"id": "A", "type_id": 0}},
@@ -226,30 +335,35 @@ func (m *Model) TokenizerJSON() ([]byte, error) {
 	}
 	doc := obj{
 		"version": "1.0", "truncation": nil, "padding": nil, "added_tokens": added, "normalizer": nil,
-		"pre_tokenizer": obj{"type": "Sequence", "pretokenizers": []obj{
-			{"type": "Split", "pattern": obj{"Regex": SplitPattern}, "behavior": "Isolated", "invert": false},
-			{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}}},
+		"pre_tokenizer":  pre,
 		"post_processor": post,
 		"decoder":        obj{"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
 		"model": obj{"type": "BPE", "dropout": nil, "unk_token": nil, "continuing_subword_prefix": nil,
-			"end_of_word_suffix": nil, "fuse_unk": false, "byte_fallback": false, "ignore_merges": true,
+			"end_of_word_suffix": nil, "fuse_unk": false, "byte_fallback": false, "ignore_merges": !m.specialFirst(),
 			"vocab": vocab, "merges": merges},
 	}
 	return json.MarshalIndent(doc, "", "  ")
 }
 
-// TokenizerConfigJSON returns a tokenizer_config.json naming the special tokens (BOS, EOS, and the third as the
-// padding token when given) and the context length.
+// TokenizerConfigJSON returns a tokenizer_config.json naming the special tokens and the context length: in the
+// Llama-3 layout BOS, EOS, and the third as the padding token when given; in the RoBERTa layout all five, as
+// RobertaTokenizer's configuration names them.
 func (m *Model) TokenizerConfigJSON(maxLength int) ([]byte, error) {
 	cfg := map[string]any{"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": maxLength,
 		"clean_up_tokenization_spaces": false}
 	names := []string{"bos_token", "eos_token", "pad_token"}
+	if m.specialFirst() {
+		cfg["tokenizer_class"] = "RobertaTokenizer"
+		cfg["add_prefix_space"], cfg["errors"], cfg["trim_offsets"] = false, "replace", true
+		cfg["cls_token"], cfg["sep_token"] = "<s>", "</s>"
+		names = []string{"bos_token", "pad_token", "eos_token", "unk_token", "mask_token"}
+	}
 	decoder := map[string]any{}
 	for i, s := range m.Special {
 		if i < len(names) {
 			cfg[names[i]] = s
 		}
-		decoder[fmt.Sprint(len(m.Vocab)-len(m.Special)+i)] = map[string]any{"content": s, "lstrip": false,
+		decoder[fmt.Sprint(m.specialID(i))] = map[string]any{"content": s, "lstrip": m.specialFirst() && s == "<mask>",
 			"normalized": false, "rstrip": false, "single_word": false, "special": true}
 	}
 	cfg["added_tokens_decoder"] = decoder
