@@ -54,8 +54,8 @@ func newTrainCommand(opts *Options) *cobra.Command {
   glue         a GLUE data root with --task cola|sst2|mrpc|stsb|rte, or one task's folder (LLaMA sequence
                classification)
   parquet      a Hugging Face dataset: a .parquet file, or a dataset folder in the hub layout
-               (data/train-00000-of-00002.parquet or train/*.parquet; --split train|validation|test, default
-               train); its columns say what it holds: instruction/input/output (Alpaca), text, GLUE's columns
+               (data/train-00000-of-00002.parquet, train/*.parquet, or a config's folder CONFIG/train-*.parquet;
+               --split train|validation|test, default train); its columns say what it holds: instruction/input/output (Alpaca), text, GLUE's columns
                with --task (sequence classification), image + label (ViT); --columns text=content renames
 Text formats use --tokenizer (default: the model folder). Settings come from the defaults, then --config (YAML
 with the same keys as the flags, snake_case: --lora-r is lora_r), then the flags given; the whole config is
@@ -216,7 +216,7 @@ gradients to the host; the loss is read back every --log-every steps.`,
 	f.IntVar(&dataOpts.SeqLen, "seq-len", 0, "tokens per text example (default 256)")
 	f.BoolVar(&dataOpts.Augment, "augment", false, "random crop and horizontal flip of training images")
 	f.StringVar(&evalData, "eval-data", "", "validation set, read as --data is (any format train takes): evaluated every --eval-every steps and at the end")
-	f.StringVar(&evalDataSplit, "eval-data-split", "", "the split of --eval-data (image folder/tar subfolder, GLUE split; default: --split)")
+	f.StringVar(&evalDataSplit, "eval-data-split", "", "the split of --eval-data (default: a hub folder's validation split (validation, valid, val, dev, test), GLUE's dev, an image folder's or tar's --split)")
 	f.StringVar(&dataOpts.ChatTemplate, "chat-template", "", "template of messages data: auto (the model's own Jinja chat template, else alpaca), model, llama3, chatml or alpaca")
 	f.BoolVar(&dataOpts.Packing, "packing", false, "pack several alpaca/messages examples into each --seq-len sequence (positions restart and attention stays within each example)")
 	bindSettings(f, &flagCfg, true)
