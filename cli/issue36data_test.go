@@ -492,7 +492,7 @@ func TestProbe36Validation(t *testing.T) {
 				t.Errorf("%v: no note %q:\n%s", args[3:6], n, stderr)
 			}
 		}
-		return readMetrics36(t, filepath.Join(out, "metrics.jsonl"))
+		return readMetrics(t, filepath.Join(out, "metrics.jsonl"))
 	}
 	evalExamples := func(m []map[string]any) float64 {
 		for _, e := range m {
@@ -529,24 +529,6 @@ func TestProbe36Validation(t *testing.T) {
 	os.RemoveAll(out)
 	refused36(t, out, train(llama, jsonl, "--eval-data", filepath.Join(hfTestdata, "alpaca.duckdb.parquet"), "--eval-data-split", "test"),
 		"--eval-data-split test picks the files of a dataset folder, but "+abs(filepath.Join(hfTestdata, "alpaca.duckdb.parquet"))+" is one parquet file: leave --eval-data-split out")
-}
-
-// readMetrics36 reads a run's metrics.jsonl.
-func readMetrics36(t *testing.T, path string) []map[string]any {
-	t.Helper()
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, m)
-	}
-	return out
 }
 
 // TestProbe36GLUEFolder (section 6): a GLUE task folder given to train is GLUE data, recognised as eval glue

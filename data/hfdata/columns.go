@@ -191,10 +191,8 @@ func (d *Dataset) resolve(f *file, specs []spec) ([]resolved, error) {
 	for _, fl := range schema.Fields() {
 		names = append(names, fl.Name())
 	}
-	for _, newName := range slices.Sorted(maps.Keys(d.Columns)) {
-		if old := d.Columns[newName]; !slices.Contains(names, old) {
-			return nil, fmt.Errorf("%s: --columns %s=%s: the file has no column %q (it has %s)", f.path, newName, old, old, quoteList(names))
-		}
+	if err := d.renamesIn(f.path, names); err != nil {
+		return nil, err
 	}
 	out := make([]resolved, len(specs))
 	for i, s := range specs {

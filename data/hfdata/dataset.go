@@ -124,9 +124,14 @@ func (d *Dataset) CheckRenames() error {
 	if err != nil {
 		return err
 	}
+	return d.renamesIn(d.Files[0], names)
+}
+
+// renamesIn refuses a --columns rename whose column is not among the columns names of the file path.
+func (d *Dataset) renamesIn(path string, names []string) error {
 	for _, newName := range slices.Sorted(maps.Keys(d.Columns)) {
 		if old := d.Columns[newName]; !slices.Contains(names, old) {
-			return fmt.Errorf("%s: --columns %s=%s: the file has no column %q (it has %s)", d.Files[0], newName, old, old, quoteList(names))
+			return fmt.Errorf("%s: --columns %s=%s: the file has no column %q (it has %s)", path, newName, old, old, quoteList(names))
 		}
 	}
 	return nil
