@@ -54,32 +54,41 @@ func TestDescribeNestedTypes(t *testing.T) {
 	}
 }
 
+// reader reads a dataset as one kind, with the --columns rename that reads column x as that kind.
+type reader struct {
+	cols string
+	read func(d *Dataset) error
+}
+
 func TestNestedColumnsRefusedNotRecursed(t *testing.T) {
 	msg := parquet.Group{"role": parquet.String(), "content": parquet.String()}
+	texts := reader{"text=x", func(d *Dataset) error { _, err := d.Texts(); return err }}
+	convs := reader{"messages=x", func(d *Dataset) error { _, err := d.Conversations(); return err }}
+	images := reader{"image=x", func(d *Dataset) error { _, err := d.Images(); return err }}
 	for _, tc := range []struct {
 		col  parquet.Node
-		read func(d *Dataset) error
+		read reader
 		want string
 	}{
 		// A repeated leaf (a 2-level list) and a repeated group read as text: each recursed forever before.
-		{parquet.Repeated(parquet.String()), func(d *Dataset) error { _, err := d.Texts(); return err }, `column "x" is list<string>, but memfit reads text as a string`},
-		{parquet.Repeated(msg), func(d *Dataset) error { _, err := d.Texts(); return err }, `column "x" is list<struct{content: string, role: string}>, but memfit reads text as a string`},
-		{parquet.Map(parquet.String(), parquet.String()), func(d *Dataset) error { _, err := d.Texts(); return err }, `column "x" is map<string, string>, but memfit reads text`},
-		{parquet.Map(parquet.String(), parquet.String()), func(d *Dataset) error { _, err := d.Conversations(); return err }, `column "x" is map<string, string>, but memfit reads messages as a list of struct{role, content}`},
-		{parquet.Map(parquet.String(), parquet.Leaf(parquet.Int64Type)), func(d *Dataset) error { _, err := d.Images(); return err }, `column "x" is map<string, int64>, but memfit reads image as an image`},
+		{parquet.Repeated(parquet.String()), texts, `column "x" is list<string>, but memfit reads text as a string`},
+		{parquet.Repeated(msg), texts, `column "x" is list<struct{content: string, role: string}>, but memfit reads text as a string`},
+		{parquet.Map(parquet.String(), parquet.String()), texts, `column "x" is map<string, string>, but memfit reads text`},
+		{parquet.Map(parquet.String(), parquet.String()), convs, `column "x" is map<string, string>, but memfit reads messages as a list of struct{role, content}`},
+		{parquet.Map(parquet.String(), parquet.Leaf(parquet.Int64Type)), images, `column "x" is map<string, int64>, but memfit reads image as an image`},
 		// A list of lists of messages is not a conversation.
-		{parquet.Optional(parquet.Group{"array": parquet.Repeated(parquet.Group{"array": parquet.Repeated(msg)})}), func(d *Dataset) error { _, err := d.Conversations(); return err },
+		{parquet.Optional(parquet.Group{"array": parquet.Repeated(parquet.Group{"array": parquet.Repeated(msg)})}), convs,
 			`column "x" is list<list<struct{content: string, role: string}>>, but memfit reads messages`},
 		// A message field of another type is named.
-		{parquet.List(parquet.Group{"role": parquet.String(), "content": parquet.Int(32)}), func(d *Dataset) error { _, err := d.Conversations(); return err },
+		{parquet.List(parquet.Group{"role": parquet.String(), "content": parquet.Int(32)}), convs,
 			`column "x" is list<struct{content: int32, role: string}>: its messages' "content" is int32, but memfit reads a message's content as a string`},
 	} {
 		path := writeSchema(t, parquet.NewSchema("row", parquet.Group{"x": tc.col, "label": parquet.Leaf(parquet.Int64Type)}))
-		d, err := Open(path, "", "text=x,messages=x,image=x")
+		d, err := Open(path, "", tc.read.cols)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := tc.read(d); err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+		if err := tc.read.read(d); err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
 			t.Errorf("%s: %v; want one line naming %q", describe(tc.col), err, tc.want)
 		}
 	}
