@@ -1,9 +1,12 @@
 package cli_test
 
 import (
+	"bytes"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"hash/crc32"
 	"math"
 	"os"
 	"path/filepath"
@@ -181,12 +184,22 @@ func fixtureImages(t *testing.T) []imageRow {
 	return rows
 }
 
+// hugePNG returns the PNG png with its header declaring a width of 100000 pixels (its checksum made right).
+func hugePNG(png []byte) []byte {
+	out := bytes.Clone(png)
+	ihdr := out[8+4 : 8+4+4+13] // after the signature and the IHDR chunk's length: its type and 13 bytes of data
+	binary.BigEndian.PutUint32(ihdr[4:8], 100000)
+	binary.BigEndian.PutUint32(out[8+4+4+13:], crc32.ChecksumIEEE(ihdr))
+	return out
+}
+
 // TestProbe36Values: values the range checks let through, or named in Go's words, are refused before the first
 // step with the row: a NaN STS-B score in parquet and in the GLUE TSV (gl_stsb_nan, gl_stsb_nan2, gl_tsv_nan: the
 // run failed at a later step blaming the learning rate), ClassLabel metadata that names fewer classes than the
 // labels reach or is not JSON (img_meta3, img_badmeta: dropped silently), null and huge labels (img_label_null,
 // gl_sst2_label_null: "label <nil>"; img_label_int32max, img_label_int64big: "0 or more"), undecodable images and a
-// text column named image (img_all_bad, img_string_col: found at step 1), rows all of another status (pq11).
+// text column named image (img_all_bad, img_trunc_png, img_huge_dims, img_string_col: found at step 1), rows all
+// of another status (pq11).
 func TestProbe36Values(t *testing.T) {
 	tmp := t.TempDir()
 	out := filepath.Join(tmp, "run")
@@ -254,6 +267,12 @@ func TestProbe36Values(t *testing.T) {
 			r[i].Image.Bytes = []byte("notanimage")
 		}
 	})
+	truncated := images("truncated.parquet", func(r []imageRow) {
+		for i := range r {
+			r[i].Image.Bytes = r[i].Image.Bytes[:len(r[i].Image.Bytes)/2] // the header intact, the pixels cut
+		}
+	})
+	huge := images("huge.parquet", func(r []imageRow) { r[5].Image.Bytes = hugePNG(r[5].Image.Bytes) })
 	type textImageRow struct {
 		Image string `parquet:"image"`
 		Label int64  `parquet:"label"`
@@ -288,6 +307,8 @@ func TestProbe36Values(t *testing.T) {
 		{train(vit, label32), `label-int32max.parquet: row 6: label 2147483647 is not a class index of an image classifier (memfit reads up to 1048576 classes)`},
 		{train(vit, label64), `label-int64big.parquet: row 6: label 9223372036854775807 is not a class index of an image classifier`},
 		{train(vit, allBad), `all-bad.parquet: row 0: not a decodable image (text, not PNG or JPEG bytes`},
+		{train(vit, truncated), `truncated.parquet: row 0: not a decodable image: png: invalid format: not enough pixel data`},
+		{train(vit, huge), `huge.parquet: row 5: a 100000x32 image: memfit reads images of 1 to`},
 		{train(vit, stringImage), `string-image.parquet: column "image" is string, but memfit reads image as an image struct{bytes, path} (as datasets stores it) or binary`},
 		{train(llama, rejected), `rejected.parquet: no usable rows: all 3 rows have a "status" other than "ok"`},
 	} {
