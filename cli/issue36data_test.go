@@ -554,7 +554,7 @@ func TestProbe36Validation(t *testing.T) {
 
 // TestProbe36GLUEFolder (section 6): a GLUE task folder given to train is GLUE data, recognised as eval glue
 // recognises it; with a causal LM the message says how to make a classifier (it was "image data (images) needs a
-// ViT model").
+// ViT model"); the GLUE root without --task asks for it (it said unknown GLUE task "").
 func TestProbe36GLUEFolder(t *testing.T) {
 	tmp := t.TempDir()
 	out := filepath.Join(tmp, "run")
@@ -562,4 +562,8 @@ func TestProbe36GLUEFolder(t *testing.T) {
 	sst := filepath.Join(golden.SharedDir(t), "glue", "SST-2")
 	refused36(t, out, []string{"train", "--model", llama, "--data", sst, "--out", out, "--steps", "1"},
 		"is GLUE sst2 data, which trains a sequence classifier, but the model is a causal LM (LlamaForCausalLM): give it a classification head with finetune init --from "+abs(llama)+" --num-labels 2 --out NEW")
+	cls := filepath.Join(tmp, "cls")
+	mustRun(t, "init", "--from", llama, "--num-labels", "2", "--out", cls)
+	refused36(t, out, []string{"train", "--model", cls, "--data", filepath.Dir(sst), "--out", out, "--steps", "1"},
+		"GLUE data needs its task: name it with --task (cola, sst2, mrpc, stsb, rte), or give the task's folder (e.g. glue/SST-2)")
 }

@@ -67,6 +67,9 @@ func GLUETask(task string) (GLUEInfo, error) {
 	case RTE:
 		return GLUEInfo{Dir: "RTE", Classes: []string{"entailment", "not_entailment"}, Pair: true}, nil
 	}
+	if task == "" {
+		return GLUEInfo{}, fmt.Errorf("GLUE data needs its task: name it with --task (%s), or give the task's folder (e.g. glue/SST-2)", strings.Join(GLUETasks, ", "))
+	}
 	return GLUEInfo{}, fmt.Errorf("unknown GLUE task %q (have %s)", task, strings.Join(GLUETasks, ", "))
 }
 
