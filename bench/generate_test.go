@@ -6,9 +6,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/family/llama"
+	"github.com/memfit/memfit/family/lm"
 	"github.com/memfit/memfit/internal/gtest"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/decoder"
 	"github.com/memfit/memfit/runner"
 	"github.com/memfit/memfit/tokenizer"
 )
@@ -19,7 +20,7 @@ import (
 func TestGenerateCompare(t *testing.T) {
 	py := torchPython(t)
 	dir := filepath.Join("..", "pretrained", "llama-tiny")
-	m, err := llama.Load(dir, llama.Options{})
+	m, err := llama.Load(dir, decoder.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +30,7 @@ func TestGenerateCompare(t *testing.T) {
 	}
 	backend := gtest.Backend(t)
 	abs, _ := filepath.Abs(dir)
-	run, err := RunGenerateCompare(GenerateCompareOptions{Model: abs, Gen: runner.NewGenerator(backend, finetune.Llama{Model: m}, nil, nil),
+	run, err := RunGenerateCompare(GenerateCompareOptions{Model: abs, Gen: runner.NewGenerator(backend, lm.Model{Model: m, Spec: llama.Spec}, nil, nil),
 		Tok: tok, Batches: []int{1, 3}, PromptLen: 16, NewTokens: 12, Runs: 1, Python: []string{py, filepath.Join("pytorch", "generate_compare.py")},
 		WorkDir: t.TempDir(), OutDir: t.TempDir(), Backend: backend, Log: &bytes.Buffer{}})
 	if err != nil {

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	_ "github.com/memfit/memfit/family/all" // the shipped model families register themselves
 	"io"
 	"os"
 	"path/filepath"
@@ -11,7 +12,6 @@ import (
 
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/memory"
-	"github.com/memfit/memfit/models/auto"
 )
 
 // StepResult is one configuration's training-step figures, as `finetune bench step` prints them (and as
@@ -57,7 +57,7 @@ func PresetCheckpoint(name string, labels int, dir string) (string, error) {
 		return out, nil // written by an earlier run into the same folder (the weights are seeded: the same)
 	}
 	// Stored as bfloat16, as Hugging Face checkpoints usually are (a llama-7b file of 13.5 GB instead of 27 GB).
-	if err := auto.InitAs(arch, preset, labels, 1, out, 4<<30, "bfloat16"); err != nil {
+	if err := finetune.InitModel(arch, preset, labels, 1, out, 4<<30, "bfloat16"); err != nil {
 		return "", err
 	}
 	return out, nil

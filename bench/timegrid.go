@@ -16,10 +16,11 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/engine"
+	"github.com/memfit/memfit/family/llama"
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/models"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/decoder"
 	"github.com/memfit/memfit/models/vit"
 	"github.com/memfit/memfit/plan"
 )
@@ -353,7 +354,7 @@ func ScaledModels(dir string) ([]TimedModel, error) {
 	if err != nil {
 		return nil, err
 	}
-	lj, err := lc.JSON()
+	lj, err := llama.JSON(lc)
 	if err != nil {
 		return nil, err
 	}
@@ -361,7 +362,7 @@ func ScaledModels(dir string) ([]TimedModel, error) {
 	if err := models.SaveCheckpoint(vdir, vj, vit.RandomParams(vc, 1), 0); err != nil {
 		return nil, err
 	}
-	if err := models.SaveCheckpoint(ldir, lj, llama.RandomParams(lc, 2), 0); err != nil {
+	if err := models.SaveCheckpoint(ldir, lj, decoder.RandomParams(lc, 2), 0); err != nil {
 		return nil, err
 	}
 	base := finetune.Defaults()

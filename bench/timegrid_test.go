@@ -8,9 +8,10 @@ import (
 	"testing"
 
 	"github.com/memfit/memfit/engine"
+	"github.com/memfit/memfit/family/llama"
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/models"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/decoder"
 	"github.com/memfit/memfit/models/vit"
 )
 
@@ -26,11 +27,11 @@ func TestTimeGridTiny(t *testing.T) {
 	vc, _ := vit.Preset("tiny", 3)
 	lc, _ := llama.Preset("tiny", 0)
 	vj, _ := vc.JSON()
-	lj, _ := lc.JSON()
+	lj, _ := llama.JSON(lc)
 	if err := models.SaveCheckpoint(filepath.Join(dir, "vit"), vj, vit.RandomParams(vc, 1), 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := models.SaveCheckpoint(filepath.Join(dir, "llama"), lj, llama.RandomParams(lc, 1), 0); err != nil {
+	if err := models.SaveCheckpoint(filepath.Join(dir, "llama"), lj, decoder.RandomParams(lc, 1), 0); err != nil {
 		t.Fatal(err)
 	}
 	base := finetune.Defaults()

@@ -3,7 +3,6 @@ package cli
 import (
 	"fmt"
 	"io"
-	"text/tabwriter"
 	"time"
 
 	"github.com/memfit/memfit/finetune"
@@ -30,11 +29,12 @@ func calibrationName(c plan.Calibration) string {
 // what each such block saves and costs against plain (from the exact planner and the step times), each block's
 // mode, saved bytes and extra time, the plan and its figures, and the next-best plan that did not fit.
 func printAutoplan(w io.Writer, p *plan.Autoplan, blocks int, budget int64, margin float64) error {
-	fmt.Fprintf(w, "memory autopilot: budget %s less %.0f%% margin = %s; %d blocks\n", memory.FormatBytes(budget), 100*margin,
+	cols := terminalColumns(w)
+	line := func(format string, args ...any) { fmt.Fprintln(w, wrapText(fmt.Sprintf(format, args...), cols)) }
+	line("memory autopilot: budget %s less %.0f%% margin = %s; %d blocks", memory.FormatBytes(budget), 100*margin,
 		memory.FormatBytes(p.Limit), blocks)
-	fmt.Fprintf(w, "step times: %s\n", sourceLine(p))
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "mode\tblocks\tsaves per block\ttime per block\tall blocks: total\tall blocks: step\trange\t\n")
+	line("step times: %s", sourceLine(p))
+	rows := [][]string{{"mode", "blocks", "saves per block", "time per block", "all blocks: total", "all blocks: step", "range"}}
 	plain := p.Costs[0]
 	for i, c := range p.Costs {
 		save := float64(plain.TotalBytes-c.TotalBytes) / float64(blocks)
@@ -46,15 +46,14 @@ func printAutoplan(w io.Writer, p *plan.Autoplan, blocks int, budget int64, marg
 				rng += " (overlaps plain's: a tie)"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%+.2f ms\t%s\t%.1f ms\t%s\t\n", c.Mode, p.Counts[i], memory.FormatBytes(int64(save)), 1e3*cost,
-			memory.FormatBytes(c.TotalBytes), 1e3*c.StepSeconds, rng)
+		rows = append(rows, []string{c.Mode, fmt.Sprint(p.Counts[i]), memory.FormatBytes(int64(save)), fmt.Sprintf("%+.2f ms", 1e3*cost),
+			memory.FormatBytes(c.TotalBytes), fmt.Sprintf("%.1f ms", 1e3*c.StepSeconds), rng})
 	}
-	if err := tw.Flush(); err != nil {
+	if err := writeTable(w, rows, cols); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "per block (the backward reaches block 0 last):\n")
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "  blocks\tmode\tsaves each\textra time each\t\n")
+	rows = [][]string{{"  blocks", "mode", "saves each", "extra time each"}}
 	for i := 0; i < len(p.Blocks); {
 		j := i
 		for j < len(p.Blocks) && p.Blocks[j].Mode == p.Blocks[i].Mode {
@@ -65,10 +64,10 @@ func printAutoplan(w io.Writer, p *plan.Autoplan, blocks int, budget int64, marg
 		if j-i > 1 {
 			span = fmt.Sprintf("%d-%d", i, j-1)
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%+.2f ms\t\n", span, b.Mode, memory.FormatBytes(b.SavedBytes), 1e3*b.ExtraSeconds)
+		rows = append(rows, []string{"  " + span, b.Mode, memory.FormatBytes(b.SavedBytes), fmt.Sprintf("%+.2f ms", 1e3*b.ExtraSeconds)})
 		i = j
 	}
-	if err := tw.Flush(); err != nil {
+	if err := writeTable(w, rows, cols); err != nil {
 		return err
 	}
 	if p.BatchSize > 0 {
@@ -78,13 +77,14 @@ func printAutoplan(w io.Writer, p *plan.Autoplan, blocks int, budget int64, marg
 	if p.Source != plan.SourceFull {
 		share = " (the blocks' share)"
 	}
-	fmt.Fprintf(w, "plan: %s\n  total %s (exact plan: step peak + optimizer state; additive prediction %s), predicted step%s %s\n",
-		p.Plan, memory.FormatBytes(p.PlannedBytes), memory.FormatBytes(p.PredictedBytes), share, seconds(p.PredictedSeconds))
+	fmt.Fprintf(w, "plan: %s\n", p.Plan)
+	line("  total %s (exact plan: step peak + optimizer state; additive prediction %s), predicted step%s %s",
+		memory.FormatBytes(p.PlannedBytes), memory.FormatBytes(p.PredictedBytes), share, seconds(p.PredictedSeconds))
 	if n := p.NextBest; n != nil {
-		fmt.Fprintf(w, "next-best plan, did not fit: %s, total %s > %s, predicted step%s %s\n", n.Plan, memory.FormatBytes(n.TotalBytes),
+		line("next-best plan, did not fit: %s, total %s > %s, predicted step%s %s", n.Plan, memory.FormatBytes(n.TotalBytes),
 			memory.FormatBytes(p.Limit), share, seconds(n.PredictedSeconds))
 	} else {
-		fmt.Fprintf(w, "next-best plan: none faster was left out (this is the fastest plan)\n")
+		line("next-best plan: none faster was left out (this is the fastest plan)")
 	}
 	return nil
 }

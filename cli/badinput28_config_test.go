@@ -291,7 +291,7 @@ func TestBadInputSweepConfigs(t *testing.T) {
 		{args: []string{"memory", "--model", "llama:tiny", "--budget", "16MiB", "--plan", "--budget-margin", "-0.1"}, want: `--budget-margin -0.1: give the fraction`},
 		{args: []string{"memory", "--model", "llama:tiny", "--budget", "lots", "--max-seq-len", "64"}, want: `--budget "lots" is not a size`},
 		{args: []string{"memory", "--model", "llama:tiny", "--budget", "16MiB", "--plan", "--for-backend", "tpu"}, want: `--for-backend "tpu": the cost model knows go, xla:cuda, xla:cuda:h200 (a device profile each: docs/autopilot.md); give one of them`},
-		{args: []string{"memory", "--model", "llama:tiny", "--for-backend", "xla:cuda"}, want: `--calibrate and --for-backend go with --budget --plan`},
+		{args: []string{"memory", "--model", "llama:tiny", "--for-backend", "xla:cuda"}, want: `--for-backend is a setting of the memory autopilot: it goes with --budget SIZE --plan`},
 		{args: train(good, "d8", "--calibrate=false"), want: `--budget-batch, --budget-margin and --calibrate go with --budget`, watch: []string{out("d8")}},
 		// Depth: gradient checkpointing of more blocks than a step can be built for in seconds.
 		{args: []string{"memory", "--model", deep, "--seq-len", "16", "--batch-size", "1", "--compile-time"}, want: `variant grad-ckpt: gradient checkpointing of 512 blocks: memfit checkpoints at most 256`},

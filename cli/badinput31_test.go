@@ -44,7 +44,7 @@ func TestBadInputSweepGGUF(t *testing.T) {
 	os.WriteFile(p("huge.gguf"), huge, 0o644)
 	other := append([]byte(nil), data...)
 	if i := strings.Index(string(other), "llama"); i > 0 {
-		copy(other[i:], "qwen2")
+		copy(other[i:], "mamba") // an architecture memfit does not read
 	}
 	os.WriteFile(p("other.gguf"), other, 0o644)
 	os.WriteFile(p("earlier.gguf"), []byte("GGUF"), 0o644)
@@ -58,8 +58,8 @@ func TestBadInputSweepGGUF(t *testing.T) {
 		args []string
 		want string
 	}{
-		{gguf("--model", vit, "--out", p("vit.gguf")), "GGUF export is for the LLaMA family (llama.cpp and Ollama run LLaMA causal LMs); this model is a ViT"},
-		{gguf("--model", filepath.Join(golden.SharedDir(t), "golden", "llama_c"), "--out", p("cls.gguf")), "GGUF export is for LLaMA causal LMs (LlamaForCausalLM); this model is a LlamaForSequenceClassification"},
+		{gguf("--model", vit, "--out", p("vit.gguf")), "GGUF export is for the families llama.cpp and Ollama run (LLaMA); this model is a ViT"},
+		{gguf("--model", filepath.Join(golden.SharedDir(t), "golden", "llama_c"), "--out", p("cls.gguf")), "GGUF export is for causal LMs; this model is a LLaMA sequence classifier"},
 		{gguf("--run", p("orphan"), "--out", p("o.gguf")), "the run's base model " + p("gone") + " is not there"},
 		{gguf("--run", p("norun"), "--out", p("n.gguf")), "is not a training output folder"},
 		{gguf("--run", runDir, "--out", p("q.gguf"), "--gguf-type", "q4_k"), `--gguf-type "q4_k": use f32, f16, bf16 or q8_0`},
@@ -77,7 +77,7 @@ func TestBadInputSweepGGUF(t *testing.T) {
 		{[]string{"generate", "--model", p("cut.gguf"), "--prompt", "Hi"}, "is truncated"},
 		{[]string{"generate", "--model", p("text.gguf"), "--prompt", "Hi"}, "not a GGUF file"},
 		{[]string{"generate", "--model", p("huge.gguf"), "--prompt", "Hi"}, "more than the file's"},
-		{[]string{"generate", "--model", p("other.gguf"), "--prompt", "Hi"}, `general.architecture is "qwen2": memfit reads GGUF files of the llama architecture`},
+		{[]string{"generate", "--model", p("other.gguf"), "--prompt", "Hi"}, `general.architecture is "mamba": memfit reads GGUF files of the architectures [llama]`},
 		{[]string{"logits", "--model", p("cut.gguf"), "--inputs", inputs}, "is truncated"},
 		{[]string{"logits", "--model", p("missing.gguf"), "--inputs", inputs}, "no such file"},
 		{[]string{"generate", "--model", p("run", "run.yaml"), "--prompt", "Hi"}, "a model is a folder (config.json and its safetensors)"},

@@ -129,7 +129,7 @@ func TestBadInputSweep(t *testing.T) {
 		{[]string{"init", "--from", vit, "--num-labels", "5", "--out", vit, "--overwrite"}, "is the --from model"},
 		{[]string{"train", "--model", vit, "--data", bigImages, "--out", out("z"), "--batch-size", "2"}, "32x32"},
 		{[]string{"train", "--model", vit, "--data", intPixels, "--out", out("z2"), "--batch-size", "2"}, "pixel_values are Int32"},
-		{[]string{"eval", "glue", "--task", "sst2", "--model", llama, "--data", glue}, "not a LLaMA sequence classifier"},
+		{[]string{"eval", "glue", "--task", "sst2", "--model", llama, "--data", glue}, "is not a sequence classifier over tokens"},
 		{[]string{"eval", "glue", "--task", "stsb", "--model", sst2, "--data", glue}, "a classifier of 2 labels"},
 		{[]string{"eval", "mmlu", "--model", short, "--data", mmlu, "--out", tmp}, "is a folder"},
 		{[]string{"eval", "mmlu", "--model", short, "--data", mmlu, "--out", filepath.Join(tmp, "no", "x.json")}, "does not exist"},

@@ -15,7 +15,6 @@ import (
 	"github.com/memfit/memfit/gguf"
 	"github.com/memfit/memfit/gguf/llamagguf"
 	"github.com/memfit/memfit/llamacpp"
-	"github.com/memfit/memfit/models/llama"
 	"github.com/memfit/memfit/runner"
 	"github.com/memfit/memfit/tokenizer"
 )
@@ -82,9 +81,9 @@ core but one by default: node's own thread drives the decoding, and llama.cpp's 
 			if err != nil {
 				return err
 			}
-			l, ok := m.(finetune.Llama)
-			if !ok || l.Config.Architecture != llama.ArchCausalLM {
-				return fmt.Errorf("%s: the generation benchmark needs a LLaMA causal LM", model)
+			l, ok := causalLM(m)
+			if !ok {
+				return fmt.Errorf("%s: the generation benchmark needs a causal LM", model)
 			}
 			// llama.cpp's tooling is looked up before anything is written: without node/npm its column is left out
 			// with a note, any other problem with it is an error.

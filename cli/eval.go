@@ -3,6 +3,8 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/memfit/memfit/models"
+	"github.com/memfit/memfit/runner"
 	"io"
 	"os"
 	"path/filepath"
@@ -12,14 +14,12 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/memfit/memfit/adapter"
 	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/evals"
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/gguf/llamagguf"
-	"github.com/memfit/memfit/models/llama"
 	"github.com/memfit/memfit/tokenizer"
 )
 
@@ -69,6 +69,30 @@ func loadForEval(model, adapterDir, tok string) (finetune.Model, *adapter.Set, *
 		return nil, nil, nil, fmt.Errorf("%s: %w", tok, err)
 	}
 	return m, set, t, nil
+}
+
+// textSpec returns the TextSpec of a model over token ids (models.TextModel).
+func textSpec(m finetune.Model) (models.TextSpec, bool) {
+	tm, ok := m.(models.TextModel)
+	if !ok {
+		return models.TextSpec{}, false
+	}
+	return tm.TextSpec(), true
+}
+
+// textDecoder is a causal LM that decodes with a key/value cache and describes its tokens.
+type textDecoder interface {
+	runner.Decoder
+	models.TextModel
+}
+
+// causalLM returns m as a causal LM that generates (every decoder family's causal LM), or false.
+func causalLM(m finetune.Model) (textDecoder, bool) {
+	d, ok := m.(textDecoder)
+	if !ok || !d.TextSpec().CausalLM() {
+		return nil, false
+	}
+	return d, true
 }
 
 // loadTokenizer loads the tokenizer at path (tokenizer.Load), or the tokenizer in the metadata of a GGUF file.
@@ -143,25 +167,29 @@ adapter (or the model) as eval-mmlu.json, with the prompt format, shots, averagi
 			if shots == 0 {
 				o.Shots = -1 // evals: 0 means the default (5), a negative number zero-shot
 			}
-			ins := evalInputs(model, adapter, tok).add("--data", dataDir)
-			if err := outputFile("--out", out, ins, overwrite, true); err != nil {
-				return err
-			}
-			path := resultPath(out, model, adapter, "eval-mmlu.json")
-			if err := outputFile("the results file", path, ins, true, false); err != nil {
-				return err
-			}
 			for _, s := range subjects {
 				if _, ok := evals.Categories[s]; !ok {
 					return usagef("unknown MMLU subject %q", s)
 				}
 			}
+			modelHub, adapterHub, err := hubFolders(cmd, &model, &adapter)
+			if err != nil {
+				return err
+			}
+			ins := evalInputs(model, adapter, tok).add("--data", dataDir)
+			if err := outputFile("--out", out, ins, overwrite, true); err != nil {
+				return err
+			}
+			path := resultPath(out, notInCache(model, modelHub), notInCache(adapter, adapterHub), "eval-mmlu.json")
+			if err := outputFile("the results file", path, ins, true, false); err != nil {
+				return err
+			}
 			m, set, t, err := loadForEval(model, adapter, tok)
 			if err != nil {
 				return err
 			}
-			if l, ok := m.(finetune.Llama); ok {
-				if positions := l.Config.MaxPositionEmbeddings; o.MaxLen == 0 {
+			if spec, ok := textSpec(m); ok {
+				if positions := spec.MaxPositions; o.MaxLen == 0 {
 					o.MaxLen = positions
 				} else if o.MaxLen > positions {
 					return usagef("--seq-len %d is more than the model's %d positions (max_position_embeddings)", o.MaxLen, positions)
@@ -308,19 +336,23 @@ next to the adapter or model, or --out).`,
 			if (preds == "") == (model == "") {
 				return usagef("give either --predictions or --model")
 			}
+			if model != "" && (batch < 1 || batch > maxEvalBatch) {
+				return usagef("--batch-size %d: give 1 to %d examples per forward pass", batch, maxEvalBatch)
+			}
+			modelHub, adapterHub, err := hubFolders(cmd, &model, &adapter)
+			if err != nil {
+				return err
+			}
 			ins := evalInputs(model, adapter, tok).add("--data", dataDir).add("--predictions", preds)
 			if err := outputFile("--out", out, ins, overwrite, true); err != nil {
 				return err
 			}
 			resultFile := ""
 			if out != "" || model != "" {
-				resultFile = resultPath(out, model, adapter, "eval-glue-"+task+".json")
+				resultFile = resultPath(out, notInCache(model, modelHub), notInCache(adapter, adapterHub), "eval-glue-"+task+".json")
 				if err := outputFile("the results file", resultFile, ins, true, false); err != nil {
 					return err
 				}
-			}
-			if model != "" && (batch < 1 || batch > maxEvalBatch) {
-				return usagef("--batch-size %d: give 1 to %d examples per forward pass", batch, maxEvalBatch)
 			}
 			dev, err := data.ReadGLUE(dataDir, task, "dev")
 			if err != nil {
@@ -343,15 +375,16 @@ next to the adapter or model, or --out).`,
 					return err
 				}
 				want := max(len(info.Classes), 1) // a regression task has one output
-				if l, ok := m.(finetune.Llama); !ok || l.Config.Architecture != llama.ArchClassification || len(l.Config.Labels) != want {
-					got := "not a LLaMA sequence classifier"
-					if ok && l.Config.Architecture == llama.ArchClassification {
-						got = fmt.Sprintf("a classifier of %d labels", len(l.Config.Labels))
+				spec, ok := textSpec(m)
+				if !ok || spec.Task != models.TaskSeqCls || len(spec.Labels) != want {
+					got := "not a sequence classifier over tokens"
+					if ok && spec.Task == models.TaskSeqCls {
+						got = fmt.Sprintf("a classifier of %d labels", len(spec.Labels))
 					}
-					return usagef("GLUE %s needs a LlamaForSequenceClassification with %d label(s) (finetune init --from BASE --num-labels %d); %s is %s", task, want, want, model, got)
+					return usagef("GLUE %s needs a sequence classifier (...ForSequenceClassification) with %d label(s) (finetune init --from BASE --num-labels %d); %s is %s", task, want, want, model, got)
 				}
-				if l, ok := m.(finetune.Llama); ok && (seqLen < 2 || seqLen > l.Config.MaxPositionEmbeddings) {
-					return usagef("--seq-len %d: give 2 to %d tokens (the model's max_position_embeddings)", seqLen, l.Config.MaxPositionEmbeddings)
+				if seqLen < 2 || seqLen > spec.MaxPositions {
+					return usagef("--seq-len %d: give 2 to %d tokens (the model's max_position_embeddings)", seqLen, spec.MaxPositions)
 				}
 				backend, err := opts.NewBackend()
 				if err != nil {
@@ -438,10 +471,11 @@ func countProgress(w io.Writer, label string) func(done, total int) {
 	var bar *progressbar.ProgressBar
 	last := -1
 	return func(done, total int) {
-		if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		if cols := terminalColumns(w); cols > 0 {
 			if bar == nil {
+				width, desc := barLayout(cols, total, true)
 				bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(w), progressbar.OptionShowCount(),
-					progressbar.OptionSetDescription(label), progressbar.OptionShowIts(), progressbar.OptionSetWidth(30))
+					progressbar.OptionSetDescription(cut(label, desc)), progressbar.OptionShowIts(), progressbar.OptionSetWidth(width))
 			}
 			_ = bar.Set(done)
 			if done == total {

@@ -67,6 +67,9 @@ PATH] (the PEFT adapter merged into the model).`,
 			if err != nil {
 				return err
 			}
+			if err := restoreHub(cmd, &spec); err != nil {
+				return err
+			}
 			ins := inputs{}.add("--run", run, runReads...).add("--checkpoint", checkpointPath(run, checkpoint), checkpointReads...).
 				add("the run's base model", spec.Model, modelReads...).add("the run's tokenizer", spec.DataOptions.Tokenizer, tokenizerReads...)
 			if err := exportTarget(out, spec.Model, format, exportName(format, checkpoint), overwrite, ins); err != nil {
@@ -89,7 +92,7 @@ PATH] (the PEFT adapter merged into the model).`,
 				return err
 			}
 			if format == "peft" {
-				err = tr.ExportAdapter(out, spec.Model)
+				err = tr.ExportAdapterAt(out, spec.ModelName(), spec.ModelRevision())
 			} else {
 				err = tr.ExportMergedFolder(out, spec.Model, spec.DataOptions.Tokenizer)
 			}

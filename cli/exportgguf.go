@@ -63,6 +63,9 @@ func (g ggufExport) export(cmd *cobra.Command, opts *Options) error {
 		if err != nil {
 			return err
 		}
+		if err := restoreHub(cmd, &spec); err != nil {
+			return err
+		}
 		ins := inputs{}.add("--run", g.run, runReads...).add("--checkpoint", checkpointPath(g.run, g.checkpoint), checkpointReads...).
 			add("the run's base model", spec.Model, modelReads...).add("the run's tokenizer", spec.DataOptions.Tokenizer, tokenizerReads...)
 		if err := g.checkOut(ins); err != nil {
@@ -78,7 +81,7 @@ func (g ggufExport) export(cmd *cobra.Command, opts *Options) error {
 		if model, err = finetune.LoadModel(spec.Model, spec.Config); err != nil {
 			return err
 		}
-		if _, err := finetune.GGUFConfig(model); err != nil {
+		if err := finetune.CheckGGUF(model); err != nil {
 			return err
 		}
 		backend, err := opts.NewBackend()
@@ -106,6 +109,9 @@ func (g ggufExport) export(cmd *cobra.Command, opts *Options) error {
 		if llamagguf.IsGGUF(g.model) {
 			return usagef("--model %s is a GGUF file already: export reads a Hugging Face model folder", g.model)
 		}
+		if _, _, err := hubFolders(cmd, &g.model, &g.adapter); err != nil {
+			return err
+		}
 		ins := inputs{}.add("--model", g.model, modelReads...).add("--adapter", g.adapter, adapterReads...).
 			add("--tokenizer", g.tokenizer, tokenizerReads...)
 		if err := g.checkOut(ins); err != nil {
@@ -114,7 +120,7 @@ func (g ggufExport) export(cmd *cobra.Command, opts *Options) error {
 		if model, err = finetune.LoadModel(g.model, finetune.Defaults()); err != nil {
 			return err
 		}
-		if _, err := finetune.GGUFConfig(model); err != nil {
+		if err := finetune.CheckGGUF(model); err != nil {
 			return err
 		}
 		var set *finetune.PEFTAdapter
@@ -208,6 +214,9 @@ func (g ggufExport) exportMerged(cmd *cobra.Command) error {
 		return usagef("--format merged --model needs --adapter: the model folder is already a merged model")
 	case g.out == "":
 		return usagef("--out is required")
+	}
+	if _, _, err := hubFolders(cmd, &g.model, &g.adapter); err != nil {
+		return err
 	}
 	ins := inputs{}.add("--model", g.model, modelReads...).add("--adapter", g.adapter, adapterReads...).
 		add("--tokenizer", g.tokenizer, tokenizerReads...)

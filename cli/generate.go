@@ -6,13 +6,13 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/generate"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/hfconfig"
 	"github.com/memfit/memfit/runner"
 )
 
@@ -98,14 +98,18 @@ features): its tensors are dequantised to float32 and its tokenizer rebuilt from
 				}
 				prompts[i].System = system
 			}
+			if _, _, err := hubFolders(cmd, &model, &adapterDir); err != nil {
+				return err
+			}
 			m, set, t, err := loadForEval(model, adapterDir, tok)
 			if err != nil {
 				return err
 			}
-			l, ok := m.(finetune.Llama)
-			if !ok || l.Config.Architecture != llama.ArchCausalLM {
-				return fmt.Errorf("%s: generate needs a LLaMA causal LM (LlamaForCausalLM)", model)
+			l, ok := causalLM(m)
+			if !ok {
+				return fmt.Errorf("%s: generate needs a causal LM (a ...ForCausalLM model)", model)
 			}
+			spec := l.TextSpec()
 			f := generate.Formatter{Tok: t, Chat: chat, Template: template}
 			needed := template != generate.TemplateAuto
 			for _, p := range prompts {
@@ -141,15 +145,15 @@ features): its tensors are dequantised to float32 and its tokenizer rebuilt from
 			}
 			defer backend.Finalize()
 			gen := runner.NewGenerator(backend, l, nil, set)
-			o.Pad = max(l.Config.PadTokenID, 0)
-			o.MaxPositions = l.Config.MaxPositionEmbeddings
+			o.Pad = max(spec.PadID, 0)
+			o.MaxPositions = spec.MaxPositions
 			o.StopStrings = stops
 			o.Detokenize = func(ids []int) string { return t.Decode(ids, true) }
 			// Every id of eos_token_id (a list in Llama-3.x Instruct configs), and of generation_config.json's, which
 			// transformers' generate stops at too (Llama-3 Instruct lists <|eot_id|> only there).
-			eos := l.Config.EOSIDs()
+			eos := slices.Clone(spec.EOSIDs)
 			if st, err := os.Stat(model); err == nil && st.IsDir() {
-				more, err := llama.GenerationEOS(model, l.Config.VocabSize)
+				more, err := hfconfig.GenerationEOS(model, spec.VocabSize)
 				if err != nil {
 					return err
 				}

@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"maps"
 	"os"
@@ -8,6 +9,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
+
+	"github.com/memfit/memfit/cli"
 )
 
 // Issue 36 (the reliability probe of 2026-11-27, ../shared/notes/probe-2026-11-27.md): runs, resume, exports and
@@ -331,4 +335,100 @@ func TestCheckpointsReadableAndBestMessages(t *testing.T) {
 	os.RemoveAll(filepath.Join(out, "best"))
 	refusedOneLine(t, tmp, []string{"export", "--run", out, "--checkpoint", "best", "--out", filepath.Join(tmp, "x")},
 		"--checkpoint best: "+out+" has no best checkpoint yet ("+filepath.Join(out, "best")+"): the run has a validation set, and its first evaluation (at step 1) writes one")
+}
+
+// TestBudgetUnits (pl_1PiB_, pl_2PiB_, pl____, au06): `--budget 1PiB` was "not a size" while the limit was stated
+// as "at most 1PiB"; `--budget ”` with --plan blamed --max-batch-size; `--for-backend` without --plan read as
+// if a backend "go" were meant. Each is now one line naming the cause, and 1PiB is a size.
+func TestBudgetUnits(t *testing.T) {
+	tmp := t.TempDir()
+	plan := func(extra ...string) []string {
+		return append([]string{"memory", "--model", "vit:tiny", "--num-labels", "10", "--batch-size", "4"}, extra...)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{plan("--budget", "2PiB", "--plan"), "--budget 2PiB is 2.25e+15 bytes, more than memfit plans for (at most 1PiB): is the unit right?"},
+		{plan("--budget", "", "--plan"), `--budget "": give a size (examples: 24GiB, 80GB, 1.5e9)`},
+		{plan("--plan"), "--plan needs --budget SIZE (e.g. --budget 24GiB): the memory its per-block plan must fit"},
+		{plan("--for-backend", "xla:cuda"), "--for-backend is a setting of the memory autopilot: it goes with --budget SIZE --plan"},
+		{plan("--calibrate=false"), "--calibrate is a setting of the memory autopilot: it goes with --budget SIZE --plan"},
+		{[]string{"train", "--model", "x", "--data", "y", "--out", filepath.Join(tmp, "o"), "--budget", ""}, `--budget "": give a size`},
+	} {
+		refusedOneLine(t, tmp, c.args, c.want)
+	}
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	if out, stderr, code := run(t, plan("--lora-targets", "q,v", "--train-modules", "classifier", "--budget", "1PiB", "--plan", "--calibrate=false")...); code != 0 || !strings.Contains(out, "budget 1.000 PiB") {
+		t.Errorf("--budget 1PiB: exit %d\n%s%s", code, out, stderr)
+	}
+}
+
+// widest returns the widest line of s (lines end at "\n" or a progress bar's "\r") in runes, and that line.
+func widest(s string) (int, string) {
+	n, line := 0, ""
+	for _, l := range strings.FieldsFunc(s, func(r rune) bool { return r == '\n' || r == '\r' }) {
+		if w := utf8.RuneCountInString(l); w > n {
+			n, line = w, l
+		}
+	}
+	return n, line
+}
+
+// TestOutputFitsTheTerminal (walk-through): the memory table was about 215 columns wide and the training
+// progress line about 150, so an 80-column terminal wrapped them (a progress bar that wraps adds a line per
+// redraw). On a terminal they now fit its width: the table is split into tables of fewer columns, each starting
+// with the variant; the progress line keeps its first parts. Written anywhere else the layout stays one line per
+// row (stable for programs). `memory` says which variant it plans, with the time so far (the llama-7b example
+// printed nothing for 92 s).
+func TestOutputFitsTheTerminal(t *testing.T) {
+	args := []string{"memory", "--model", "vit:tiny", "--num-labels", "10", "--lora-targets", "q,v", "--train-modules", "classifier", "--batch-size", "4"}
+	wide, stderr, code := run(t, args...)
+	if code != 0 {
+		t.Fatalf("memory: exit %d\n%s", code, stderr)
+	}
+	header := ""
+	for _, l := range strings.Split(wide, "\n") {
+		if strings.Contains(l, "variant") {
+			header = l
+		}
+	}
+	if !strings.Contains(header, "saved act.") || !strings.Contains(header, "trainable") {
+		t.Errorf("off a terminal the table is not one line per row: header %q", header)
+	}
+	for _, want := range []string{"memory: planning plain (variant 1 of 6, 0 s so far)", "memory: planning mesa (variant 6 of 6", "memory: 6 variants planned in "} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("no progress %q:\n%s", want, stderr)
+		}
+	}
+	restore := cli.SetTerminalColumnsForTest(80)
+	defer restore()
+	narrow, _, code := run(t, args...)
+	if n, l := widest(narrow); code != 0 || n > 80 {
+		t.Errorf("memory on 80 columns: exit %d, a line of %d columns: %q\n%s", code, n, l, narrow)
+	}
+	for _, cell := range []string{"variant", "saved act.", "step peak", "optimizer", "trainable", "approx-act+ms-norm"} {
+		if !strings.Contains(narrow, cell) {
+			t.Errorf("memory on 80 columns lost %q:\n%s", cell, narrow)
+		}
+	}
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	planned, _, code := run(t, append(args, "--budget", "1.2MiB", "--plan")...)
+	if n, l := widest(planned); code != 0 || n > 80 {
+		t.Errorf("memory --plan on 80 columns: exit %d, a line of %d columns: %q\n%s", code, n, l, planned)
+	}
+	tmp, model, data := vitFixture(t)
+	_, stderr, code = run(t, "train", "--model", model, "--data", data, "--out", filepath.Join(tmp, "run"), "--steps", "3",
+		"--batch-size", "4", "--log-every", "1", "--eval-split", "0.25", "--eval-every", "2")
+	if n, l := widest(stderr); code != 0 || n > 80 || !strings.Contains(stderr, "loss ") {
+		t.Errorf("train progress on 80 columns: exit %d, a line of %d columns: %q\n%s", code, n, l, stderr)
+	}
+	var buf bytes.Buffer
+	progress := cli.CountProgressForTest(&buf, "export: writing "+strings.Repeat("/a-long-folder-name", 8)+"/model.gguf (q8_0), tensors")
+	for i := 0; i <= 1234; i += 100 {
+		progress(i, 1234)
+	}
+	if n, l := widest(buf.String()); n > 80 {
+		t.Errorf("a count progress bar of %d columns: %q", n, l)
+	}
 }

@@ -561,7 +561,7 @@ func TestProbe36GLUEFolder(t *testing.T) {
 	llama := filepath.Join("..", "pretrained", "llama-tiny")
 	sst := filepath.Join(golden.SharedDir(t), "glue", "SST-2")
 	refused36(t, out, []string{"train", "--model", llama, "--data", sst, "--out", out, "--steps", "1"},
-		"is GLUE sst2 data, which trains a sequence classifier, but the model is a causal LM (LlamaForCausalLM): give it a classification head with finetune init --from "+abs(llama)+" --num-labels 2 --out NEW")
+		"is GLUE sst2 data, which trains a sequence classifier, but the model is a causal LM: give it a classification head with finetune init --from "+abs(llama)+" --num-labels 2 --out NEW")
 	cls := filepath.Join(tmp, "cls")
 	mustRun(t, "init", "--from", llama, "--num-labels", "2", "--out", cls)
 	refused36(t, out, []string{"train", "--model", cls, "--data", filepath.Dir(sst), "--out", out, "--steps", "1"},

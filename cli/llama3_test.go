@@ -11,7 +11,7 @@ import (
 
 	"github.com/gomlx/gomlx/core/tensors"
 
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/family/llama"
 	"github.com/memfit/memfit/safetensors"
 )
 

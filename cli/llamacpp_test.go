@@ -17,6 +17,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/adapter"
+	"github.com/memfit/memfit/family/lm"
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/internal/golden"
 	"github.com/memfit/memfit/internal/gtest"
@@ -54,7 +55,7 @@ func runLlamaCpp(t *testing.T, tool *llamacpp.Tool, req llamacpp.Request) *llama
 
 // memfitLM is a LLaMA causal LM as memfit runs it: the model and its adapters (none for a merged model).
 type memfitLM struct {
-	model finetune.Llama
+	model lm.Model
 	set   *adapter.Set
 }
 
@@ -64,7 +65,7 @@ func loadMemfitLM(t *testing.T, model, adapterDir string) memfitLM {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, ok := m.(finetune.Llama)
+	l, ok := m.(lm.Model)
 	if !ok {
 		t.Fatalf("%s is not a LLaMA", model)
 	}

@@ -76,23 +76,25 @@ the cost model (FLOPs recomputed, bytes moved; docs/autopilot.md) with --calibra
 			if maxBatch > 0 && maxSeq > 0 {
 				return usagef("--max-batch-size and --max-seq-len search one axis at a time: give one of them")
 			}
-			if autoplan && (maxBatch > 0 || maxSeq > 0 || budget == "") {
-				return usagef("--plan chooses a per-block plan for --budget, without --max-batch-size / --max-seq-len")
-			}
-			if !autoplan && (maxBatch > 0 || maxSeq > 0) != (budget != "") {
-				return usagef("--max-batch-size / --max-seq-len and --budget go together (or --budget with --plan)")
-			}
 			var budgetBytes int64
-			if budget != "" {
+			if budget != "" || cmd.Flags().Changed("budget") {
 				if budgetBytes, err = parseBudget("--budget", budget); err != nil {
 					return usageError{err}
 				}
 			}
-			if cmd.Flags().Changed("budget-margin") && !autoplan {
-				return usagef("--budget-margin goes with --budget --plan")
+			if autoplan && (maxBatch > 0 || maxSeq > 0) {
+				return usagef("--plan chooses a per-block plan for --budget, without --max-batch-size / --max-seq-len")
 			}
-			if (cmd.Flags().Changed("calibrate") || forBackend != "") && !autoplan {
-				return usagef("--calibrate and --for-backend go with --budget --plan")
+			if autoplan && budget == "" {
+				return usagef("--plan needs --budget SIZE (e.g. --budget 24GiB): the memory its per-block plan must fit")
+			}
+			if !autoplan && (maxBatch > 0 || maxSeq > 0) != (budget != "") {
+				return usagef("--max-batch-size / --max-seq-len and --budget go together (or --budget with --plan)")
+			}
+			for _, f := range []string{"budget-margin", "calibrate", "for-backend"} {
+				if cmd.Flags().Changed(f) && !autoplan {
+					return usagef("--%s is a setting of the memory autopilot: it goes with --budget SIZE --plan", f)
+				}
 			}
 			if autoplan {
 				if err := plan.CheckAutopilot(cfg, budgetMargin); err != nil {
@@ -103,6 +105,9 @@ the cost model (FLOPs recomputed, bytes moved; docs/autopilot.md) with --calibra
 						return usageError{err}
 					}
 				}
+			}
+			if model, _, err = hubModel(cmd, "--model", model, hubConfig); err != nil {
+				return err
 			}
 			backend, err := opts.NewBackend()
 			if err != nil {
@@ -227,6 +232,8 @@ the cost model (FLOPs recomputed, bytes moved; docs/autopilot.md) with --calibra
 				defer b.Finalize()
 				req.Beside = b
 			}
+			stderr := cmd.ErrOrStderr()
+			req.Progress = func(line string) { fmt.Fprintln(stderr, line) }
 			rep, err := plan.Memory(backend, req)
 			if err != nil {
 				return err
@@ -285,7 +292,11 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
+// writeMemoryTable writes the memory report as a table, one row per variant, fitted to the terminal's width when
+// out is one (terminalColumns: the table is about 215 columns wide; on a narrower terminal it is split into
+// tables of fewer columns, each starting with the variant), one line per row anywhere else.
 func writeMemoryTable(out io.Writer, rep *plan.Report) error {
+	cols := terminalColumns(out)
 	shape := fmt.Sprintf("batch %d", rep.Shape.Batch)
 	if rep.Shape.Seq > 0 {
 		shape += fmt.Sprintf(", sequence %d", rep.Shape.Seq)
@@ -293,46 +304,48 @@ func writeMemoryTable(out io.Writer, rep *plan.Report) error {
 	if rep.Shape.Packed {
 		shape += " (packed)"
 	}
-	fmt.Fprintf(out, "%s (%s), method %s, %s, %s attention, %s, backend %s\n\n", rep.Model, rep.ModelType,
-		rep.Method, rep.ComputeDType, rep.Attention, shape, rep.Backend)
-	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprint(w, "variant\tsaved act.\t")
+	fmt.Fprintf(out, "%s\n\n", wrapText(fmt.Sprintf("%s (%s), method %s, %s, %s attention, %s, backend %s", rep.Model, rep.ModelType,
+		rep.Method, rep.ComputeDType, rep.Attention, shape, rep.Backend), cols))
+	header := []string{"variant", "saved act."}
 	for _, k := range engine.Kinds {
-		fmt.Fprintf(w, "%s\t", k)
+		header = append(header, k.String())
 	}
 	beside := besideName(rep.Beside)
-	fmt.Fprint(w, "x plain\tstep peak\tx plain\t")
+	header = append(header, "x plain", "step peak", "x plain")
 	if beside != "" {
-		fmt.Fprintf(w, "%s peak\tx plain\t", beside)
+		header = append(header, beside+" peak", "x plain")
 	}
-	fmt.Fprint(w, "weights\tgrads\toptimizer\ttotal\tx plain\ttrainable\t\n")
+	rows := [][]string{append(header, "weights", "grads", "optimizer", "total", "x plain", "trainable")}
 	for _, v := range rep.Variants {
-		fmt.Fprintf(w, "%s\t%s\t", v.Name, memory.FormatBytes(v.SavedActivationBytes))
+		row := []string{v.Name, memory.FormatBytes(v.SavedActivationBytes)}
 		for _, k := range engine.Kinds {
-			fmt.Fprintf(w, "%s\t", memory.FormatBytes(v.SavedByKind[k.String()]))
+			row = append(row, memory.FormatBytes(v.SavedByKind[k.String()]))
 		}
-		fmt.Fprintf(w, "%.3f\t%s\t%.3f\t", v.SavedRatio, memory.FormatPeakCell(v.PeakBytes, v.PeakMethod, 3), v.PeakRatio)
+		row = append(row, fmt.Sprintf("%.3f", v.SavedRatio), memory.FormatPeakCell(v.PeakBytes, v.PeakMethod, 3), fmt.Sprintf("%.3f", v.PeakRatio))
 		if beside != "" {
-			fmt.Fprintf(w, "%s\t%.3f\t", memory.FormatPeakCell(v.BesidePeakBytes, v.BesidePeakMethod, 3), v.BesidePeakRatio)
+			row = append(row, memory.FormatPeakCell(v.BesidePeakBytes, v.BesidePeakMethod, 3), fmt.Sprintf("%.3f", v.BesidePeakRatio))
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%.3f\t%d\t\n", memory.FormatBytes(v.WeightsBytes), memory.FormatBytes(v.GradientBytes),
-			memory.FormatBytes(v.OptimizerBytes), memory.FormatBytes(v.TotalBytes), v.TotalRatio, v.TrainableParams)
+		rows = append(rows, append(row, memory.FormatBytes(v.WeightsBytes), memory.FormatBytes(v.GradientBytes),
+			memory.FormatBytes(v.OptimizerBytes), memory.FormatBytes(v.TotalBytes), fmt.Sprintf("%.3f", v.TotalRatio), fmt.Sprint(v.TrainableParams)))
 	}
-	if err := w.Flush(); err != nil {
+	if err := writeTable(out, rows, cols); err != nil {
 		return err
 	}
 	if len(rep.Variants) > 0 {
-		fmt.Fprintf(out, "\nsaved act.: %s\nstep peak: %s\n", rep.Variants[0].SavedMethod, rep.Variants[0].PeakMethod)
+		line := func(format string, args ...any) { fmt.Fprintln(out, wrapText(fmt.Sprintf(format, args...), cols)) }
+		fmt.Fprintln(out)
+		line("saved act.: %s", rep.Variants[0].SavedMethod)
+		line("step peak: %s", rep.Variants[0].PeakMethod)
 		if beside != "" {
-			fmt.Fprintf(out, "%s peak: the same step planned on %s (%s)\n", beside, rep.Beside, rep.Variants[0].BesidePeakMethod)
+			line("%s peak: the same step planned on %s (%s)", beside, rep.Beside, rep.Variants[0].BesidePeakMethod)
 		}
 		ties := "on"
 		if !rep.Ties {
 			ties = "off (" + engine.TiesEnv + "=0)"
 		}
-		fmt.Fprintf(out, "total = step peak + optimizer state; ordering ties (docs/memory-saving.md, \"Order is data\") %s\n", ties)
+		line("total = step peak + optimizer state; ordering ties (docs/memory-saving.md, \"Order is data\") %s", ties)
 		if v := rep.Variants[0]; v.QuantizedParams > 0 {
-			fmt.Fprintf(out, "NF4 base: %d parameters in %s, %.3f bits per parameter (double-quantised scales)\n",
+			line("NF4 base: %d parameters in %s, %.3f bits per parameter (double-quantised scales)",
 				v.QuantizedParams, memory.FormatBytes(v.QuantizedBytes), v.QuantizedBits)
 		}
 	}
@@ -363,6 +376,8 @@ const (
 func parseBudget(flag, s string) (int64, error) {
 	v, err := memory.ParseSize(s)
 	switch {
+	case strings.TrimSpace(s) == "":
+		return 0, fmt.Errorf("%s %q: give a size (examples: 24GiB, 80GB, 1.5e9)", flag, s)
 	case err != nil:
 		return 0, fmt.Errorf("%s %q is not a size (examples: 24GiB, 80GB, 1.5e9)", flag, s)
 	case !(v > 0):

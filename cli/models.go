@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/memfit/memfit/finetune"
-	"github.com/memfit/memfit/models/auto"
+	"github.com/memfit/memfit/runner"
 )
 
 func newInitCommand(_ *Options) *cobra.Command {
@@ -46,6 +46,13 @@ when a checkpoint is loaded with a new num_labels; tokenizer files come along.`,
 			if from != "" && same(from, out) {
 				return usagef("--out %s is the --from model: writing there would replace the weights it reads; choose another folder", out)
 			}
+			if from != "" && (arch != "" || cmd.Flags().Changed("preset") || cmd.Flags().Changed("dtype") || cmd.Flags().Changed("max-shard-mb")) {
+				return usagef("--from takes the architecture, shapes, dtype and files from the model; leave out --arch, --preset, --dtype and --max-shard-mb")
+			}
+			var err error
+			if from, _, err = hubModel(cmd, "--from", from, hubFiles); err != nil {
+				return err
+			}
 			if err := outputFolder("--out", out, modelFiles, inputs{}.add("--from", from, modelReads...), overwrite, false); err != nil {
 				return err
 			}
@@ -53,10 +60,7 @@ when a checkpoint is loaded with a new num_labels; tokenizer files come along.`,
 				return usageError{err}
 			}
 			if from != "" {
-				if arch != "" || cmd.Flags().Changed("preset") || cmd.Flags().Changed("dtype") || cmd.Flags().Changed("max-shard-mb") {
-					return usagef("--from takes the architecture, shapes, dtype and files from the model; leave out --arch, --preset, --dtype and --max-shard-mb")
-				}
-				if err := auto.NewHead(from, numLabels, seed, out); err != nil {
+				if err := finetune.NewHead(from, numLabels, seed, out); err != nil {
 					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "wrote %s (%s with a new %d-label head)\n", out, from, numLabels)
@@ -65,7 +69,7 @@ when a checkpoint is loaded with a new num_labels; tokenizer files come along.`,
 			if arch == "" {
 				return usagef("--arch (vit or llama) or --from is required")
 			}
-			if err := auto.InitAs(arch, preset, numLabels, seed, out, shardMB<<20, dtype); err != nil {
+			if err := finetune.InitModel(arch, preset, numLabels, seed, out, shardMB<<20, dtype); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s (%s %s)\n", out, arch, preset)
@@ -141,24 +145,22 @@ float32).`,
 			if model == "" || inputs == "" {
 				return usagef("--model and --inputs are required")
 			}
-			in, err := auto.ReadInputs(inputs)
+			in, err := runner.ReadInputs(inputs)
 			if err != nil {
+				return err
+			}
+			if _, _, err := hubFolders(cmd, &model, &adapter); err != nil {
 				return err
 			}
 			backend, err := opts.NewBackend()
 			if err != nil {
 				return err
 			}
-			var logits *tensors.Tensor
-			if adapter == "" && !finetune.IsGGUF(model) {
-				logits, err = auto.Logits(backend, model, in)
-			} else {
-				logits, err = adapterLogits(backend, model, adapter, in)
-			}
+			logits, err := modelLogits(backend, model, adapter, in)
 			if err != nil {
 				return err
 			}
-			data, err := auto.NestedJSON(logits)
+			data, err := runner.NestedJSON(logits)
 			if err != nil {
 				return err
 			}
@@ -172,17 +174,22 @@ float32).`,
 	return cmd
 }
 
-// adapterLogits runs the model at dir with a PEFT adapter on inputs.
-func adapterLogits(backend compute.Backend, dir, adapter string, in auto.Inputs) (*tensors.Tensor, error) {
+// modelLogits runs the model at dir (with a PEFT adapter unless adapter is "") on the inputs, which must hold
+// what the model reads (attention_mask is optional: without it no token is padding).
+func modelLogits(backend compute.Backend, dir, adapter string, in runner.Batch) (*tensors.Tensor, error) {
 	m, set, err := loadModelAdapter(dir, adapter)
 	if err != nil {
 		return nil, err
 	}
-	b := finetune.Batch{}
-	for name, t := range map[string]*tensors.Tensor{"input_ids": in.InputIDs, "attention_mask": in.AttentionMask, "pixel_values": in.PixelValues} {
-		if t != nil {
-			b[name] = t
+	for _, name := range m.BatchInputs() {
+		if _, ok := in[name]; !ok && name != "labels" && name != "attention_mask" {
+			return nil, fmt.Errorf("the model reads %q: give it in the inputs file", name)
 		}
 	}
-	return finetune.Logits(backend, m, nil, set, b)
+	for name := range in {
+		if !slices.Contains(m.BatchInputs(), name) {
+			return nil, fmt.Errorf("the inputs file gives %q, which the model does not read (it reads %v)", name, m.BatchInputs())
+		}
+	}
+	return finetune.Logits(backend, m, nil, set, in)
 }

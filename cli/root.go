@@ -5,6 +5,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	_ "github.com/memfit/memfit/family/all" // the shipped model families register themselves
 	"io"
 	"os"
 	"runtime/debug"
@@ -63,7 +64,7 @@ made with -tags xla.`,
 		`"go" (pure Go, default) or "xla:<plugin name or absolute .so path>"; default $`+engine.BackendEnv)
 	root.AddCommand(newBenchCommand(opts), newApproxBPCommand(opts), newInitCommand(opts), newLogitsCommand(opts),
 		newTrainCommand(opts), newExportCommand(opts), newMemoryCommand(opts),
-		newPretrainCommand(opts), newVersionCommand(), newDemoCommand(opts), newTokenizeCommand(), newEvalCommand(opts), newGenerateCommand(opts))
+		newPretrainCommand(opts), newDownloadCommand(), newVersionCommand(), newDemoCommand(opts), newTokenizeCommand(), newEvalCommand(opts), newGenerateCommand(opts))
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	checkSizeFlags(root)
 	refuseUnknownSubcommands(root)

@@ -16,7 +16,6 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"golang.org/x/term"
 	"sigs.k8s.io/yaml"
 
 	"github.com/memfit/memfit/finetune"
@@ -112,6 +111,9 @@ gradients to the host; the loss is read back every --log-every steps.`,
 				if changed > 0 || model != "" || data != "" || configFile != "" || evalData != "" || dataOpts != (finetune.DataOptions{}) {
 					return usagef("--resume continues the saved run: only --steps may change")
 				}
+				if err := restoreHub(cmd, &spec); err != nil {
+					return err
+				}
 			} else {
 				if model == "" || data == "" {
 					return usagef("--model and --data are required (or --resume)")
@@ -122,18 +124,39 @@ gradients to the host; the loss is read back every --log-every steps.`,
 				if t := dataOpts.ChatTemplate; t != "" && !slices.Contains(generate.Templates, t) {
 					return usagef("--chat-template %q: use one of %s", t, strings.Join(generate.Templates, ", "))
 				}
-				if finetune.DataFormat(data, dataOpts) == finetune.FormatGLUE {
-					var err error
-					if data, dataOpts.Task, err = glueData(data, dataOpts.Task); err != nil {
-						return err
-					}
-				}
 				cfg, err := resolveConfig(cmd, flagCfg, configFile, opts, budget != "")
 				if err != nil {
 					return err
 				}
+				if err := cfg.Validate(); err != nil { // before a download
+					return usageError{err}
+				}
+				// Hub ids (ORG/NAME, hf://datasets/...) become folders of the huggingface_hub cache here.
+				wants := hubFiles
+				if dryRun {
+					wants = hubResolve
+				}
+				var hub hubSources
+				if model, hub.model, err = hubModel(cmd, "--model", model, wants); err != nil {
+					return err
+				}
+				if cfg.InitAdapter, hub.initAdapter, err = hubModel(cmd, "--init-adapter", cfg.InitAdapter, wants); err != nil {
+					return err
+				}
+				if data, hub.data, err = hubData(cmd, "--data", data, dataOpts); err != nil {
+					return err
+				}
+				if finetune.DataFormat(data, dataOpts) == finetune.FormatGLUE {
+					if data, dataOpts.Task, err = glueData(data, dataOpts.Task); err != nil {
+						return err
+					}
+				}
 				if cfg.InitAdapter != "" {
 					cfg.InitAdapter = abs(cfg.InitAdapter)
+				}
+				evalOpts := finetune.RunSpec{DataOptions: dataOpts, EvalData: evalData, EvalDataSplit: evalDataSplit}.EvalDataOptions()
+				if evalData, hub.evalData, err = hubData(cmd, "--eval-data", evalData, evalOpts); err != nil {
+					return err
 				}
 				if evalData != "" && finetune.DataFormat(evalData, dataOpts) == finetune.FormatGLUE {
 					var task string
@@ -144,7 +167,8 @@ gradients to the host; the loss is read back every --log-every steps.`,
 						return usagef("--eval-data %s is GLUE task %s but --data is %s: validate on the task you train", evalData, task, dataOpts.Task)
 					}
 				}
-				spec = finetune.RunSpec{Model: model, Data: data, DataOptions: dataOpts, EvalData: evalData, EvalDataSplit: evalDataSplit, Config: cfg}.AbsPaths()
+				spec = finetune.RunSpec{Model: model, Data: data, DataOptions: dataOpts, EvalData: evalData, EvalDataSplit: evalDataSplit, Config: cfg,
+					ModelHub: hub.model, DataHub: hub.data, EvalDataHub: hub.evalData, InitAdapterHub: hub.initAdapter}.AbsPaths()
 			}
 			if err := spec.Config.Validate(); err != nil {
 				return usageError{err}
@@ -173,7 +197,7 @@ gradients to the host; the loss is read back every --log-every steps.`,
 			}
 			// The budget flags with the whole config, before anything is loaded, calibrated or printed.
 			var ap *autopilotRequest
-			if budget != "" {
+			if budget != "" || cmd.Flags().Changed("budget") {
 				b, err := parseBudget("--budget", budget)
 				if err != nil {
 					return usageError{err}
@@ -346,14 +370,15 @@ func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out s
 
 // newProgress returns a step hook that draws a progress bar on a terminal, or prints a line per step otherwise.
 func newProgress(w io.Writer, steps, start int) func(finetune.StepStats) {
-	f, isFile := w.(*os.File)
-	if isFile && term.IsTerminal(int(f.Fd())) {
+	if cols := terminalColumns(w); cols > 0 {
+		// The line fits the terminal: a line wider than it wraps, and each redraw then adds a line.
+		width, desc := barLayout(cols, steps, false)
 		bar := progressbar.NewOptions(steps, progressbar.OptionSetWriter(w), progressbar.OptionShowCount(),
-			progressbar.OptionSetWidth(30), progressbar.OptionThrottle(0))
+			progressbar.OptionSetWidth(width), progressbar.OptionThrottle(0))
 		_ = bar.Set(start)
 		return func(s finetune.StepStats) {
 			if s.Synced || s.CompileSeconds > 0 {
-				bar.Describe(describe(s))
+				bar.Describe(fitLine(describeParts(s), desc))
 			}
 			_ = bar.Set(s.Step)
 		}
@@ -367,7 +392,10 @@ func newProgress(w io.Writer, steps, start int) func(finetune.StepStats) {
 
 // describe is the progress line of a step: its loss and gradient norm when they were read back (Synced; Fit
 // does every LogEvery steps), throughput, memory, and the compile time on a step that compiled.
-func describe(s finetune.StepStats) string {
+func describe(s finetune.StepStats) string { return strings.Join(describeParts(s), " ") }
+
+// describeParts are describe's parts, the most useful first (a narrow terminal shows the first that fit).
+func describeParts(s finetune.StepStats) []string {
 	rate := fmt.Sprintf("%.1f ex/s", float64(s.Examples)/s.Seconds)
 	if s.Tokens > 0 {
 		rate = fmt.Sprintf("%.0f tok/s", float64(s.Tokens)/s.Seconds)
@@ -384,7 +412,7 @@ func describe(s finetune.StepStats) string {
 	if s.CompileSeconds > 0 {
 		parts = append(parts, fmt.Sprintf("compile %.2fs", s.CompileSeconds))
 	}
-	return strings.Join(parts, " ")
+	return parts
 }
 
 // describeEval is the progress line of an evaluation: its loss and perplexity (language models) or accuracy
@@ -406,8 +434,8 @@ func describeEval(e finetune.EvalStats, w io.Writer) string {
 	if e.EarlyStop {
 		line += ": early stopping"
 	}
-	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		line = "\n" + line
+	if cols := terminalColumns(w); cols > 0 {
+		line = "\n" + wrapText(line, cols)
 	}
 	return line
 }

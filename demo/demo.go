@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	_ "github.com/memfit/memfit/family/all" // the shipped model families register themselves
 	"io"
 	"os"
 	"path/filepath"

@@ -11,7 +11,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/data"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/runner"
 	"github.com/memfit/memfit/tokenizer"
 )
@@ -114,15 +114,15 @@ func DevHash(root, task string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// PredictGLUE runs a LLaMA sequence classifier over examples (encoded by data.GLUEExample.TokenIDs, cut at seqLen,
+// PredictGLUE runs a sequence classifier (models.TextModel) over examples (encoded by data.GLUEExample.TokenIDs, cut at seqLen,
 // padded with the model's pad token) and returns the predicted class indices, or the scores of a one-label
 // regression model. A NaN or infinite logit is an error naming the example.
 func PredictGLUE(lr *runner.LogitsRunner, tok *tokenizer.Tokenizer, examples []data.GLUEExample, seqLen, batchSize int, progress func(done, total int)) ([]float64, error) {
-	m, ok := lr.Model.(interface{ LlamaConfig() llama.Config })
-	if !ok {
-		return nil, fmt.Errorf("GLUE prediction needs a LLaMA sequence classifier")
+	m, ok := lr.Model.(models.TextModel)
+	if !ok || m.TextSpec().Task != models.TaskSeqCls {
+		return nil, fmt.Errorf("GLUE prediction needs a sequence classifier over token ids")
 	}
-	pad := max(m.LlamaConfig().PadTokenID, 0)
+	pad := max(m.TextSpec().PadID, 0)
 	var out []float64
 	for start := 0; start < len(examples); start += batchSize {
 		chunk := examples[start:min(len(examples), start+batchSize)]

@@ -8,11 +8,11 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/adapter"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/runner"
 )
 
-// ModelLM scores next tokens with a memfit LLaMA causal LM (optionally with adapters). Contexts are padded on
+// ModelLM scores next tokens with a memfit causal LM of any family (optionally with adapters). Contexts are padded on
 // the right to a multiple of PadTo tokens (so a few graph shapes serve a whole evaluation) and the log-softmax is
 // taken at each context's last token.
 type ModelLM struct {
@@ -25,17 +25,17 @@ type ModelLM struct {
 	MaxLen int
 }
 
-// NewModelLM wraps a loaded causal-LM model (a LLaMA: finetune.Llama, say; adapters from
-// finetune.ImportAdapter when set is not nil).
+// NewModelLM wraps a loaded causal-LM model (models.TextModel with a causal-LM task: a decoder family's model,
+// say; adapters from finetune.ImportAdapter when set is not nil).
 func NewModelLM(backend compute.Backend, model runner.Model, set *adapter.Set) (*ModelLM, error) {
-	m, ok := model.(interface{ LlamaConfig() llama.Config })
-	if !ok || m.LlamaConfig().Architecture != llama.ArchCausalLM {
-		return nil, fmt.Errorf("MMLU needs a LLaMA causal LM (LlamaForCausalLM)")
+	m, ok := model.(models.TextModel)
+	if !ok || !m.TextSpec().CausalLM() {
+		return nil, fmt.Errorf("MMLU needs a causal LM (a ...ForCausalLM model)")
 	}
-	pad := max(m.LlamaConfig().PadTokenID, 0)
+	spec := m.TextSpec()
 	var params = model.Params()
-	lm := &ModelLM{Runner: runner.NewLogitsRunner(backend, model, params, set), Pad: pad, PadTo: 64,
-		MaxLen: m.LlamaConfig().MaxPositionEmbeddings}
+	lm := &ModelLM{Runner: runner.NewLogitsRunner(backend, model, params, set), Pad: max(spec.PadID, 0), PadTo: 64,
+		MaxLen: spec.MaxPositions}
 	if d, ok := model.(runner.Decoder); ok {
 		lm.Generator = runner.NewGenerator(backend, d, params, set)
 	}

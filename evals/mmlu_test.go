@@ -8,10 +8,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/family/llama"
+	"github.com/memfit/memfit/family/lm"
 	"github.com/memfit/memfit/internal/golden"
 	"github.com/memfit/memfit/internal/gtest"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/decoder"
 	"github.com/memfit/memfit/tokenizer"
 )
 
@@ -128,11 +129,11 @@ func TestGenerationScoring(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := llama.Load(dir, llama.Options{})
+	m, err := llama.Load(dir, decoder.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	lm, err := NewModelLM(gtest.Backend(t), finetune.Llama{Model: m}, nil)
+	lm, err := NewModelLM(gtest.Backend(t), lm.Model{Model: m, Spec: llama.Spec}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

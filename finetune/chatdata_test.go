@@ -6,9 +6,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/memfit/memfit/family/llama"
+	"github.com/memfit/memfit/family/lm"
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/internal/golden"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/decoder"
 	"github.com/memfit/memfit/tokenizer"
 )
 
@@ -30,7 +32,7 @@ func TestConversationsWithTheTokenizersTemplate(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.VocabSize = tok.VocabSize() // the data path reads the config only
-	model := finetune.Llama{Model: &llama.Model{Config: cfg}}
+	model := lm.Model{Model: &decoder.Model{Config: cfg}, Spec: llama.Spec}
 	convs := [][]tokenizer.Message{
 		{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "Hi!"}, {Role: "assistant", Content: "Hello."},
 			{Role: "user", Content: "Name a colour."}, {Role: "assistant", Content: "Blue."}},

@@ -8,7 +8,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/finetune"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/decoder"
 	"github.com/memfit/memfit/models/vit"
 )
 
@@ -18,7 +18,7 @@ import (
 // shapes do not go together. Good data passes.
 func TestCheckExamples(t *testing.T) {
 	vitModel, images := imageTask(t, vit.Options{})
-	lm, text := textTask(t, llama.Options{})
+	lm, text := textTask(t, decoder.Options{})
 	if err := finetune.CheckExamples(vitModel, images); err != nil {
 		t.Fatalf("good images: %v", err)
 	}

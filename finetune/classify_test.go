@@ -6,8 +6,10 @@ import (
 
 	"github.com/gomlx/gomlx/core/tensors"
 
+	"github.com/memfit/memfit/family/llama"
+	"github.com/memfit/memfit/family/lm"
 	"github.com/memfit/memfit/finetune"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/decoder"
 )
 
 // TestLlamaClassifierLearns: a LLaMA sequence classifier (pooled at each row's last real token, rows padded
@@ -17,7 +19,7 @@ func TestLlamaClassifierLearns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := llama.New(cfg, llama.RandomParams(cfg, 3), llama.Options{ApproxActivation: true, MSNorm: true})
+	m, err := decoder.New(cfg, decoder.RandomParams(cfg, 3), decoder.Options{ApproxActivation: true, MSNorm: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +50,7 @@ func TestLlamaClassifierLearns(t *testing.T) {
 		"attention_mask": tensors.FromFlatDataAndDimensions(mask, n, seq), "labels": tensors.FromFlatDataAndDimensions(labels, n)}
 	c := config(finetune.MethodFull, 60)
 	c.LR, c.Schedule, c.WarmupSteps = 3e-3, "cosine", 6
-	stats, tr := fit(t, finetune.Llama{Model: m}, data, c, 32)
+	stats, tr := fit(t, lm.Model{Model: m, Spec: llama.Spec}, data, c, 32)
 	acc, err := finetune.Accuracy(tr.Logits, data, 64)
 	if err != nil {
 		t.Fatal(err)

@@ -20,9 +20,10 @@ import (
 // (data/SPLIT-*.parquet, SPLIT/*.parquet) with DataOptions.Split (default train).
 const FormatParquet = "parquet"
 
-// openParquet resolves parquet data's files and column renames.
+// openParquet resolves parquet data's files (its config and split: hfdata.Select) and column renames.
+// TODO(issue 38): ConfigFlag "--data-config" once train takes that flag (the messages then name it).
 func openParquet(path string, opts DataOptions) (*hfdata.Dataset, error) {
-	return hfdata.OpenSpec(path, hfdata.Spec{Split: opts.Split, Columns: opts.Columns, SplitFlag: opts.splitFlag()})
+	return hfdata.OpenSpec(path, hfdata.Spec{Config: opts.Config, Split: opts.Split, Columns: opts.Columns, SplitFlag: opts.splitFlag()})
 }
 
 // parquetTextFormat returns the text format that parquet data for a LLaMA stands for, by its columns: GLUE for a
@@ -141,11 +142,12 @@ func openImageSource(path, format string, opts DataOptions) (data.ImageSource, e
 	return ds.Images()
 }
 
-// openParquetData opens parquet data for the model's family: images for a ViT, text for a LLaMA.
+// openParquetData opens parquet data for the model's family (images for an image model, text for a text
+// model), by the family's OpenData.
 func openParquetData(src DataSource) (Iterator, error) {
 	fam, ok := FamilyOf(src.Model)
 	if !ok || fam.OpenData == nil {
-		return nil, fmt.Errorf("parquet data needs a ViT or LLaMA model")
+		return nil, fmt.Errorf("parquet data needs a model whose family reads data; %s", familyTitle(src.Model))
 	}
 	if !slices.Contains(fam.Formats, FormatMessages) { // the family reads no conversations: packing and templates do not apply
 		kind := "image"

@@ -35,6 +35,9 @@ type DataOptions struct {
 	// Split is the subfolder of an image folder or tar (e.g. "train"), the GLUE split (train, dev; default train)
 	// or the split of a parquet dataset folder (train, validation, test; default train).
 	Split string `json:"split,omitempty"`
+	// Config is the config of a parquet dataset folder (--data-config; "" for its default): the card's configs
+	// (README.md), or a config folder (CONFIG/SPLIT-*.parquet, the Hub's parquet conversion CONFIG/SPLIT/).
+	Config string `json:"config,omitempty"`
 	// Columns renames parquet columns to the names memfit reads: "text=content,label=y".
 	Columns string `json:"columns,omitempty"`
 	// Task is the GLUE task (cola, sst2, mrpc, stsb, rte).
@@ -142,9 +145,10 @@ func OpenData(path string, opts DataOptions, model Model, modelDir string, batch
 	if format == FormatParquet {
 		return openParquetData(DataSource{Path: path, Format: format, Options: opts, Model: model, ModelDir: modelDir, BatchSize: batchSize, Seed: seed})
 	}
-	if fam, ok := FamilyOfFormat(format); ok {
-		if of, ok := FamilyOf(model); !ok || of.Name != fam.Name {
-			return nil, fam.WrongModel(format)
+	if readers := FamiliesOfFormat(format); len(readers) > 0 {
+		fam, ok := FamilyOf(model)
+		if !ok || !slices.Contains(fam.Formats, format) || fam.OpenData == nil {
+			return nil, fmt.Errorf("%s data needs a %s model; %s", format, familyTitles(readers), familyTitle(model))
 		}
 		return fam.OpenData(DataSource{Path: path, Format: format, Options: opts, Model: model, ModelDir: modelDir, BatchSize: batchSize, Seed: seed})
 	}

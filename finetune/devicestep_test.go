@@ -11,7 +11,7 @@ import (
 
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/internal/gtest"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/decoder"
 	"github.com/memfit/memfit/models/vit"
 )
 
@@ -204,7 +204,7 @@ func TestDeviceStepStaysOnDevice(t *testing.T) {
 // play, on the ViT and the LLaMA.
 func TestDeviceStepMatchesHostStep(t *testing.T) {
 	vitModel, vitData := imageTask(t, vit.Options{})
-	llamaModel, llamaData := textTask(t, llama.Options{})
+	llamaModel, llamaData := textTask(t, decoder.Options{})
 	for _, c := range []struct {
 		name   string
 		model  finetune.Model

@@ -31,6 +31,9 @@ func (s RunSpec) CheckValidation() error {
 	return nil
 }
 
+// EvalDataOptions are the options the validation data (EvalData) is read with.
+func (s RunSpec) EvalDataOptions() DataOptions { return s.evalOptions() }
+
 // evalOptions are the options the validation data is read with: the training data's, without augmentation, with
 // --columns only for parquet validation data, and its split: EvalDataSplit when given; else for a parquet dataset
 // folder its first split of hfdata.EvalSplits (validation, then test, ...; train only when it has none of them)

@@ -264,16 +264,13 @@ func (t *Trainer) Evaluate(set EvalSet) (EvalStats, error) {
 }
 
 // isLanguageModel reports whether model is a causal language model (its loss is per token).
-func isLanguageModel(model Model) bool {
-	l, ok := model.(Llama)
-	return ok && l.Task() == "CAUSAL_LM"
-}
+func isLanguageModel(model Model) bool { return model.Task() == models.TaskCausalLM }
 
-// isRegression reports whether model predicts one number (a LLaMA sequence classifier with one label: mean
-// squared error, no accuracy).
+// isRegression reports whether model predicts one number (a sequence classifier with one label: mean squared
+// error, no accuracy).
 func isRegression(model Model) bool {
-	l, ok := model.(Llama)
-	return ok && l.Task() == "SEQ_CLS" && len(l.Config.Labels) == 1
+	tm, ok := model.(models.TextModel)
+	return ok && model.Task() == models.TaskSeqCls && len(tm.TextSpec().Labels) == 1
 }
 
 // evalOutputs builds the outputs of an evaluation batch: the model's loss (a mean over the batch's targets) and,
@@ -282,7 +279,7 @@ func evalOutputs(model Model) func(b models.Bound, batch map[string]*graph.Node)
 	return func(b models.Bound, batch map[string]*graph.Node) []*graph.Node {
 		labels := batch["labels"]
 		if labels.Rank() == 1 && !isRegression(model) {
-			// The classifiers' loss is the cross entropy of their logits (ViT.Loss, Llama.Loss): built here from
+			// The classifiers' loss is the cross entropy of their logits (their Loss): built here from
 			// the one forward pass that also gives the predictions.
 			logits := graph.ConvertDType(model.Logits(b, batch), dtypes.Float32)
 			return []*graph.Node{loss.CrossEntropy(logits, labels, loss.IgnoreIndex), graph.ArgMax(logits, -1, dtypes.Int32)}

@@ -16,7 +16,7 @@ import (
 
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/internal/gtest"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/decoder"
 	"github.com/memfit/memfit/models/vit"
 )
 
@@ -52,7 +52,7 @@ func TestEvaluateMatchesReference(t *testing.T) {
 	})
 	t.Run("language model", func(t *testing.T) {
 		cfg := config(finetune.MethodLoRA, 4)
-		model, data := textTask(t, llama.Options{})
+		model, data := textTask(t, decoder.Options{})
 		// Leave out the first 5 label positions of every other example: the examples weigh by their targets.
 		var labels []int32
 		data["labels"].MustConstFlatData(func(f any) { labels = slices.Clone(f.([]int32)) })

@@ -59,7 +59,11 @@ func (t *Trainer) layerTensors(path string) (models.Params, error) {
 //
 // Adapters trained on an MS-norm-folded layer live in the folded basis; each is moved to the original one with
 // its UnfoldInput (msnorm's change of input basis). Trained folded modules are unfolded.
-func (t *Trainer) ExportAdapter(dir, baseModel string) error {
+func (t *Trainer) ExportAdapter(dir, baseModel string) error { return t.ExportAdapterAt(dir, baseModel, "") }
+
+// ExportAdapterAt is ExportAdapter for a base model at a revision of its Hub repository (the commit it was
+// trained from): adapter_config.json's revision, which PEFT loads the base model at.
+func (t *Trainer) ExportAdapterAt(dir, baseModel, revision string) error {
 	if t.Adapters == nil {
 		return fmt.Errorf("this run has no adapters (method %q): use the merged export", t.Config.Method)
 	}
@@ -121,6 +125,9 @@ func (t *Trainer) ExportAdapter(dir, baseModel string) error {
 	settings := map[string]any{
 		adapter.KeyTargets: t.Adapters.Paths(), adapter.KeyBaseModel: baseModel, "inference_mode": true,
 		"revision": nil, adapter.KeyModulesToSave: nil, adapter.KeyTaskType: nil,
+	}
+	if revision != "" {
+		settings["revision"] = revision
 	}
 	for k, v := range peft {
 		settings[k] = v

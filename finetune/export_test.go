@@ -10,10 +10,13 @@ import (
 
 	"github.com/gomlx/gomlx/core/tensors"
 
+	"github.com/memfit/memfit/family/llama"
+	"github.com/memfit/memfit/family/lm"
+	vitfam "github.com/memfit/memfit/family/vit"
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/internal/gtest"
 	"github.com/memfit/memfit/models"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/decoder"
 	"github.com/memfit/memfit/models/vit"
 	"github.com/memfit/memfit/safetensors"
 )
@@ -48,30 +51,30 @@ func TestExportRoundTrip(t *testing.T) {
 	vparams := vit.RandomParams(vcfg, 11)
 	randomNorms(vparams)
 	lcfg, _ := llama.Preset("tiny", 0)
-	lparams := llama.RandomParams(lcfg, 12)
+	lparams := decoder.RandomParams(lcfg, 12)
 	randomNorms(lparams)
 	_, images := imageTask(t, vit.Options{})
-	_, text := textTask(t, llama.Options{})
+	_, text := textTask(t, decoder.Options{})
 	archs := []arch{
 		{"vit", func(ms bool) finetune.Model {
 			m, err := vit.New(vcfg, vparams, vit.Options{MSNorm: ms, ApproxActivation: ms})
 			if err != nil {
 				t.Fatal(err)
 			}
-			return finetune.ViT{Model: m}
+			return vitfam.Model{Model: m}
 		}, func(dir string) (finetune.Model, error) {
 			m, err := vit.Load(dir, vit.Options{})
-			return finetune.ViT{Model: m}, err
+			return vitfam.Model{Model: m}, err
 		}, images, []string{"classifier"}},
 		{"llama", func(ms bool) finetune.Model {
-			m, err := llama.New(lcfg, lparams, llama.Options{MSNorm: ms, ApproxActivation: ms})
+			m, err := decoder.New(lcfg, lparams, decoder.Options{MSNorm: ms, ApproxActivation: ms})
 			if err != nil {
 				t.Fatal(err)
 			}
-			return finetune.Llama{Model: m}
+			return lm.Model{Model: m, Spec: llama.Spec}
 		}, func(dir string) (finetune.Model, error) {
-			m, err := llama.Load(dir, llama.Options{})
-			return finetune.Llama{Model: m}, err
+			m, err := llama.Load(dir, decoder.Options{})
+			return lm.Model{Model: m, Spec: llama.Spec}, err
 		}, text, []string{"lm_head"}},
 	}
 	for _, a := range archs {

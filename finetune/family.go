@@ -4,23 +4,25 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/gomlx/compute/shapes"
 
 	"github.com/memfit/memfit/attention"
+	"github.com/memfit/memfit/gguf"
+	"github.com/memfit/memfit/gguf/llamagguf"
 	"github.com/memfit/memfit/models"
-	"github.com/memfit/memfit/models/auto"
 	"github.com/memfit/memfit/models/hfconfig"
 	"github.com/memfit/memfit/tokenizer"
 )
 
-// Family is a kind of model that finetune trains (ViT, LLaMA): how to load it, make it from its config alone for
-// the memory planner, feed it random batches, and open and check its data. Each family registers itself once,
-// in one place (ViT in family_vit.go, LLaMA in family_llama.go; family.go registers the two), with RegisterFamily; everything else in
-// finetune and in package plan looks families up (FamilyByName, FamilyOf, FamilyOfFormat) instead of switching
-// on a model's type, so a new family is one new package that registers itself (docs/families.md). The optional
-// fields may be nil.
+// Family is a kind of model that finetune trains: how to load it, make it from its config alone for the memory
+// planner, feed it random batches, open and check its data, give it a head, export it to GGUF. finetune holds no
+// family of its own: each family is a package that registers itself from its init function with RegisterFamily
+// (the shipped ones are under family/, and family/all imports them all), and everything in finetune and in package
+// plan looks families up (FamilyByName, FamilyOf, FamilyOfFolder, FamiliesOfFormat) instead of switching on a
+// model's type (docs/families.md). The optional fields may be nil.
 type Family struct {
 	// Name is the model_type of the family's config.json ("vit", "llama") and the prefix of its preset names
 	// ("vit:tiny"); Title is its name in messages ("ViT", "LLaMA").
@@ -51,15 +53,14 @@ type Family struct {
 	BatchShapes func(m Model, in Shape) (map[string]shapes.Shape, error)
 	RandomBatch func(m Model, in Shape, seed uint64) Batch
 	// Formats are the data formats (RunSpec.Data, DataFormat) that OpenData reads besides safetensors, which
-	// every family reads (LoadExamples). WrongModel is the error for data of those formats given to a model of
-	// another family.
-	Formats    []string
-	OpenData   func(src DataSource) (Iterator, error)
-	WrongModel func(format string) error
+	// every family reads (LoadExamples): TextFormats with OpenText for a model over token ids, ImageFormats with
+	// OpenImageData for an image classifier.
+	Formats  []string
+	OpenData func(src DataSource) (Iterator, error)
 	// Trainable refuses a model that cannot be fine-tuned as it is (a ViTModel without a head); nil: all can.
 	Trainable func(m Model) error
-	// CheckTokenizer refuses a tokenizer that does not belong to m (more tokens than its vocabulary); nil: the
-	// family takes no text.
+	// CheckTokenizer refuses a tokenizer that does not belong to m (more tokens than its vocabulary:
+	// CheckTextTokenizer); nil: the family takes no text.
 	CheckTokenizer func(tok *tokenizer.Tokenizer, m Model) error
 	// GenerationConfig returns the generation_config.json a merged export of m writes when its base model folder
 	// has none (nil, or a nil map: none).
@@ -73,6 +74,23 @@ type Family struct {
 	// linear layers, 2 per multiply-add, and attention's two batched products): what gradient checkpointing
 	// computes again, the autopilot's cost model. nil: the family has no cost model.
 	BlockFLOPs func(m Model, in Shape) float64
+	// NewHead returns the config.json and parameters of m (loaded from a folder, unfolded) with a freshly
+	// initialised classification head of the given classes (one: a regression) in place of its own head, as
+	// transformers initialises one when a checkpoint is loaded into a ...ForSequenceClassification /
+	// ...ForImageClassification class (finetune init --from DIR --num-labels N: NewHead). nil: the family has
+	// no classifier.
+	NewHead func(m Model, labels []string, seed uint64) (config []byte, params models.Params, err error)
+	// GGUFArchs are the general.architecture values of the GGUF files the family writes (GGUF) and reads
+	// (LoadGGUF): llama.cpp's architecture names.
+	GGUFArchs []string
+	// GGUF returns the metadata and tensors of m as a GGUF file of params (a merged model's, by Hugging Face
+	// name) with the options' tokenizer vocabulary, in llama.cpp's names and layouts (ExportGGUF writes them);
+	// an error says why m cannot be exported (a classifier, say); with params nil it only checks that (nil
+	// metadata and tensors). nil: no GGUF export.
+	GGUF func(m Model, params models.Params, o llamagguf.Options) ([]gguf.KV, []gguf.Tensor, error)
+	// LoadGGUF loads a GGUF file of one of GGUFArchs (tensors dequantised to float32) in the model-wide modes of
+	// opts.
+	LoadGGUF func(path string, opts ModelOptions) (Model, error)
 }
 
 // CutModel returns model cut to blocks transformer blocks by its family's Cut (see Family.Cut).
@@ -115,6 +133,11 @@ type ModelOptions struct {
 	Attention                   attention.Kind
 }
 
+// Model returns the options as a model package builds a model in (models.Options, without a per-block plan).
+func (o ModelOptions) Model() models.Options {
+	return models.Options{ApproxActivation: o.ApproxAct, MSNorm: o.MSNorm, GradCheckpoint: o.GradCkpt, Attention: o.Attention}
+}
+
 // ModelOptionsOf returns cfg's model options.
 func ModelOptionsOf(cfg Config) (ModelOptions, error) {
 	kind, err := attention.ParseKind(cfg.Attention)
@@ -128,12 +151,6 @@ var (
 	familiesMu sync.Mutex
 	families   []Family
 )
-
-// The shipped families, in the order messages list them (ViT came first); each is defined in its own file.
-func init() {
-	RegisterFamily(vitFamily())
-	RegisterFamily(llamaFamily())
-}
 
 // RegisterFamily adds a model family (call it from the family's package's init function); families keep the
 // order they were registered in, the shipped ones first. A second family of the same name, or one without Name,
@@ -179,36 +196,76 @@ func FamilyOf(m Model) (Family, bool) {
 	return Family{}, false
 }
 
-// FamilyOfFormat returns the family whose OpenData reads a data format (not safetensors, which all read).
-func FamilyOfFormat(format string) (Family, bool) {
+// FamiliesOfFormat returns the families whose OpenData reads a data format (not safetensors, which all read).
+func FamiliesOfFormat(format string) []Family {
+	var out []Family
 	for _, f := range Families() {
 		if slices.Contains(f.Formats, format) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// FamilyOfGGUFArch returns the family that reads GGUF files of general.architecture arch.
+func FamilyOfGGUFArch(arch string) (Family, bool) {
+	for _, f := range Families() {
+		if f.LoadGGUF != nil && slices.Contains(f.GGUFArchs, arch) {
 			return f, true
 		}
 	}
 	return Family{}, false
 }
 
-// FamilyOfFolder returns the family of the model folder dir, by its config.json's model_type. A model_type that
-// no family trains is refused with models/auto's error, which names the types memfit reads ("cannot be trained"
-// for one it reads but does not train).
+// familyTitle says in a message which family model is of: "this model is a ViT".
+func familyTitle(model Model) string {
+	if fam, ok := FamilyOf(model); ok {
+		return "this model is a " + fam.Title
+	}
+	return fmt.Sprintf("this model (%T) is of no registered family", model)
+}
+
+// familyTitles lists the families' titles for a message: "LLaMA, Qwen2 or Gemma".
+func familyTitles(fams []Family) string {
+	var titles []string
+	for _, f := range fams {
+		titles = append(titles, f.Title)
+	}
+	switch len(titles) {
+	case 0:
+		return "registered"
+	case 1:
+		return titles[0]
+	}
+	return strings.Join(titles[:len(titles)-1], ", ") + " or " + titles[len(titles)-1]
+}
+
+// familyNames lists the registered families' names (model_type values), in registration order.
+func familyNames() []string {
+	var names []string
+	for _, f := range Families() {
+		names = append(names, f.Name)
+	}
+	return names
+}
+
+// FamilyOfFolder returns the family of the model folder dir, by its config.json's model_type. A missing
+// model_type, or one that no registered family trains, is an error naming the file and the types memfit trains.
 func FamilyOfFolder(dir string) (Family, error) {
-	mt, err := auto.ModelType(dir)
+	fields, file, err := hfconfig.Read(dir)
 	if err != nil {
-		// A family registered outside models/auto (which knows the shipped ones) is found by its model_type.
-		if fields, _, rerr := hfconfig.Read(dir); rerr == nil {
-			var own string
-			if raw, ok := fields["model_type"]; ok && json.Unmarshal(raw, &own) == nil {
-				if fam, ok := FamilyByName(own); ok {
-					return fam, nil
-				}
-			}
-		}
 		return Family{}, err
 	}
+	var mt string
+	if raw, ok := fields["model_type"]; !ok || json.Unmarshal(raw, &mt) != nil || mt == "" {
+		return Family{}, fmt.Errorf("%s: field \"model_type\" is missing", file)
+	}
 	fam, ok := FamilyByName(mt)
-	if !ok {
-		return Family{}, fmt.Errorf("model type %q cannot be trained", mt)
+	switch {
+	case !ok && len(Families()) == 0:
+		return Family{}, fmt.Errorf("%s: model_type %q: no model family is registered in this program (import github.com/memfit/memfit/family/all, or a family's package, for its side effect)", file, mt)
+	case !ok:
+		return Family{}, fmt.Errorf("%s: field \"model_type\" is %q: memfit supports %v", file, mt, familyNames())
 	}
 	return fam, nil
 }

@@ -4,11 +4,13 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/gomlx/compute/shapes"
 
+	vitfam "github.com/memfit/memfit/family/vit"
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/internal/gtest"
 	"github.com/memfit/memfit/models"
@@ -18,7 +20,7 @@ import (
 
 // toyModel is the model of a family registered by a test, as a new family's package would register one: a tiny
 // ViT under its own type and model_type, "toy".
-type toyModel struct{ finetune.ViT }
+type toyModel struct{ vitfam.Model }
 
 // registerToy registers the toy family once for the test binary.
 var registerToy = func() func() {
@@ -33,7 +35,7 @@ var registerToy = func() func() {
 			if err != nil {
 				return nil, err
 			}
-			return toyModel{m.(finetune.ViT)}, nil
+			return toyModel{m.(vitfam.Model)}, nil
 		}
 		finetune.RegisterFamily(finetune.Family{
 			Name: "toy", Title: "Toy",
@@ -43,16 +45,16 @@ var registerToy = func() func() {
 				if err != nil {
 					return nil, err
 				}
-				return wrap(vitFamily.Rebuild(finetune.ViT{Model: &vit.Model{Config: c}}, vit.RandomParams(c, 1), opts.MSNorm))
+				return wrap(vitFamily.Rebuild(vitfam.Model{Model: &vit.Model{Config: c}}, vit.RandomParams(c, 1), opts.MSNorm))
 			},
 			Rebuild: func(m finetune.Model, params models.Params, msNorm bool) (finetune.Model, error) {
-				return wrap(vitFamily.Rebuild(m.(toyModel).ViT, params, msNorm))
+				return wrap(vitFamily.Rebuild(m.(toyModel).Model, params, msNorm))
 			},
 			BatchShapes: func(m finetune.Model, in finetune.Shape) (map[string]shapes.Shape, error) {
-				return vitFamily.BatchShapes(m.(toyModel).ViT, in)
+				return vitFamily.BatchShapes(m.(toyModel).Model, in)
 			},
 			RandomBatch: func(m finetune.Model, in finetune.Shape, seed uint64) finetune.Batch {
-				return vitFamily.RandomBatch(m.(toyModel).ViT, in, seed)
+				return vitFamily.RandomBatch(m.(toyModel).Model, in, seed)
 			},
 		})
 	}
@@ -69,8 +71,8 @@ func TestFamilyRegistry(t *testing.T) {
 		if !ok || f.Name != name {
 			t.Fatalf("family %s: %+v", name, f)
 		}
-		if g, ok := finetune.FamilyOfFormat(format); !ok || g.Name != name {
-			t.Errorf("format %s: family %q", format, g.Name)
+		if fams := finetune.FamiliesOfFormat(format); !slices.ContainsFunc(fams, func(g finetune.Family) bool { return g.Name == name }) {
+			t.Errorf("format %s: families %v", format, fams)
 		}
 	}
 	model, data := imageTask(t, vit.Options{})
@@ -105,7 +107,7 @@ func TestFamilyRegistry(t *testing.T) {
 	if err := os.WriteFile(text, []byte(`{"instruction": "a", "output": "b"}`+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := finetune.OpenData(text, finetune.DataOptions{}, res.Trainer.Model, dir, 2, 1); err == nil || err.Error() != "text data needs a LLaMA model" {
+	if _, err := finetune.OpenData(text, finetune.DataOptions{}, res.Trainer.Model, dir, 2, 1); err == nil || !strings.HasPrefix(err.Error(), "alpaca data needs a ") || !strings.HasSuffix(err.Error(), "model; this model is a Toy") {
 		t.Errorf("text data for a toy model: %v", err)
 	}
 

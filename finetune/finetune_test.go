@@ -15,9 +15,12 @@ import (
 
 	"github.com/gomlx/gomlx/core/tensors"
 
+	"github.com/memfit/memfit/family/llama"
+	"github.com/memfit/memfit/family/lm"
+	vitfam "github.com/memfit/memfit/family/vit"
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/internal/gtest"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/decoder"
 	"github.com/memfit/memfit/models/vit"
 )
 
@@ -48,19 +51,19 @@ func imageTask(t *testing.T, opts vit.Options) (finetune.Model, finetune.Example
 			}
 		}
 	}
-	return finetune.ViT{Model: m}, finetune.Examples{
+	return vitfam.Model{Model: m}, finetune.Examples{
 		"pixel_values": tensors.FromFlatDataAndDimensions(px, n, 3, 32, 32),
 		"labels":       tensors.FromFlatDataAndDimensions(labels, n),
 	}
 }
 
 // textTask returns a tiny causal LM and sequences following t[i+1] = (5 t[i] + 3) mod 64.
-func textTask(t *testing.T, opts llama.Options) (finetune.Model, finetune.Examples) {
+func textTask(t *testing.T, opts decoder.Options) (finetune.Model, finetune.Examples) {
 	cfg, err := llama.Preset("tiny", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := llama.New(cfg, llama.RandomParams(cfg, 2), opts)
+	m, err := decoder.New(cfg, decoder.RandomParams(cfg, 2), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +79,7 @@ func textTask(t *testing.T, opts llama.Options) (finetune.Model, finetune.Exampl
 		}
 	}
 	idsT := tensors.FromFlatDataAndDimensions(ids, n, seq)
-	return finetune.Llama{Model: m}, finetune.Examples{
+	return lm.Model{Model: m, Spec: llama.Spec}, finetune.Examples{
 		"input_ids": idsT, "attention_mask": tensors.FromFlatDataAndDimensions(mask, n, seq),
 		"labels": tensors.FromFlatDataAndDimensions(append([]int32(nil), ids...), n, seq),
 	}
@@ -143,7 +146,7 @@ func TestLossGoesDown(t *testing.T) {
 				if method != finetune.MethodFull {
 					cfg.TrainModules = []string{"lm_head"} // the output layer trains next to the adapters
 				}
-				lm, text := textTask(t, llama.Options{ApproxActivation: saving, MSNorm: saving})
+				lm, text := textTask(t, decoder.Options{ApproxActivation: saving, MSNorm: saving})
 				stats, _ = fit(t, lm, text, cfg, 4)
 				a, b = firstLast(stats, 4)
 				t.Logf("llama loss %.3f -> %.3f", a, b)

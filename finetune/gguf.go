@@ -5,47 +5,59 @@ import (
 	"path/filepath"
 
 	"github.com/memfit/memfit/gguf"
-	"github.com/memfit/memfit/memory"
-
 	"github.com/memfit/memfit/gguf/llamagguf"
+	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/models"
-	"github.com/memfit/memfit/models/llama"
 	"github.com/memfit/memfit/tokenizer"
 )
 
 // IsGGUF reports whether path names a GGUF file (by its .gguf extension).
 func IsGGUF(path string) bool { return llamagguf.IsGGUF(path) }
 
-// GGUFConfig returns the LLaMA config of a model GGUF export takes: a LLaMA causal LM. Any other model is an
-// error saying so.
-func GGUFConfig(model Model) (llama.Config, error) {
-	l, ok := model.(Llama)
-	if !ok {
-		title := "model of another family"
-		if fam, ok := FamilyOf(model); ok {
-			title = fam.Title
+// ggufFamily returns model's family when it exports GGUF files; any other model is an error saying so.
+func ggufFamily(model Model) (Family, error) {
+	fam, ok := FamilyOf(model)
+	if !ok || fam.GGUF == nil {
+		var archs []Family
+		for _, f := range Families() {
+			if f.GGUF != nil {
+				archs = append(archs, f)
+			}
 		}
-		return llama.Config{}, fmt.Errorf("GGUF export is for the LLaMA family (llama.cpp and Ollama run LLaMA causal LMs); this model is a %s", title)
+		return Family{}, fmt.Errorf("GGUF export is for the families llama.cpp and Ollama run (%s); %s", familyTitles(archs), familyTitle(model))
 	}
-	if l.Config.Architecture != llama.ArchCausalLM {
-		return llama.Config{}, fmt.Errorf("GGUF export is for LLaMA causal LMs (LlamaForCausalLM); this model is a %s", l.Config.Architecture)
-	}
-	return l.Config, nil
+	return fam, nil
 }
 
-// ExportGGUF writes params (a merged model's, by Hugging Face name: Trainer.Merged, MergedParams) of the LLaMA
-// causal LM model with the tokenizer tok (nil: none, token ids only) to path as a GGUF file, atomically.
+// CheckGGUF returns nil when model can be exported as a GGUF file (its family writes GGUF, and the model is one
+// llama.cpp runs: a causal LM), or the error saying why not, before any work is done.
+func CheckGGUF(model Model) error {
+	fam, err := ggufFamily(model)
+	if err != nil {
+		return err
+	}
+	_, _, err = fam.GGUF(model, nil, llamagguf.Options{})
+	return err
+}
+
+// ExportGGUF writes params (a merged model's, by Hugging Face name: Trainer.Merged, MergedParams) of the causal
+// LM model with the tokenizer tok (nil: none, token ids only) to path as a GGUF file, atomically, in the names
+// and layouts its family gives (Family.GGUF).
 func ExportGGUF(path string, model Model, params models.Params, tok *tokenizer.Tokenizer, o llamagguf.Options) error {
-	cfg, err := GGUFConfig(model)
+	fam, err := ggufFamily(model)
 	if err != nil {
 		return err
 	}
 	if tok != nil {
-		if o.Vocab, err = tok.GGUFVocab(cfg.VocabSize); err != nil {
+		tm, ok := model.(models.TextModel)
+		if !ok {
+			return fmt.Errorf("GGUF export: model %T takes no text", model)
+		}
+		if o.Vocab, err = tok.GGUFVocab(tm.TextSpec().VocabSize); err != nil {
 			return err
 		}
 	}
-	meta, ts, err := llamagguf.Plan(cfg, params, o)
+	meta, ts, err := fam.GGUF(model, params, o)
 	if err != nil {
 		return err
 	}
@@ -70,16 +82,26 @@ func ExportGGUF(path string, model Model, params models.Params, tok *tokenizer.T
 	return nil
 }
 
-// LoadGGUF loads a LLaMA causal LM from a GGUF file (llamagguf.Read: tensors dequantised to float32) in the
-// model options opts.
-func LoadGGUF(path string, opts ModelOptions) (Model, error) {
-	g, err := llamagguf.Read(path)
+// LoadGGUF loads a model from a GGUF file in the model options opts, by the family that reads its
+// general.architecture (Family.LoadGGUF: tensors dequantised to float32).
+func LoadGGUF(path string, opts ModelOptions) (Model, Family, error) {
+	f, err := gguf.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, Family{}, err
 	}
-	m, err := llama.New(g.Config, g.Params, llamaOptions(opts))
+	arch, _, err := f.String("general.architecture")
+	f.Close()
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, Family{}, fmt.Errorf("%s: %w", path, err)
 	}
-	return Llama{Model: m}, nil
+	fam, ok := FamilyOfGGUFArch(arch)
+	if !ok {
+		var archs []string
+		for _, f := range Families() {
+			archs = append(archs, f.GGUFArchs...)
+		}
+		return nil, Family{}, fmt.Errorf("%s: general.architecture is %q: memfit reads GGUF files of the architectures %v", path, arch, archs)
+	}
+	m, err := fam.LoadGGUF(path, opts)
+	return m, fam, err
 }

@@ -1,12 +1,12 @@
 // Package finetune trains models: the recipe of a whole run (Recipe: output folder, model and data, trainer,
 // checkpoints, export), the training step (loss, gradients, optimizer) and the loop (schedules, accumulation,
-// clipping, logging, NaN checks), checkpoints with exact resume, export to PEFT adapters and merged Hugging Face
-// checkpoints, and the model families it trains (Family: ViT and LLaMA register themselves). The memory planner
-// and autopilot are package plan, above this one.
+// clipping, logging, NaN checks), checkpoints with exact resume, export to PEFT adapters, merged Hugging Face
+// checkpoints and GGUF, the data formats, and the registry of the model families it trains (Family: each family's
+// package registers itself; family/all imports the shipped ones). The memory planner and autopilot are package
+// plan, above this one.
 package finetune
 
 import (
-	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/gomlx/core/graph"
 
 	"github.com/memfit/memfit/models"
@@ -33,11 +33,4 @@ type Model interface {
 	Folded() models.Params
 	// Config returns the model's config.json bytes.
 	ConfigJSON() ([]byte, error)
-}
-
-func toF32(x *graph.Node) *graph.Node {
-	if x.DType().IsFloat() && x.DType().Size() < 4 {
-		return graph.ConvertDType(x, dtypes.Float32)
-	}
-	return x
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gomlx/gomlx/core/tensors"
 
+	vitfam "github.com/memfit/memfit/family/vit"
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/internal/gtest"
 	"github.com/memfit/memfit/models/vit"
@@ -30,7 +31,7 @@ func TestNonFiniteAtFirstStepNotBlamedOnLR(t *testing.T) {
 			return err
 		}
 		model, data := imageTask(t, vit.Options{})
-		v := model.(finetune.ViT)
+		v := model.(vitfam.Model)
 		const name = "vit.encoder.layer.0.intermediate.dense.weight"
 		vals := tensors.MustCopyFlatData[float32](v.Model.Params[name])
 		vals[5] = float32(math.Inf(1))

@@ -10,10 +10,12 @@ import (
 
 	"github.com/gomlx/gomlx/core/tensors"
 
+	"github.com/memfit/memfit/family/llama"
+	"github.com/memfit/memfit/family/lm"
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/internal/golden"
 	"github.com/memfit/memfit/internal/gtest"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/decoder"
 )
 
 // alpacaSample writes the first n usable rows (status ok) of the shared alpaca-libre v1 file to a JSONL file in
@@ -135,7 +137,7 @@ func TestPackedBatchChecked(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m := finetune.Llama{Model: &llama.Model{Config: cfg}}
+		m := lm.Model{Model: &decoder.Model{Config: cfg}, Spec: llama.Spec}
 		err = m.CheckBatch(finetune.Batch{"input_ids": ids, "attention_mask": mask, "position_ids": c.pos})
 		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
 			t.Errorf("position_ids %v (labels %d): %v, want %q", c.pos, c.labels, err, c.want)

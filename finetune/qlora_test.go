@@ -9,9 +9,11 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/engine"
+	"github.com/memfit/memfit/family/llama"
+	"github.com/memfit/memfit/family/lm"
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/models"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/decoder"
 	"github.com/memfit/memfit/models/vit"
 	"github.com/memfit/memfit/quant"
 )
@@ -41,9 +43,9 @@ func qloraModels(t *testing.T) map[string]string {
 		t.Fatal(err)
 	}
 	lcfg, _ := llama.Preset("tiny", 0)
-	lp := llama.RandomParams(lcfg, 22)
+	lp := decoder.RandomParams(lcfg, 22)
 	randomNorms(lp)
-	lj, _ := lcfg.JSON()
+	lj, _ := llama.JSON(lcfg)
 	dirs["llama"] = filepath.Join(t.TempDir(), "llama")
 	if err := models.SaveCheckpoint(dirs["llama"], lj, lp, 0); err != nil {
 		t.Fatal(err)
@@ -59,7 +61,7 @@ func TestQLoRAFoldingIsExact(t *testing.T) {
 	defer backend.Finalize()
 	dirs := qloraModels(t)
 	_, images := imageTask(t, vit.Options{})
-	_, text := textTask(t, llama.Options{})
+	_, text := textTask(t, decoder.Options{})
 	batches := map[string]finetune.Batch{"vit": finetune.Batch{"pixel_values": images["pixel_values"]},
 		"llama": finetune.Batch{"input_ids": text["input_ids"], "attention_mask": text["attention_mask"]}}
 	for name, dir := range dirs {
@@ -119,7 +121,7 @@ func TestQLoRATraining(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, text := textTask(t, llama.Options{})
+	_, text := textTask(t, decoder.Options{})
 	tr, err := finetune.New(model, cfg, backend)
 	if err != nil {
 		t.Fatal(err)
@@ -162,11 +164,11 @@ func TestQLoRATraining(t *testing.T) {
 	if err := tr.ExportMerged(dir); err != nil {
 		t.Fatal(err)
 	}
-	merged, err := llama.Load(dir, llama.Options{})
+	merged, err := llama.Load(dir, decoder.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := finetune.Logits(backend, finetune.Llama{Model: merged}, nil, nil, b)
+	got, err := finetune.Logits(backend, lm.Model{Model: merged, Spec: llama.Spec}, nil, nil, b)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -285,7 +285,7 @@ func (r Recipe) Run(ctx context.Context) (res *Result, err error) {
 	}
 	if r.Export.Adapter && out != "" && tr.Adapters != nil {
 		dir := filepath.Join(out, "adapter")
-		if err := tr.ExportAdapter(dir, spec.Model); err != nil {
+		if err := tr.ExportAdapterAt(dir, spec.ModelName(), spec.ModelRevision()); err != nil {
 			return res, err
 		}
 		res.AdapterDir = dir

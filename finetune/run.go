@@ -19,7 +19,7 @@ import (
 	"github.com/gomlx/compute/dtypes"
 )
 
-// LoadModel loads the model folder dir (of a registered family, by its config's model_type: ViT or LLaMA) with
+// LoadModel loads the model folder dir (of a registered family, by its config's model_type), or a GGUF file, with
 // the model options of cfg (approximate activation, MS-norm, gradient checkpointing, attention kind) and its
 // per-block plan.
 func LoadModel(dir string, cfg Config) (Model, error) {
@@ -40,8 +40,7 @@ func LoadModel(dir string, cfg Config) (Model, error) {
 		if !IsGGUF(dir) {
 			return nil, fmt.Errorf("%s is a file: a model is a folder (config.json and its safetensors), here %s, or a .gguf file", dir, filepath.Dir(dir))
 		}
-		fam = llamaFamily()
-		if model, err = LoadGGUF(dir, opts); err != nil {
+		if model, fam, err = LoadGGUF(dir, opts); err != nil {
 			return nil, err
 		}
 	} else {
@@ -218,6 +217,42 @@ type RunSpec struct {
 	EvalData      string `json:"eval_data,omitempty"`
 	EvalDataSplit string `json:"eval_data_split,omitempty"`
 	Config        Config `json:"config"`
+	// ModelHub, DataHub, EvalDataHub and InitAdapterHub say which Hub repository and commit Model, Data, EvalData
+	// and Config.InitAdapter came from when they were named by Hub id (they are then folders of the
+	// huggingface_hub cache), so that the run names exactly what it trained.
+	ModelHub       *HubSource `json:"model_hub,omitempty"`
+	DataHub        *HubSource `json:"data_hub,omitempty"`
+	EvalDataHub    *HubSource `json:"eval_data_hub,omitempty"`
+	InitAdapterHub *HubSource `json:"init_adapter_hub,omitempty"`
+}
+
+// HubSource is a Hugging Face Hub repository at the commit a run read.
+type HubSource struct {
+	// Repo is ORG/NAME; Revision the branch, tag or commit named ("" for main); Commit what it resolved to.
+	Repo     string `json:"repo"`
+	Revision string `json:"revision,omitempty"`
+	Commit   string `json:"commit"`
+	// Path is the file or folder of a dataset repository read ("" for all of it); Config its config.
+	Path   string `json:"path,omitempty"`
+	Config string `json:"config,omitempty"`
+}
+
+// ModelName is the base model as the user named it, for the PEFT adapter's base_model_name_or_path: the Hub id
+// when the model came from the Hub, else its folder.
+func (s RunSpec) ModelName() string {
+	if s.ModelHub != nil {
+		return s.ModelHub.Repo
+	}
+	return s.Model
+}
+
+// ModelRevision is the commit of the Hub repository the base model came from ("" for a local folder), for the
+// PEFT adapter's revision.
+func (s RunSpec) ModelRevision() string {
+	if s.ModelHub != nil {
+		return s.ModelHub.Commit
+	}
+	return ""
 }
 
 // Open loads the run's model (in the config's modes) and opens its data.

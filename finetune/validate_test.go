@@ -9,9 +9,11 @@ import (
 
 	"github.com/gomlx/gomlx/core/tensors"
 
+	"github.com/memfit/memfit/family/llama"
+	"github.com/memfit/memfit/family/lm"
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/internal/gtest"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/decoder"
 	"github.com/memfit/memfit/models/vit"
 	"github.com/memfit/memfit/tokenizer"
 )
@@ -22,8 +24,8 @@ import (
 // limit; the step count and weights do not change; -100 labels pass; the logits runner checks the same way.
 func TestBatchesCheckedAgainstTheModel(t *testing.T) {
 	vitModel, _ := imageTask(t, vit.Options{})
-	llamaModel, _ := textTask(t, llama.Options{})
-	vocab := llamaModel.(finetune.Llama).Config.VocabSize
+	llamaModel, _ := textTask(t, decoder.Options{})
+	vocab := llamaModel.(lm.Model).Config.VocabSize
 	ids := func(v ...int32) *tensors.Tensor { return tensors.FromFlatDataAndDimensions(v, 1, len(v)) }
 	ones := ids(1, 1, 1)
 	px := tensors.FromFlatDataAndDimensions(make([]float32, 2*3*32*32), 2, 3, 32, 32)
@@ -67,8 +69,8 @@ func TestBatchesCheckedAgainstTheModel(t *testing.T) {
 	if _, err := tr.TrainStep([]finetune.Batch{ok}); err != nil {
 		t.Errorf("a valid batch with -100 labels: %v", err)
 	}
-	long := make([]int32, llamaModel.(finetune.Llama).Config.MaxPositionEmbeddings+1)
-	if err := llamaModel.(finetune.Llama).CheckBatch(finetune.Batch{"input_ids": ids(long...)}); err == nil || !strings.Contains(err.Error(), "max_position_embeddings") {
+	long := make([]int32, llamaModel.(lm.Model).Config.MaxPositionEmbeddings+1)
+	if err := llamaModel.(lm.Model).CheckBatch(finetune.Batch{"input_ids": ids(long...)}); err == nil || !strings.Contains(err.Error(), "max_position_embeddings") {
 		t.Errorf("too long: %v", err)
 	}
 }
@@ -83,11 +85,11 @@ func TestTokenizerMustFitTheModel(t *testing.T) {
 	cfg, _ := llama.Preset("tiny", 0)
 	for _, vocab := range []int{tok.VocabSize(), tok.VocabSize() - 1} {
 		cfg.VocabSize = vocab
-		m, err := llama.New(cfg, llama.RandomParams(cfg, 1), llama.Options{})
+		m, err := decoder.New(cfg, decoder.RandomParams(cfg, 1), decoder.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = finetune.CheckTokenizer(tok, finetune.Llama{Model: m})
+		err = finetune.CheckTokenizer(tok, lm.Model{Model: m, Spec: llama.Spec})
 		if fits := vocab >= tok.VocabSize(); fits != (err == nil) || (err != nil && !strings.Contains(err.Error(), "do not belong together")) {
 			t.Errorf("model vocabulary %d, tokenizer %d: %v", vocab, tok.VocabSize(), err)
 		}
@@ -98,7 +100,7 @@ func TestTokenizerMustFitTheModel(t *testing.T) {
 // counted (Hooks.OnSkip, StepStats.SkippedBatches): the run equals one on the other examples alone. Data with no
 // target anywhere stops with an error instead of drawing forever.
 func TestBatchesWithoutTargetsSkipped(t *testing.T) {
-	model, data := textTask(t, llama.Options{})
+	model, data := textTask(t, decoder.Options{})
 	labels := data["labels"].Value().([][]int32)
 	for i := 0; i < 8; i++ { // examples 0-7: nothing to learn (position 0's label predicts nothing)
 		for j := 1; j < len(labels[i]); j++ {

@@ -3,6 +3,7 @@ package llamacpp_test
 import (
 	"context"
 	"errors"
+	_ "github.com/memfit/memfit/family/all" // the families finetune.LoadModel loads
 	"os"
 	"path/filepath"
 	"strings"

@@ -11,17 +11,18 @@ import (
 
 	"github.com/memfit/memfit/adapter"
 	"github.com/memfit/memfit/engine"
+	"github.com/memfit/memfit/family/llama"
 	"github.com/memfit/memfit/internal/gtest"
 	"github.com/memfit/memfit/lora"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/models"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/decoder"
 	"github.com/memfit/memfit/models/vit"
 )
 
 func TestSelectLayers(t *testing.T) {
 	cfg, _ := llama.Preset("tiny", 0)
-	layers := llama.LinearLayers(cfg)
+	layers := decoder.LinearLayers(cfg)
 	count := func(targets ...string) int {
 		sel, err := adapter.SelectLayers(layers, targets)
 		if err != nil {
@@ -118,13 +119,13 @@ func TestLoRAGradientMatchesHandReference(t *testing.T) {
 // TestZeroBKeepsBaseLogits: freshly initialised LoRA (B = 0) leaves the model's logits exactly unchanged.
 func TestZeroBKeepsBaseLogits(t *testing.T) {
 	cfg, _ := llama.Preset("tiny", 0)
-	params := llama.RandomParams(cfg, 3)
-	m, err := llama.New(cfg, params, llama.Options{})
+	params := decoder.RandomParams(cfg, 3)
+	m, err := decoder.New(cfg, params, decoder.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	newAdapter, _ := lora.New(lora.Config{Rank: 4, Alpha: 8})
-	set, err := adapter.NewSet(llama.LinearLayers(cfg), []string{"all-linear"}, newAdapter, 1, adapter.WeightsOf(nil))
+	set, err := adapter.NewSet(decoder.LinearLayers(cfg), []string{"all-linear"}, newAdapter, 1, adapter.WeightsOf(nil))
 	if err != nil {
 		t.Fatal(err)
 	}

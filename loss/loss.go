@@ -111,3 +111,12 @@ func equalDims(a, b []int) bool {
 	}
 	return true
 }
+
+// Float32 returns x converted to float32 when it is a narrower float (bfloat16, float16 logits): losses are
+// computed in float32. Other nodes are returned as they are.
+func Float32(x *graph.Node) *graph.Node {
+	if x.DType().IsFloat() && x.DType().Size() < 4 {
+		return graph.ConvertDType(x, dtypes.Float32)
+	}
+	return x
+}

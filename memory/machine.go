@@ -66,15 +66,15 @@ func ParseBytes(s string) (int64, error) {
 }
 
 // ParseSize reads a size such as 24GiB, 80GB, 512MiB, 1.5e9 or 0.5 as a number of bytes: a number with an
-// optional unit (B, KB, MB, GB, TB: powers of 1000; KiB, MiB, GiB, TiB: powers of 1024), neither rounded nor
+// optional unit (B, KB, MB, GB, TB, PB: powers of 1000; KiB, MiB, GiB, TiB, PiB: powers of 1024), neither rounded nor
 // range-checked (it may be a fraction, zero, negative or huge: the caller says what it takes).
 func ParseSize(s string) (float64, error) {
 	t := strings.TrimSpace(s)
 	units := []struct {
 		suffix string
 		scale  float64
-	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10},
-		{"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"B", 1}}
+	}{{"PiB", 1 << 50}, {"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10},
+		{"PB", 1e15}, {"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"B", 1}}
 	scale := 1.0
 	for _, u := range units {
 		if strings.HasSuffix(strings.ToUpper(t), strings.ToUpper(u.suffix)) {

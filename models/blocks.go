@@ -8,8 +8,27 @@ import (
 
 	"github.com/gomlx/gomlx/core/graph"
 
+	"github.com/memfit/memfit/attention"
 	"github.com/memfit/memfit/quant"
 )
+
+// Options choose the memory-saving modes a model is built in, the same for every model package (models/vit,
+// models/decoder): the same checkpoint runs in every combination.
+type Options struct {
+	// ApproxActivation uses the model's 2-bit-backward activation (ReGELU2 / ReSiLU2) in its MLPs.
+	ApproxActivation bool
+	// MSNorm uses MS-LN / MS-RMSNorm: every norm whose output feeds only linear layers is folded into them at
+	// load time (the model's Folds).
+	MSNorm bool
+	// Attention is the attention kind.
+	Attention attention.Kind
+	// GradCheckpoint recomputes each transformer block in the backward pass instead of keeping its activations
+	// (gradient checkpointing per block; only the blocks' inputs are kept).
+	GradCheckpoint bool
+	// Blocks, when not nil, is a per-block memory plan (one mode per block) that replaces ApproxActivation,
+	// GradCheckpoint and the step's Mesa kinds inside the blocks.
+	Blocks []BlockMode
+}
 
 // BlockMode is the memory plan of one transformer block: the memory-saving options applied to it alone. A
 // model's options hold one per block (a per-block plan) or none (the model-wide options apply to every block).

@@ -9,9 +9,10 @@ import (
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/gomlx/core/tensors"
 
+	"github.com/memfit/memfit/family/llama"
 	"github.com/memfit/memfit/internal/golden"
 	"github.com/memfit/memfit/models"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/decoder"
 	"github.com/memfit/memfit/models/vit"
 	"github.com/memfit/memfit/safetensors"
 )
@@ -43,7 +44,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			shapes = llama.Shapes(cfg)
+			shapes = decoder.Shapes(cfg)
 		}
 		config, _ = os.ReadFile(filepath.Join(src, "config.json"))
 		p, err := models.LoadParams(src, shapes, models.LoadOptions{})

@@ -12,8 +12,9 @@ import (
 	"github.com/gomlx/compute/dtypes/float16"
 	"github.com/gomlx/gomlx/core/tensors"
 
+	"github.com/memfit/memfit/family/llama"
 	"github.com/memfit/memfit/models"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/decoder"
 	"github.com/memfit/memfit/safetensors"
 )
 
@@ -74,7 +75,7 @@ func TestNonFiniteWeightsRefusedAtLoad(t *testing.T) {
 	if err := safetensors.Write(filepath.Join(dir, "model.safetensors"), entries, nil); err != nil {
 		t.Fatal(err)
 	}
-	_, err = llama.Load(dir, llama.Options{})
+	_, err = llama.Load(dir, decoder.Options{})
 	want := `tensor "model.layers.2.mlp.up_proj.weight" holds NaN at [3 7], its first non-finite value`
 	if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "\n") {
 		t.Errorf("error %v, want one line with %q", err, want)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	vitfam "github.com/memfit/memfit/family/vit"
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/internal/gtest"
 	"github.com/memfit/memfit/models/vit"
@@ -86,7 +87,7 @@ func TestAutopilotOnThePlanner(t *testing.T) {
 	if err := plan.CalibrateModes(plan.AutopilotOptions{Backend: backend, Model: model, Config: cfg, Batch: batch, CalibSteps: 2}, costs); err != nil {
 		t.Fatal(err)
 	}
-	if blocks := model.(finetune.ViT).Options.Blocks; blocks != nil {
+	if blocks := model.(vitfam.Model).Options.Blocks; blocks != nil {
 		t.Errorf("calibration left the plan %v on the model", blocks)
 	}
 	for _, c := range costs {

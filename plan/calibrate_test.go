@@ -4,13 +4,17 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 
+	"github.com/memfit/memfit/family/llama"
+	"github.com/memfit/memfit/family/lm"
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/internal/gtest"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/decoder"
+	"github.com/memfit/memfit/models/vit"
 	"github.com/memfit/memfit/plan"
 )
 
@@ -23,7 +27,7 @@ func scaledLlama(t *testing.T) finetune.Model {
 	}
 	c.VocabSize, c.HiddenSize, c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim, c.IntermediateSize, c.NumHiddenLayers = 1024, 256, 4, 2, 64, 688, 4
 	c.MaxPositionEmbeddings = 512
-	return finetune.Llama{Model: &llama.Model{Config: c, Options: llama.Options{MSNorm: true}}}
+	return lm.Model{Model: &decoder.Model{Config: c, Options: decoder.Options{MSNorm: true}}, Spec: llama.Spec}
 }
 
 // TestFastCalibrationMatchesFull: on the scaled LLaMA at batch 2 x 512 (the real shape: under the calibration's
@@ -195,5 +199,71 @@ func additiveTotal(costs []plan.ModeCost, blocks int) func(string) (int64, error
 			}
 		}
 		return int64(math.Round(total)), nil
+	}
+}
+
+// TestFastCalibrationUnderLoad: under CPU load a mode's block time by difference came out negative
+// ("grad-ckpt -100.63 ms", "predicted step -204.7 ms"), and the cache then refused the times, so the plan was
+// never cached (cli.TestMemoryPlan failed with "cached false" on a loaded machine). Here the machine's load is
+// played by the step timer: grad-ckpt's one-block steps come out far faster than plain's on the first try. The
+// calibration says the timings are noisy and times them again; when the noise never stops, each mode's block
+// time is bounded below, and said so. Every step time stays positive, and the plan is cached.
+func TestFastCalibrationUnderLoad(t *testing.T) {
+	model, _ := imageTask(t, vit.Options{})
+	cfg := config(finetune.MethodLoRA, 1)
+	cfg.TrainModules = []string{"classifier"}
+	in := finetune.Shape{Batch: 4}
+	backend := gtest.Backend(t)
+	for _, c := range []struct {
+		name        string
+		noisyTries  int
+		wantLine    string
+		wantRetries int
+	}{
+		{"noise on the first try", 1, "fast calibration: noisy timings (grad-ckpt's block", 1},
+		{"noise on every try", 100, "fast calibration: the timings stayed noisy after 3 tries (grad-ckpt's block", 2},
+	} {
+		try, sawTwo := 0, false
+		restore := plan.SetStepSecondsForTest(func(mode string, blocks int, measured float64) float64 {
+			if blocks == 1 && (try == 0 || sawTwo) {
+				try, sawTwo = try+1, false // a try times one block, then two
+			}
+			sawTwo = sawTwo || blocks == 2
+			loaded := try <= c.noisyTries
+			switch {
+			case !loaded:
+				return map[bool]float64{true: 0.1, false: 0.08}[blocks == 2] + map[string]float64{"grad-ckpt": 0.01}[mode]
+			case mode == "grad-ckpt":
+				return 0.01 // the load lifted while it ran
+			case blocks == 2:
+				return 0.35
+			}
+			return 0.30
+		})
+		cache := &plan.CalibrationCache{Path: filepath.Join(t.TempDir(), "calibration.json")}
+		var lines []string
+		o := plan.AutopilotOptions{Backend: backend, Model: model, Config: cfg, Shape: in, Budget: 1 << 40, Cache: cache,
+			Progress: func(l string) { lines = append(lines, l) }}
+		p, err := plan.Autopilot(o)
+		restore()
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		all := strings.Join(lines, "\n")
+		if !strings.Contains(all, c.wantLine) || strings.Count(all, "timing again") != c.wantRetries {
+			t.Errorf("%s: progress lacks %q or has not %d retries:\n%s", c.name, c.wantLine, c.wantRetries, all)
+		}
+		for _, m := range p.Costs {
+			if !(m.StepSeconds > 0 && m.StepMin > 0 && m.StepMax >= m.StepMin) {
+				t.Errorf("%s: mode %s step %g s (min %g, max %g): not positive", c.name, m.Mode, m.StepSeconds, m.StepMin, m.StepMax)
+			}
+		}
+		if !(p.PredictedSeconds > 0) {
+			t.Errorf("%s: predicted step %g s", c.name, p.PredictedSeconds)
+		}
+		again, err := plan.Autopilot(o)
+		if err != nil || !again.Cached {
+			t.Errorf("%s: the second plan was not read from the cache (cached %v, %v)", c.name, again != nil && again.Cached, err)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gomlx/gomlx/core/tensors"
 
+	vitfam "github.com/memfit/memfit/family/vit"
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/models/vit"
 )
@@ -38,7 +39,7 @@ func imageTask(t *testing.T, opts vit.Options) (finetune.Model, finetune.Example
 			}
 		}
 	}
-	return finetune.ViT{Model: m}, finetune.Examples{
+	return vitfam.Model{Model: m}, finetune.Examples{
 		"pixel_values": tensors.FromFlatDataAndDimensions(px, n, 3, 32, 32),
 		"labels":       tensors.FromFlatDataAndDimensions(labels, n),
 	}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/gomlx/compute"
 
@@ -251,6 +252,9 @@ type MemoryRequest struct {
 	// (StepMemory.Beside*): finetune memory on XLA passes the pure-Go backend, so that XLA's compiled sizes and
 	// the pure-Go planner's accounting (what a plan made on a laptop counts) print side by side.
 	Beside compute.Backend
+	// Progress, when not nil, receives a line before each variant is planned (a large model's step takes many
+	// seconds to build and plan in each) and when all are done.
+	Progress func(line string)
 }
 
 // Memory plans the request's training step in every variant and returns them side by side, with ratios to the
@@ -266,7 +270,11 @@ func Memory(backend compute.Backend, r MemoryRequest) (*Report, error) {
 	if r.Beside != nil {
 		rep.Beside = r.Beside.Name()
 	}
-	for _, v := range variants {
+	start := time.Now()
+	for i, v := range variants {
+		if r.Progress != nil {
+			r.Progress(fmt.Sprintf("memory: planning %s (variant %d of %d, %.0f s so far)", v.Name, i+1, len(variants), time.Since(start).Seconds()))
+		}
 		vc := v.Apply(cfg)
 		model, shp, err := ShapeModel(r.Model, vc, r.Labels)
 		if err != nil {
@@ -290,6 +298,9 @@ func Memory(backend compute.Backend, r MemoryRequest) (*Report, error) {
 			mv.BesidePeakBytes, mv.BesidePeakMethod, mv.BesideTotalBytes = bv.PeakBytes, bv.PeakMethod, bv.TotalBytes
 		}
 		rep.Variants = append(rep.Variants, mv)
+	}
+	if r.Progress != nil {
+		r.Progress(fmt.Sprintf("memory: %d variants planned in %.1f s", len(variants), time.Since(start).Seconds()))
 	}
 	base := rep.Variants[0]
 	for i := range rep.Variants {

@@ -8,9 +8,10 @@ import (
 	"github.com/gomlx/compute/shapes"
 
 	"github.com/memfit/memfit/engine"
+	"github.com/memfit/memfit/family/llama"
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/models"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/decoder"
 	"github.com/memfit/memfit/models/vit"
 )
 
@@ -29,12 +30,12 @@ func TestPlannerTrainsWhatTheTrainerTrains(t *testing.T) {
 	vj, _ := vcfg.JSON()
 	dirs["vit"] = filepath.Join(t.TempDir(), "vit")
 	lcfg, _ := llama.Preset("tiny", 0)
-	lj, _ := lcfg.JSON()
+	lj, _ := llama.JSON(lcfg)
 	dirs["llama"] = filepath.Join(t.TempDir(), "llama")
 	if err := models.SaveCheckpoint(dirs["vit"], vj, vit.RandomParams(vcfg, 1), 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := models.SaveCheckpoint(dirs["llama"], lj, llama.RandomParams(lcfg, 2), 0); err != nil {
+	if err := models.SaveCheckpoint(dirs["llama"], lj, decoder.RandomParams(lcfg, 2), 0); err != nil {
 		t.Fatal(err)
 	}
 	modules := map[string]string{"vit": "classifier", "llama": "model.embed_tokens"}

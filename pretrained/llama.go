@@ -11,20 +11,21 @@ import (
 	"github.com/gomlx/compute"
 
 	"github.com/memfit/memfit/data"
+	"github.com/memfit/memfit/family/llama"
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/internal/readfile"
 	"github.com/memfit/memfit/models"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/decoder"
 	"github.com/memfit/memfit/tokenizer"
 )
 
 // LlamaConfig is the shipped LLaMA's architecture for a tokenizer of vocab tokens (BOS, EOS and pad the last
 // three): hidden 128, 4 layers of 4 query and 2 key/value heads of 32, SwiGLU MLP 352, RoPE, 512 positions,
 // tied embeddings.
-func LlamaConfig(vocab, bos, eos, pad int) llama.Config {
-	return llama.Config{VocabSize: vocab, HiddenSize: 128, IntermediateSize: 352, NumHiddenLayers: 4, NumAttentionHeads: 4,
+func LlamaConfig(vocab, bos, eos, pad int) decoder.Config {
+	return decoder.Config{VocabSize: vocab, HiddenSize: 128, IntermediateSize: 352, NumHiddenLayers: 4, NumAttentionHeads: 4,
 		NumKeyValueHeads: 2, HeadDim: 32, MaxPositionEmbeddings: 512, RMSNormEps: 1e-5, RopeTheta: 10000,
-		TieWordEmbeddings: true, PadTokenID: pad, BOSTokenID: bos, EOSTokenID: eos, Architecture: llama.ArchCausalLM}
+		TieWordEmbeddings: true, PadTokenID: pad, BOSTokenID: bos, EOSTokenID: eos, Task: decoder.CausalLM}
 }
 
 // PretrainLlamaOptions configure PretrainLlama.
@@ -79,7 +80,7 @@ func PretrainLlama(ctx context.Context, backend compute.Backend, tokDir string, 
 		return 0, 0, err
 	}
 	c := LlamaConfig(tok.VocabSize(), bos, eos, pad)
-	cj, err := c.JSON()
+	cj, err := llama.JSON(c)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -88,7 +89,7 @@ func PretrainLlama(ctx context.Context, backend compute.Backend, tokDir string, 
 		return 0, 0, err
 	}
 	defer os.RemoveAll(initDir)
-	if err := models.SaveCheckpoint(initDir, cj, llama.RandomParams(c, o.Seed), 0); err != nil {
+	if err := models.SaveCheckpoint(initDir, cj, decoder.RandomParams(c, o.Seed), 0); err != nil {
 		return 0, 0, err
 	}
 	cfg := finetune.Defaults()

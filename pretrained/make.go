@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	_ "github.com/memfit/memfit/family/all" // the shipped model families register themselves
 	"os"
 	"path/filepath"
 

@@ -7,7 +7,7 @@ import (
 
 	"github.com/gomlx/gomlx/core/tensors"
 
-	"github.com/memfit/memfit/finetune"
+	vitfam "github.com/memfit/memfit/family/vit"
 	"github.com/memfit/memfit/internal/gtest"
 	"github.com/memfit/memfit/models/vit"
 	"github.com/memfit/memfit/runner"
@@ -22,7 +22,7 @@ func TestCompileErrorHasItsCause(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	model := finetune.ViT{Model: m}
+	model := vitfam.Model{Model: m}
 	batch := runner.Batch{"pixel_values": tensors.FromFlatDataAndDimensions(make([]float32, 2*3*32*32), 2, 3, 32, 32)}
 	r := runner.NewLogitsRunner(refusing, model, nil, nil)
 	for i := 0; i < 2; i++ { // the second call compiles again, and fails again, with the cause

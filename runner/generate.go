@@ -19,8 +19,8 @@ import (
 	"github.com/memfit/memfit/models"
 )
 
-// Decoder is a causal language model that decodes incrementally with a key/value cache (a LLaMA: the
-// llama.Model methods, promoted through finetune.Llama).
+// Decoder is a causal language model that decodes incrementally with a key/value cache (every decoder family:
+// the models/decoder methods, promoted through family/lm's Model).
 type Decoder interface {
 	Model
 	// CacheShapes returns the shapes of the cache tensors for batch rows and length positions.

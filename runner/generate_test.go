@@ -10,17 +10,18 @@ import (
 
 	"github.com/gomlx/gomlx/core/tensors"
 
-	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/family/llama"
+	"github.com/memfit/memfit/family/lm"
 	"github.com/memfit/memfit/internal/gtest"
 	"github.com/memfit/memfit/models"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/decoder"
 	"github.com/memfit/memfit/runner"
 )
 
 // scaled returns random parameters for cfg with the linear and embedding weights scaled up (std 0.02 * by), so
 // the logits spread and greedy choices are not decided by rounding.
-func scaled(cfg llama.Config, seed uint64, by float32) models.Params {
-	p := llama.RandomParams(cfg, seed)
+func scaled(cfg decoder.Config, seed uint64, by float32) models.Params {
+	p := decoder.RandomParams(cfg, seed)
 	for name, t := range p {
 		if t.Rank() < 2 {
 			continue
@@ -37,32 +38,32 @@ func scaled(cfg llama.Config, seed uint64, by float32) models.Params {
 // decoders are the models the generation tests run: the shipped llama-tiny (GQA, tied embeddings, real
 // weights), a multi-head model with its own head, and a GQA model with one key/value head built with MS-norm
 // (the final norm folded into the head).
-func decoders(t *testing.T) map[string]finetune.Llama {
+func decoders(t *testing.T) map[string]lm.Model {
 	t.Helper()
-	tiny, err := llama.Load("../pretrained/llama-tiny", llama.Options{})
+	tiny, err := llama.Load("../pretrained/llama-tiny", decoder.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := llama.Config{VocabSize: 97, HiddenSize: 32, IntermediateSize: 64, NumHiddenLayers: 2, NumAttentionHeads: 4,
+	base := decoder.Config{VocabSize: 97, HiddenSize: 32, IntermediateSize: 64, NumHiddenLayers: 2, NumAttentionHeads: 4,
 		NumKeyValueHeads: 4, HeadDim: 8, MaxPositionEmbeddings: 128, RMSNormEps: 1e-5, RopeTheta: 10000,
-		PadTokenID: 0, BOSTokenID: 1, EOSTokenID: 2, Architecture: llama.ArchCausalLM}
-	mha, err := llama.New(base, scaled(base, 3, 20), llama.Options{})
+		PadTokenID: 0, BOSTokenID: 1, EOSTokenID: 2, Task: decoder.CausalLM}
+	mha, err := decoder.New(base, scaled(base, 3, 20), decoder.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	gqa := base
 	gqa.NumKeyValueHeads = 1
 	gqa.NumHiddenLayers = 3
-	ms, err := llama.New(gqa, scaled(gqa, 4, 20), llama.Options{MSNorm: true})
+	ms, err := decoder.New(gqa, scaled(gqa, 4, 20), decoder.Options{MSNorm: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return map[string]finetune.Llama{"llama-tiny": {Model: tiny}, "mha-untied": {Model: mha}, "gqa1-msnorm": {Model: ms}}
+	return map[string]lm.Model{"llama-tiny": {Model: tiny, Spec: llama.Spec}, "mha-untied": {Model: mha, Spec: llama.Spec}, "gqa1-msnorm": {Model: ms, Spec: llama.Spec}}
 }
 
 // fullForwardGreedy continues prompt by n tokens, each the argmax of the last position's logits of a full
 // forward pass over the whole sequence so far (no cache, no padding).
-func fullForwardGreedy(t *testing.T, m finetune.Llama, prompt []int, n int) ([]int, [][]float32) {
+func fullForwardGreedy(t *testing.T, m lm.Model, prompt []int, n int) ([]int, [][]float32) {
 	t.Helper()
 	seq := append([]int(nil), prompt...)
 	var out []int
@@ -275,13 +276,13 @@ func TestNonFiniteLogitsStop(t *testing.T) {
 	for n, v := range m.Params() {
 		params[n] = v
 	}
-	emb := params[llama.EmbedTokens]
+	emb := params[decoder.EmbedTokens]
 	v := gtest.Float32s(emb)
 	hidden := emb.Shape().Dim(1)
 	for i := range hidden {
 		v[first*hidden+i] = float32(math.NaN())
 	}
-	params[llama.EmbedTokens] = tensors.FromFlatDataAndDimensions(v, emb.Shape().Dimensions...)
+	params[decoder.EmbedTokens] = tensors.FromFlatDataAndDimensions(v, emb.Shape().Dimensions...)
 	gen := runner.NewGenerator(backend, m, params, nil)
 	for _, o := range []runner.GenerateOptions{{MaxNewTokens: 4, Indices: []int{5, 6}}, {MaxNewTokens: 4, Indices: []int{5, 6}, Temperature: 1, Seed: 3}} {
 		// Row 0 never feeds that token (its first token differs) unless it samples it; row 1 does.
@@ -373,11 +374,11 @@ func TestGenerateRefuses(t *testing.T) {
 // BenchmarkDecode times greedy decoding of 64 tokens after 32-token prompts with the shipped llama-tiny, one and
 // eight rows (go test ./runner -run '^$' -bench Decode -cpuprofile cpu.out for where a step's time goes).
 func BenchmarkDecode(b *testing.B) {
-	tiny, err := llama.Load("../pretrained/llama-tiny", llama.Options{})
+	tiny, err := llama.Load("../pretrained/llama-tiny", decoder.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	gen := runner.NewGenerator(gtest.Backend(b), finetune.Llama{Model: tiny}, nil, nil)
+	gen := runner.NewGenerator(gtest.Backend(b), lm.Model{Model: tiny, Spec: llama.Spec}, nil, nil)
 	for _, rows := range []int{1, 8} {
 		b.Run(fmt.Sprintf("batch%d", rows), func(b *testing.B) {
 			prompts := make([][]int, rows)

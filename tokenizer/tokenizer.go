@@ -110,7 +110,7 @@ func Load(path string) (*Tokenizer, error) {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
-	if data, err := os.ReadFile(filepath.Join(dir, ChatTemplateFile)); err == nil {
+	if data, err := readfile.Read(filepath.Join(dir, ChatTemplateFile), readfile.Config); err == nil {
 		t.Config.ChatTemplate, t.Config.ChatTemplateFrom = string(data), ChatTemplateFile
 	}
 	if t.spBOS != 0 || t.spEOS != 0 {

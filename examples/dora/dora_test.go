@@ -21,7 +21,7 @@ import (
 	"github.com/memfit/memfit/internal/gtest"
 	"github.com/memfit/memfit/lora"
 	"github.com/memfit/memfit/models"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/decoder"
 	"github.com/memfit/memfit/models/vit"
 	"github.com/memfit/memfit/msnorm"
 )
@@ -339,15 +339,15 @@ func TestDoRAWithMSNorm(t *testing.T) {
 		extest.CheckMerged(t, tr, extest.LoadViT, filepath.Join(t.TempDir(), "merged"), batch, 1e-5)
 	}
 
-	model := extest.Llama(t, llama.Options{MSNorm: true}, true)
+	model := extest.Llama(t, decoder.Options{MSNorm: true}, true)
 	text := extest.Text()
 	cfg := extest.Config(6, 3e-2)
 	cfg.TrainModules = nil
 	_, tr := extest.Fit(t, model, cfg, extest.NewSet(t, model, []string{"q", "v", "up"}, newAdapter), text, "")
 	tb := extest.Batch(t, text, 4)
 	dir := filepath.Join(t.TempDir(), "adapter")
-	extest.CheckImport(t, tr, extest.Llama(t, llama.Options{}, true), dir, tb, 1e-5)
-	extest.CheckImport(t, tr, extest.Llama(t, llama.Options{MSNorm: true}, true), filepath.Join(t.TempDir(), "again"), tb, 1e-5)
+	extest.CheckImport(t, tr, extest.Llama(t, decoder.Options{}, true), dir, tb, 1e-5)
+	extest.CheckImport(t, tr, extest.Llama(t, decoder.Options{MSNorm: true}, true), filepath.Join(t.TempDir(), "again"), tb, 1e-5)
 	extest.CheckMerged(t, tr, extest.LoadLlama, filepath.Join(t.TempDir(), "merged"), tb, 1e-5)
 }
 

@@ -7,8 +7,10 @@ import (
 	"github.com/memfit/memfit/adapter"
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/examples/ia3"
+	"github.com/memfit/memfit/family/llama"
+	"github.com/memfit/memfit/family/lm"
 	"github.com/memfit/memfit/finetune"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/decoder"
 )
 
 // Example trains (IA)³ on a LLaMA checkpoint with the standard trainer, exports it as a PEFT adapter and as a
@@ -19,11 +21,11 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	m, err := llama.Load("llama-folder", llama.Options{})
+	m, err := llama.Load("llama-folder", decoder.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
-	model := finetune.Llama{Model: m}
+	model := lm.Model{Model: m, Spec: llama.Spec}
 	var data finetune.Examples // input_ids, attention_mask, labels
 
 	// The adapters: IA3 on keys, values and the MLP's down projection, which it scales on the input.

@@ -16,7 +16,7 @@ import (
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/internal/gtest"
 	"github.com/memfit/memfit/models"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/decoder"
 	"github.com/memfit/memfit/models/vit"
 	"github.com/memfit/memfit/msnorm"
 )
@@ -339,7 +339,7 @@ func TestIA3Format(t *testing.T) {
 // folded layer (up_proj, after the post-attention norm) keeps l unchanged under the change of basis (RMSNorm
 // has no shift): the PEFT export read into the plain model and the merged checkpoint give the trained logits.
 func TestIA3LlamaRMSNorm(t *testing.T) {
-	model := extest.Llama(t, llama.Options{MSNorm: true}, true)
+	model := extest.Llama(t, decoder.Options{MSNorm: true}, true)
 	newAdapter, err := ia3.New(ia3.Config{FeedForward: []string{"mlp.up_proj", "mlp.down_proj"}})
 	if err != nil {
 		t.Fatal(err)
@@ -365,7 +365,7 @@ func TestIA3LlamaRMSNorm(t *testing.T) {
 	}
 	batch := extest.Batch(t, data, 4)
 	dir := filepath.Join(t.TempDir(), "adapter")
-	extest.CheckImport(t, tr, extest.Llama(t, llama.Options{}, true), dir, batch, 1e-5)
+	extest.CheckImport(t, tr, extest.Llama(t, decoder.Options{}, true), dir, batch, 1e-5)
 	shapes := extest.Shapes(t, filepath.Join(dir, finetune.AdapterWeights))
 	up := "base_model.model.model.layers.0.mlp.up_proj.ia3_l"
 	if got := shapes[up]; len(got) != 2 || got[0] != 1 || got[1] != 64 {

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/memfit/memfit/gguf"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/decoder"
 	"github.com/memfit/memfit/tokenizer"
 )
 
@@ -15,11 +15,11 @@ import (
 // the fuzz seeds.
 func tinyFile(t testing.TB, typ gguf.TensorType, vocab *tokenizer.GGUFVocab) []byte {
 	t.Helper()
-	cfg := llama.Config{VocabSize: 16, HiddenSize: 32, IntermediateSize: 64, NumHiddenLayers: 1, NumAttentionHeads: 2, NumKeyValueHeads: 1,
+	cfg := decoder.Config{VocabSize: 16, HiddenSize: 32, IntermediateSize: 64, NumHiddenLayers: 1, NumAttentionHeads: 2, NumKeyValueHeads: 1,
 		HeadDim: 16, MaxPositionEmbeddings: 32, RMSNormEps: 1e-5, RopeTheta: 10000, PadTokenID: -1, BOSTokenID: 1, EOSTokenID: 2,
-		Architecture: llama.ArchCausalLM, RopeScaling: &llama.RopeScaling{Type: llama.RopeLlama3, Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 8}}
+		Task: decoder.CausalLM, RopeScaling: &decoder.RopeScaling{Type: decoder.RopeLlama3, Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 8}}
 	p := filepath.Join(t.TempDir(), "tiny.gguf")
-	if err := Write(p, cfg, llama.RandomParams(cfg, 1), Options{Type: typ, Vocab: vocab}); err != nil {
+	if err := Write(p, cfg, decoder.RandomParams(cfg, 1), Options{Type: typ, Vocab: vocab}); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(p)

@@ -1,4 +1,4 @@
-// Package llamagguf converts a LLaMA causal LM between memfit's Hugging Face layout (llama.Config, parameters by
+// Package llamagguf converts a LLaMA causal LM between memfit's Hugging Face layout (decoder.Config, parameters by
 // Hugging Face name, the tokenizer) and a GGUF file as llama.cpp's convert_hf_to_gguf.py writes it: llama.cpp's
 // tensor names (token_embd, blk.N.attn_q, ...), the query and key rows permuted from Hugging Face's rotate-half
 // rotary layout to GGUF's interleaved one, the llama.* hyperparameters, rope_freqs for Llama-3.1 rope scaling,
@@ -16,7 +16,7 @@ import (
 
 	"github.com/memfit/memfit/gguf"
 	"github.com/memfit/memfit/models"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/decoder"
 	"github.com/memfit/memfit/tokenizer"
 )
 
@@ -54,20 +54,20 @@ type mapping struct {
 }
 
 // mappings lists the tensors of cfg's model (those params has, for the optional ones: biases, the head).
-func mappings(cfg llama.Config, has func(string) bool) []mapping {
-	out := []mapping{{gguf: "token_embd.weight", hf: llama.EmbedTokens}, {gguf: "output_norm.weight", hf: llama.FinalNorm}}
-	if !cfg.TieWordEmbeddings || has(llama.LMHead) {
-		out = append(out, mapping{gguf: "output.weight", hf: llama.LMHead})
+func mappings(cfg decoder.Config, has func(string) bool) []mapping {
+	out := []mapping{{gguf: "token_embd.weight", hf: decoder.EmbedTokens}, {gguf: "output_norm.weight", hf: decoder.FinalNorm}}
+	if !cfg.TieWordEmbeddings || has(decoder.LMHead) {
+		out = append(out, mapping{gguf: "output.weight", hf: decoder.LMHead})
 	}
 	for i := range cfg.NumHiddenLayers {
-		pre, blk := llama.LayerPrefix(i), fmt.Sprintf("blk.%d.", i)
-		out = append(out, mapping{gguf: blk + "attn_norm.weight", hf: pre + llama.InputNorm},
-			mapping{gguf: blk + "ffn_norm.weight", hf: pre + llama.PostNorm})
+		pre, blk := decoder.LayerPrefix(i), fmt.Sprintf("blk.%d.", i)
+		out = append(out, mapping{gguf: blk + "attn_norm.weight", hf: pre + decoder.InputNorm},
+			mapping{gguf: blk + "ffn_norm.weight", hf: pre + decoder.PostNorm})
 		for _, l := range []struct {
 			g, h  string
 			heads int
-		}{{"attn_q", llama.QProj, cfg.NumAttentionHeads}, {"attn_k", llama.KProj, cfg.NumKeyValueHeads}, {"attn_v", llama.VProj, 0},
-			{"attn_output", llama.OProj, 0}, {"ffn_gate", llama.GateProj, 0}, {"ffn_up", llama.UpProj, 0}, {"ffn_down", llama.DownProj, 0}} {
+		}{{"attn_q", decoder.QProj, cfg.NumAttentionHeads}, {"attn_k", decoder.KProj, cfg.NumKeyValueHeads}, {"attn_v", decoder.VProj, 0},
+			{"attn_output", decoder.OProj, 0}, {"ffn_gate", decoder.GateProj, 0}, {"ffn_up", decoder.UpProj, 0}, {"ffn_down", decoder.DownProj, 0}} {
 			out = append(out, mapping{gguf: blk + l.g + ".weight", hf: pre + l.h + ".weight", heads: l.heads})
 			if has(pre + l.h + ".bias") {
 				out = append(out, mapping{gguf: blk + l.g + ".bias", hf: pre + l.h + ".bias", heads: l.heads})
@@ -116,9 +116,9 @@ type Options struct {
 
 // Plan returns the metadata and tensors of cfg's model with params (float32, Hugging Face names) as a GGUF file:
 // gguf.WriteFile writes them, converting one tensor at a time.
-func Plan(cfg llama.Config, params models.Params, o Options) ([]gguf.KV, []gguf.Tensor, error) {
-	if cfg.Architecture != llama.ArchCausalLM {
-		return nil, nil, fmt.Errorf("GGUF export is for LLaMA causal LMs (LlamaForCausalLM); this model is a %s", cfg.Architecture)
+func Plan(cfg decoder.Config, params models.Params, o Options) ([]gguf.KV, []gguf.Tensor, error) {
+	if cfg.Task != decoder.CausalLM {
+		return nil, nil, fmt.Errorf("GGUF export is for causal LMs; this model is a sequence classifier")
 	}
 	if cfg.HeadDim%2 != 0 {
 		return nil, nil, fmt.Errorf("head_dim %d is odd: rotary embeddings need an even one", cfg.HeadDim)
@@ -148,7 +148,7 @@ func Plan(cfg llama.Config, params models.Params, o Options) ([]gguf.KV, []gguf.
 	)
 	var ts []gguf.Tensor
 	if s := cfg.RopeScaling; s != nil {
-		if s.Type == llama.RopeLinear {
+		if s.Type == decoder.RopeLinear {
 			meta = append(meta, gguf.KV{Key: "llama.rope.scaling.type", Value: "linear"},
 				gguf.KV{Key: "llama.rope.scaling.factor", Value: float32(s.Factor)})
 		} else {
@@ -210,7 +210,7 @@ func Plan(cfg llama.Config, params models.Params, o Options) ([]gguf.KV, []gguf.
 }
 
 // Write writes cfg's model with params and the options' vocabulary to path as a GGUF file, atomically.
-func Write(path string, cfg llama.Config, params models.Params, o Options) error {
+func Write(path string, cfg decoder.Config, params models.Params, o Options) error {
 	meta, ts, err := Plan(cfg, params, o)
 	if err != nil {
 		return err
@@ -229,7 +229,7 @@ func Write(path string, cfg llama.Config, params models.Params, o Options) error
 // whose ids below 256 are the byte tokens "<0xNN>" (llama.cpp needs them to encode any text) and the others
 // placeholder tokens "<memfit_token_N>"; BOS, EOS and pad are the config's ids (placeholders, control tokens);
 // nothing is added to what is encoded.
-func PlaceholderVocab(cfg llama.Config) *tokenizer.GGUFVocab {
+func PlaceholderVocab(cfg decoder.Config) *tokenizer.GGUFVocab {
 	v := &tokenizer.GGUFVocab{Model: tokenizer.GGUFSentencePiece, Pre: "default", BOS: cfg.BOSTokenID, EOS: cfg.EOSTokenID, UNK: -1, Pad: cfg.PadTokenID,
 		Tokens: make([]string, cfg.VocabSize), Types: make([]int32, cfg.VocabSize), Scores: make([]float32, cfg.VocabSize)}
 	for _, id := range []*int{&v.BOS, &v.EOS, &v.Pad} {
@@ -289,7 +289,7 @@ func vocabMeta(v *tokenizer.GGUFVocab) []gguf.KV {
 
 // Model is a LLaMA read from a GGUF file.
 type Model struct {
-	Config llama.Config
+	Config decoder.Config
 	Params models.Params
 	// Tokenizer is nil when the file has none (tokenizer.ggml.model "none").
 	Tokenizer *tokenizer.Tokenizer
@@ -322,7 +322,7 @@ func read(f *gguf.File) (*Model, error) {
 		return nil, fmt.Errorf("general.architecture is %q: memfit reads GGUF files of the llama architecture", arch)
 	}
 	r := metaReader{f: f}
-	cfg := llama.Config{Architecture: llama.ArchCausalLM, PadTokenID: -1, BOSTokenID: -1, EOSTokenID: -1}
+	cfg := decoder.Config{Task: decoder.CausalLM, PadTokenID: -1, BOSTokenID: -1, EOSTokenID: -1}
 	cfg.HiddenSize = r.int("llama.embedding_length", true, 0)
 	cfg.NumHiddenLayers = r.int("llama.block_count", true, 0)
 	cfg.IntermediateSize = r.int("llama.feed_forward_length", true, 0)
@@ -350,7 +350,7 @@ func read(f *gguf.File) (*Model, error) {
 	if st, _, err := f.String("llama.rope.scaling.type"); err != nil {
 		return nil, err
 	} else if st == "linear" {
-		cfg.RopeScaling = &llama.RopeScaling{Type: llama.RopeLinear, Factor: r.float("llama.rope.scaling.factor", 1)}
+		cfg.RopeScaling = &decoder.RopeScaling{Type: decoder.RopeLinear, Factor: r.float("llama.rope.scaling.factor", 1)}
 	} else if st != "" && st != "none" {
 		return nil, fmt.Errorf("llama.rope.scaling.type %q is not supported (linear, or Llama-3.1's rope_freqs)", st)
 	}
@@ -366,7 +366,7 @@ func read(f *gguf.File) (*Model, error) {
 			return nil, err
 		}
 		if _, ok := f.Value(keyL3Factor); ok {
-			cfg.RopeScaling = &llama.RopeScaling{Type: llama.RopeLlama3, Factor: r.float(keyL3Factor, 0), LowFreqFactor: r.float(keyL3Low, 0),
+			cfg.RopeScaling = &decoder.RopeScaling{Type: decoder.RopeLlama3, Factor: r.float(keyL3Factor, 0), LowFreqFactor: r.float(keyL3Low, 0),
 				HighFreqFactor: r.float(keyL3High, 0), OriginalMaxPositionEmbeddings: r.int(keyL3Original, true, 0)}
 			if r.err == nil && !ropeFactorsMatch(cfg, cfg.RopeScaling, freqs) {
 				return nil, fmt.Errorf("rope_freqs.weight disagrees with the %s settings in the metadata", "memfit.rope_scaling.llama3")
@@ -400,7 +400,7 @@ func read(f *gguf.File) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("the llama.* metadata: %w", err)
 	}
-	shapes := llama.Shapes(cfg)
+	shapes := decoder.Shapes(cfg)
 	maps := mappings(cfg, func(name string) bool { _, ok := shapes[name]; return ok })
 	known := map[string]mapping{"rope_freqs.weight": {}}
 	for _, m := range maps {
@@ -449,7 +449,7 @@ func read(f *gguf.File) (*Model, error) {
 
 // ropeFactors returns the rope_freqs factors of cfg with scaling s: per rotary frequency, the plain one over the
 // scaled one.
-func ropeFactors(cfg llama.Config, s *llama.RopeScaling) []float32 {
+func ropeFactors(cfg decoder.Config, s *decoder.RopeScaling) []float32 {
 	plain, scaled := cfg, cfg
 	plain.RopeScaling, scaled.RopeScaling = nil, s
 	base, sc := plain.InvFreq(), scaled.InvFreq()
@@ -460,7 +460,7 @@ func ropeFactors(cfg llama.Config, s *llama.RopeScaling) []float32 {
 	return out
 }
 
-func ropeFactorsMatch(cfg llama.Config, s *llama.RopeScaling, freqs []float32) bool {
+func ropeFactorsMatch(cfg decoder.Config, s *decoder.RopeScaling, freqs []float32) bool {
 	want := ropeFactors(cfg, s)
 	for i := range want {
 		if d := math.Abs(float64(want[i] - freqs[i])); !(d <= 1e-5*math.Abs(float64(freqs[i]))) {
@@ -473,7 +473,7 @@ func ropeFactorsMatch(cfg llama.Config, s *llama.RopeScaling, freqs []float32) b
 // inferLlama3 finds the Llama-3.1 rope scaling whose factors are freqs, for a file llama.cpp's converter wrote
 // (it keeps only the factors): factor is the lowest frequency's, and the low/high frequency factors and the
 // original context length are searched among the values Llama 3.x models use and powers of two.
-func inferLlama3(cfg llama.Config, freqs []float32) (*llama.RopeScaling, error) {
+func inferLlama3(cfg decoder.Config, freqs []float32) (*decoder.RopeScaling, error) {
 	if len(freqs) == 0 || !(freqs[len(freqs)-1] >= 1) {
 		return nil, fmt.Errorf("rope_freqs.weight %v is not a Llama-3.1 rope scaling", freqs)
 	}
@@ -481,7 +481,7 @@ func inferLlama3(cfg llama.Config, freqs []float32) (*llama.RopeScaling, error) 
 	for _, low := range []float64{1, 2} {
 		for _, high := range []float64{4, 2, 8} {
 			for orig := 1 << 13; orig >= 1<<7; orig /= 2 {
-				s := &llama.RopeScaling{Type: llama.RopeLlama3, Factor: factor, LowFreqFactor: low, HighFreqFactor: high, OriginalMaxPositionEmbeddings: orig}
+				s := &decoder.RopeScaling{Type: decoder.RopeLlama3, Factor: factor, LowFreqFactor: low, HighFreqFactor: high, OriginalMaxPositionEmbeddings: orig}
 				if high > low && ropeFactorsMatch(cfg, s, freqs) {
 					return s, nil
 				}

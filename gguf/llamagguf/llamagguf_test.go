@@ -1,6 +1,7 @@
 package llamagguf
 
 import (
+	"encoding/json"
 	"math"
 	"path/filepath"
 	"slices"
@@ -12,7 +13,8 @@ import (
 	"github.com/memfit/memfit/gguf"
 	"github.com/memfit/memfit/internal/golden"
 	"github.com/memfit/memfit/models"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/decoder"
+	"github.com/memfit/memfit/models/hfconfig"
 	"github.com/memfit/memfit/tokenizer"
 )
 
@@ -36,9 +38,17 @@ func TestPermute(t *testing.T) {
 	}
 }
 
-func loadLlama(t *testing.T, dir string) (llama.Config, models.Params) {
+// loadLlama loads a LLaMA folder (the config's shared fields are all a LLaMA of these tests has: family/llama,
+// which decodes the rest, imports this package).
+func loadLlama(t *testing.T, dir string) (decoder.Config, models.Params) {
 	t.Helper()
-	m, err := llama.Load(dir, llama.Options{})
+	m, err := decoder.Load(dir, func(f hfconfig.Fields) (decoder.Config, error) {
+		d := hfconfig.NewDecoder(f)
+		c := decoder.Config{RMSNormEps: 1e-6, RopeTheta: 10000, PadTokenID: -1, BOSTokenID: -1, EOSTokenID: -1}
+		decoder.ReadCommon(d, &c)
+		d.Ignore("model_type", "architectures", "hidden_act", "attention_bias", "mlp_bias", "pretraining_tp")
+		return c, decoder.Finish(d, &c)
+	}, decoder.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +64,7 @@ func TestRoundTrip(t *testing.T) {
 	gqaCfg, gqa := loadLlama(t, filepath.Join(golden.SharedDir(t), "golden", "llama_a"))
 	tinyCfg, tiny := loadLlama(t, filepath.Join("..", "..", "pretrained", "llama-tiny"))
 	tinyCfg.RopeTheta = 500000
-	tinyCfg.RopeScaling = &llama.RopeScaling{Type: llama.RopeLlama3, Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 128}
+	tinyCfg.RopeScaling = &decoder.RopeScaling{Type: decoder.RopeLlama3, Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 128}
 	tok, err := tokenizer.Load(filepath.Join("..", "..", "pretrained", "llama-tiny"))
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +75,7 @@ func TestRoundTrip(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name   string
-		cfg    llama.Config
+		cfg    decoder.Config
 		params models.Params
 		vocab  *tokenizer.GGUFVocab
 	}{{"gqa", gqaCfg, gqa, nil}, {"llama3-tied", tinyCfg, tiny, vocab}} {
@@ -172,9 +182,9 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
-func mustJSON(t *testing.T, c llama.Config) string {
+func mustJSON(t *testing.T, c decoder.Config) string {
 	t.Helper()
-	b, err := c.JSON()
+	b, err := json.Marshal(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +216,7 @@ func TestLlama3FromConverterFile(t *testing.T) {
 	tmp := t.TempDir()
 	cfg, params := loadLlama(t, filepath.Join("..", "..", "pretrained", "llama-tiny"))
 	cfg.RopeTheta = 500000
-	cfg.RopeScaling = &llama.RopeScaling{Type: llama.RopeLlama3, Factor: 32, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 256}
+	cfg.RopeScaling = &decoder.RopeScaling{Type: decoder.RopeLlama3, Factor: 32, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 256}
 	ours := filepath.Join(tmp, "memfit.gguf")
 	if err := Write(ours, cfg, params, Options{Type: gguf.F32}); err != nil {
 		t.Fatal(err)
@@ -260,10 +270,10 @@ func TestLlama3FromConverterFile(t *testing.T) {
 // TestBiasesRoundTrip: a LLaMA with attention and MLP biases (attention_bias, mlp_bias) keeps them, the q/k
 // biases permuted with their rows and back, bit for bit.
 func TestBiasesRoundTrip(t *testing.T) {
-	cfg := llama.Config{VocabSize: 40, HiddenSize: 32, IntermediateSize: 48, NumHiddenLayers: 2, NumAttentionHeads: 4, NumKeyValueHeads: 2,
+	cfg := decoder.Config{VocabSize: 40, HiddenSize: 32, IntermediateSize: 48, NumHiddenLayers: 2, NumAttentionHeads: 4, NumKeyValueHeads: 2,
 		HeadDim: 8, MaxPositionEmbeddings: 32, RMSNormEps: 1e-6, RopeTheta: 10000, PadTokenID: -1, BOSTokenID: 1, EOSTokenID: 2,
-		Architecture: llama.ArchCausalLM, AttentionBias: true, MLPBias: true}
-	params := llama.RandomParams(cfg, 3)
+		Task: decoder.CausalLM, AttentionBias: true, MLPBias: true}
+	params := decoder.RandomParams(cfg, 3)
 	for _, name := range params.Names() {
 		if strings.HasSuffix(name, ".bias") {
 			n := params.Dims(name)[0]
@@ -287,7 +297,7 @@ func TestBiasesRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hf, _ := params.Float32s(llama.LayerPrefix(1) + llama.QProj + ".bias")
+	hf, _ := params.Float32s(decoder.LayerPrefix(1) + decoder.QProj + ".bias")
 	if !slices.Equal(qb, permute(hf, cfg.NumAttentionHeads, 1, false)) || slices.Equal(qb, hf) {
 		t.Fatalf("attn_q.bias is not the permuted q_proj bias")
 	}

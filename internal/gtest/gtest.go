@@ -210,8 +210,28 @@ func RunBuilt(t testing.TB, build func(g *graph.Graph) (outputs []*graph.Node, i
 // Main runs a package's tests (call it from TestMain). In SIMD builds it first restarts the test binary with
 // GODEBUG=cpu.fma=off, as the finetune command does (engine.ReexecWithFMAWorkaround): without it Go's math.Exp
 // runs about 100x slower after GoMLX's vector kernels, and a test of the shipped LLaMA's MMLU scoring took 237 s
-// instead of 9 s.
+// instead of 9 s. It also keeps the tests off the Hugging Face Hub and the user's cache (isolateHub).
 func Main(m *testing.M) {
 	engine.ReexecWithFMAWorkaround()
-	os.Exit(m.Run())
+	cleanup := isolateHub()
+	code := m.Run()
+	cleanup()
+	os.Exit(code)
+}
+
+// isolateHub keeps tests off the network and out of the user's Hugging Face cache and token: HF_HOME is a
+// temporary folder, HF_HUB_OFFLINE=1 (a test of Hub access sets HF_ENDPOINT to its stand-in and
+// HF_HUB_OFFLINE=0), and no other Hub variable is inherited.
+func isolateHub() func() {
+	for _, k := range []string{"HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH",
+		"HF_ENDPOINT", "TRANSFORMERS_OFFLINE"} {
+		os.Unsetenv(k)
+	}
+	os.Setenv("HF_HUB_OFFLINE", "1")
+	home, err := os.MkdirTemp("", "memfit-test-hf-home-")
+	if err != nil {
+		return func() {}
+	}
+	os.Setenv("HF_HOME", home)
+	return func() { os.RemoveAll(home) }
 }

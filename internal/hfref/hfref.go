@@ -1,19 +1,22 @@
 // Package hfref runs Hugging Face tokenizers (tools/hftokenizers: the Rust library's Node binding, npm tokenizers
 // 0.23.2) as the reference side of memfit's tokenizer tests: encodings of texts and pairs with their token type
-// ids and truncation. Tests skip the live comparison where node or the npm package is not installed (.ci/run
-// installs it); committed reference files cover the same cases without it.
+// ids and truncation. The npm package is installed on first use into memfit's npm tool cache (internal/npmtool,
+// once per machine); tests skip the live comparison only where node or npm is missing, and committed reference
+// files cover the same cases without it.
 package hfref
 
 import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/memfit/memfit/internal/npmtool"
 )
 
 // Encoding is one reference encoding: the ids and token type ids Hugging Face tokenizers gives.
@@ -37,13 +40,23 @@ func Dir() string {
 	return filepath.Join(filepath.Dir(file), "..", "..", "tools", "hftokenizers")
 }
 
-// Available reports whether the reference can run (node and the installed npm package), and why not.
+var (
+	installOnce sync.Once
+	installed   *npmtool.Installed
+	installErr  error
+)
+
+// install installs tools/hftokenizers into the npm tool cache (once per process; npm runs once per machine).
+func install() (*npmtool.Installed, error) {
+	installOnce.Do(func() { installed, installErr = npmtool.Install(Dir(), nil) })
+	return installed, installErr
+}
+
+// Available reports whether the reference can run (node and npm are there), and why not. An install that fails
+// where they are is not a reason to skip: Encode fails the test with it.
 func Available() (bool, string) {
-	if _, err := exec.LookPath("node"); err != nil {
-		return false, "node is not installed"
-	}
-	if _, err := os.Stat(filepath.Join(Dir(), "node_modules", "tokenizers", "package.json")); err != nil {
-		return false, "npm tokenizers is not installed (cd tools/hftokenizers && npm install)"
+	if _, err := npmtool.FindNode(); err != nil {
+		return false, err.Error()
 	}
 	return true, ""
 }
@@ -55,6 +68,10 @@ func Encode(t testing.TB, path string, maxLength int, inputs []Input) []Encoding
 	if ok, why := Available(); !ok {
 		t.Skipf("Hugging Face tokenizers reference: %s", why)
 	}
+	tool, err := install()
+	if err != nil {
+		t.Fatalf("Hugging Face tokenizers reference: %v", err)
+	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +80,7 @@ func Encode(t testing.TB, path string, maxLength int, inputs []Input) []Encoding
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("node", filepath.Join(Dir(), "encode.mjs"))
+	cmd := exec.Command(tool.Node, tool.Script("encode.mjs"))
 	cmd.Stdin = bytes.NewReader(req)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

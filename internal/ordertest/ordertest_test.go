@@ -1,6 +1,7 @@
 package ordertest_test
 
 import (
+	_ "github.com/memfit/memfit/family/all" // the families the presets name
 	"testing"
 
 	"github.com/memfit/memfit/engine"

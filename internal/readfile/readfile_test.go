@@ -61,3 +61,40 @@ func TestReadIsBounded(t *testing.T) {
 		t.Errorf("FormatSize: %s", got)
 	}
 }
+
+// TestNoUnboundedReads: memfit's code reads whole files only through Read (a regular-file check and a bound):
+// os.ReadFile and io.ReadAll appear nowhere else outside tests and tools/, except io.ReadAll of an
+// io.LimitReader.
+func TestNoUnboundedReads(t *testing.T) {
+	root := filepath.Join("..", "..")
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); p != root && (n == "tools" || n == "node_modules" || strings.HasPrefix(n, ".")) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		raw, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(raw), "\n") {
+			if trimmed := strings.TrimSpace(line); strings.HasPrefix(trimmed, "//") {
+				continue
+			}
+			if strings.Contains(line, "os.ReadFile(") || strings.Contains(line, "io.ReadAll(") && !strings.Contains(line, "io.LimitReader(") {
+				t.Errorf("%s:%d reads a whole file without a bound: use readfile.Read(path, limit): %s", p, i+1, strings.TrimSpace(line))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -407,3 +407,33 @@ func GenericLabels(n int) []string {
 	}
 	return labels
 }
+
+// GenerationEOS returns the eos_token_id of dir's generation_config.json (one id or a list, as transformers takes
+// it; transformers' generate stops at any of them, and Llama-3 Instruct lists <|eot_id|> there and not in
+// config.json), nil when the file or the field is absent. An id outside [0, vocab) or a field of another type is an
+// error naming the file.
+func GenerationEOS(dir string, vocab int) ([]int, error) {
+	path := filepath.Join(dir, "generation_config.json")
+	b, err := readfile.Read(path, readfile.Config)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	f, err := Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	d := NewDecoder(f)
+	ids := d.TokenIDs("eos_token_id")
+	if err := d.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	for _, id := range ids {
+		if id < 0 || id >= vocab {
+			return nil, fmt.Errorf("%s: field \"eos_token_id\" holds %d, outside the vocabulary [0, %d) (vocab_size)", path, id, vocab)
+		}
+	}
+	return ids, nil
+}

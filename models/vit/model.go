@@ -2,14 +2,9 @@ package vit
 
 import (
 	"fmt"
-	"math"
-	"math/rand/v2"
-	"sort"
 
 	"github.com/gomlx/gomlx/core/graph"
-	"github.com/gomlx/gomlx/core/tensors"
 
-	"github.com/memfit/memfit/attention"
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/msnorm"
@@ -31,21 +26,9 @@ const (
 // LayerPrefix returns the name prefix of encoder layer i: "vit.encoder.layer.{i}.".
 func LayerPrefix(i int) string { return fmt.Sprintf("vit.encoder.layer.%d.", i) }
 
-// Options choose the memory-saving modes a model is built in. The same checkpoint runs in every combination.
-type Options struct {
-	// ApproxActivation uses ReGELU2 (exact GELU forward, 2-bit backward).
-	ApproxActivation bool
-	// MSNorm uses MS-LN: every LayerNorm whose output feeds linear layers is folded into them at load time.
-	MSNorm bool
-	// Attention is the attention kind.
-	Attention attention.Kind
-	// GradCheckpoint recomputes each encoder layer in the backward pass instead of keeping its activations
-	// (gradient checkpointing per block; only the layers' inputs are kept).
-	GradCheckpoint bool
-	// Blocks, when not nil, is a per-block memory plan (one mode per encoder layer) that replaces
-	// ApproxActivation, GradCheckpoint and the step's Mesa kinds inside the layers.
-	Blocks []models.BlockMode
-}
+// Options choose the memory-saving modes a model is built in (models.Options; the approximate activation is
+// ReGELU2, and MS-LN folds every LayerNorm whose output feeds linear layers into them).
+type Options = models.Options
 
 // Model is a ViT (ViTModel or ViTForImageClassification) ready to be built into graphs.
 type Model struct {
@@ -104,66 +87,37 @@ func Folds(cfg Config) []models.Fold {
 	return out
 }
 
+// Architecture returns what building cfg's model from its weights needs (models.Prepare).
+func Architecture(cfg Config) models.Architecture {
+	return models.Architecture{Shapes: Shapes(cfg), Folds: Folds(cfg), Blocks: cfg.NumHiddenLayers}
+}
+
 // New checks params against cfg (every expected name present with its shape, nothing else, all float32) and
 // returns the model in the given modes, folding the norms when opts.MSNorm.
 func New(cfg Config, params models.Params, opts Options) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if err := models.CheckShapes(params, Shapes(cfg)); err != nil {
+	p, folded, err := models.Prepare(Architecture(cfg), params, opts.Blocks, opts.MSNorm)
+	if err != nil {
 		return nil, err
 	}
-	if opts.Blocks != nil && len(opts.Blocks) != cfg.NumHiddenLayers {
-		return nil, fmt.Errorf("the per-block memory plan has %d blocks, the model %d", len(opts.Blocks), cfg.NumHiddenLayers)
-	}
-	m := &Model{Config: cfg, Options: opts, Params: params, Folded: models.Params{}}
-	if opts.MSNorm {
-		var err error
-		if m.Params, m.Folded, err = models.ApplyFolds(params, Folds(cfg), Shapes(cfg)); err != nil {
-			return nil, err
-		}
-	}
-	return m, nil
+	return &Model{Config: cfg, Options: opts, Params: p, Folded: folded}, nil
 }
 
 // RandomParams returns freshly initialised parameters for cfg, as transformers' ViT initialisation does:
 // linear, patch and embedding weights normal(0, 0.02) (transformers truncates at 2 standard deviations; so does
 // this), biases zero, LayerNorm weights one.
 func RandomParams(cfg Config, seed uint64) models.Params {
-	r := rand.New(rand.NewPCG(seed, 0x717))
-	p := models.Params{}
-	shapes := Shapes(cfg)
-	names := make([]string, 0, len(shapes))
-	for name := range shapes {
-		names = append(names, name)
-	}
-	sort.Strings(names) // draw in a fixed order: the same seed gives the same weights
-	for _, name := range names {
-		dims := shapes[name]
-		n := 1
-		for _, d := range dims {
-			n *= d
-		}
-		data := make([]float32, n)
+	return models.RandomParams(Shapes(cfg), seed, 0x717, func(name string, dims []int) models.Init {
 		switch {
 		case isNormWeight(name):
-			for i := range data {
-				data[i] = 1
-			}
+			return models.Init{Const: 1}
 		case len(dims) == 1:
-			// biases: zero
-		default:
-			for i := range data {
-				v := r.NormFloat64()
-				for math.Abs(v) > 2 {
-					v = r.NormFloat64()
-				}
-				data[i] = float32(0.02 * v)
-			}
+			return models.Init{} // biases: zero
 		}
-		p[name] = tensors.FromFlatDataAndDimensions(data, dims...)
-	}
-	return p
+		return models.Init{Std: 0.02, Truncate: 2}
+	})
 }
 
 func isNormWeight(name string) bool {

@@ -16,11 +16,14 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/adapter"
+	"github.com/memfit/memfit/family/llama"
+	"github.com/memfit/memfit/family/lm"
+	vitfam "github.com/memfit/memfit/family/vit"
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/internal/gtest"
 	"github.com/memfit/memfit/internal/readfile"
 	"github.com/memfit/memfit/models"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/decoder"
 	"github.com/memfit/memfit/models/vit"
 	"github.com/memfit/memfit/safetensors"
 )
@@ -28,7 +31,7 @@ import (
 // ViT returns the tiny ViT classifier (3 labels) with base seed 1 and random (non-zero) linear biases, loaded
 // with opts; with randomNorms its LayerNorms get weights near 1 and non-zero biases, so MS-norm's change of basis
 // is not the identity (otherwise they are the identity).
-func ViT(t testing.TB, opts vit.Options, randomNorms bool) finetune.ViT {
+func ViT(t testing.TB, opts vit.Options, randomNorms bool) vitfam.Model {
 	t.Helper()
 	cfg, err := vit.Preset("tiny", 3)
 	if err != nil {
@@ -56,7 +59,7 @@ func ViT(t testing.TB, opts vit.Options, randomNorms bool) finetune.ViT {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return finetune.ViT{Model: m}
+	return vitfam.Model{Model: m}
 }
 
 // LoadViT loads a ViT checkpoint folder with the stock model code (no options).
@@ -65,18 +68,18 @@ func LoadViT(dir string) (finetune.Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	return finetune.ViT{Model: m}, nil
+	return vitfam.Model{Model: m}, nil
 }
 
 // Llama returns the tiny LLaMA causal LM with base seed 2, loaded with opts; with randomNorms its RMSNorm
 // weights are near 1 instead of 1, so MS-norm's change of basis is a scaling (RMSNorm has no shift).
-func Llama(t testing.TB, opts llama.Options, randomNorms bool) finetune.Llama {
+func Llama(t testing.TB, opts decoder.Options, randomNorms bool) lm.Model {
 	t.Helper()
 	cfg, err := llama.Preset("tiny", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := llama.RandomParams(cfg, 2)
+	p := decoder.RandomParams(cfg, 2)
 	for i, name := range p.Names() {
 		if randomNorms && strings.HasSuffix(name, "norm.weight") {
 			v := gtest.Rand(uint64(300+i), p[name].Shape().Size(), 0.2)
@@ -86,20 +89,20 @@ func Llama(t testing.TB, opts llama.Options, randomNorms bool) finetune.Llama {
 			p[name] = tensors.FromFlatDataAndDimensions(v, p[name].Shape().Dimensions...)
 		}
 	}
-	m, err := llama.New(cfg, p, opts)
+	m, err := decoder.New(cfg, p, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return finetune.Llama{Model: m}
+	return lm.Model{Model: m, Spec: llama.Spec}
 }
 
 // LoadLlama loads a LLaMA checkpoint folder with the stock model code (no options).
 func LoadLlama(dir string) (finetune.Model, error) {
-	m, err := llama.Load(dir, llama.Options{})
+	m, err := llama.Load(dir, decoder.Options{})
 	if err != nil {
 		return nil, err
 	}
-	return finetune.Llama{Model: m}, nil
+	return lm.Model{Model: m, Spec: llama.Spec}, nil
 }
 
 // Text returns 16 sequences of 12 tokens following t[i+1] = (5 t[i] + 3) mod 64.

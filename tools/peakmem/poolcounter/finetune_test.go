@@ -11,10 +11,12 @@ import (
 	"github.com/gomlx/gomlx/core/graph"
 	"github.com/gomlx/gomlx/core/tensors"
 
+	_ "github.com/memfit/memfit/family/all" // the families finetune.LoadModel loads
+	"github.com/memfit/memfit/family/llama"
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/models"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/decoder"
 	"github.com/memfit/memfit/models/vit"
 )
 
@@ -34,9 +36,9 @@ func tinyCheckpoints(t *testing.T) (vitDir, llamaDir string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lj, _ := lcfg.JSON()
+	lj, _ := llama.JSON(lcfg)
 	llamaDir = filepath.Join(t.TempDir(), "llama")
-	if err := models.SaveCheckpoint(llamaDir, lj, llama.RandomParams(lcfg, 12), 0); err != nil {
+	if err := models.SaveCheckpoint(llamaDir, lj, decoder.RandomParams(lcfg, 12), 0); err != nil {
 		t.Fatal(err)
 	}
 	return vitDir, llamaDir

@@ -1,10 +1,9 @@
-package llama
+package decoder
 
 import (
 	"fmt"
 	"math"
-	"math/rand/v2"
-	"sort"
+	"strings"
 
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/shapes"
@@ -15,6 +14,7 @@ import (
 	"github.com/memfit/memfit/attention"
 	"github.com/memfit/memfit/engine"
 	"github.com/memfit/memfit/models"
+	"github.com/memfit/memfit/models/hfconfig"
 	"github.com/memfit/memfit/msnorm"
 	"github.com/memfit/memfit/quant"
 )
@@ -40,22 +40,10 @@ const (
 // LayerPrefix returns the name prefix of decoder layer i: "model.layers.{i}.".
 func LayerPrefix(i int) string { return fmt.Sprintf("model.layers.%d.", i) }
 
-// Options choose the memory-saving modes a model is built in. The same checkpoint runs in every combination.
-type Options struct {
-	// ApproxActivation uses ReSiLU2 (exact SiLU forward, 2-bit backward) in the gated MLP.
-	ApproxActivation bool
-	// MSNorm uses MS-RMSNorm: input_layernorm is folded into q/k/v, post_attention_layernorm into gate/up, and
-	// model.norm into the head when the head is not tied to the embeddings (a tied head keeps a plain RMSNorm).
-	MSNorm bool
-	// Attention is the attention kind.
-	Attention attention.Kind
-	// GradCheckpoint recomputes each decoder layer in the backward pass instead of keeping its activations
-	// (gradient checkpointing per block; only the layers' inputs are kept).
-	GradCheckpoint bool
-	// Blocks, when not nil, is a per-block memory plan (one mode per decoder layer) that replaces
-	// ApproxActivation, GradCheckpoint and the step's Mesa kinds inside the layers.
-	Blocks []models.BlockMode
-}
+// Options choose the memory-saving modes a model is built in (models.Options; the approximate activation is
+// ReSiLU2 in the gated MLP, MS-RMSNorm folds input_layernorm into q/k/v, post_attention_layernorm into gate/up,
+// and model.norm into the head when the head is not tied to the embeddings).
+type Options = models.Options
 
 // Model is a LLaMA (LlamaForCausalLM or LlamaForSequenceClassification) ready to be built into graphs.
 type Model struct {
@@ -67,14 +55,18 @@ type Model struct {
 	Folded models.Params
 }
 
-// LlamaConfig returns the model's config; code that holds a model behind an interface (an evaluation over
-// runner.Model, say) finds out through it that the model is a LLaMA and which head it has.
-func (m *Model) LlamaConfig() Config { return m.Config }
+// TextSpec describes the model's tokens and task (models.TextModel): what tokenizing, padding, generating and
+// evaluating need to know of it.
+func (m *Model) TextSpec() models.TextSpec {
+	c := m.Config
+	return models.TextSpec{VocabSize: c.VocabSize, MaxPositions: c.MaxPositionEmbeddings, PadID: c.PadTokenID,
+		BOSID: c.BOSTokenID, EOSIDs: c.EOSIDs(), Task: c.Task, Labels: c.Labels}
+}
 
 // head returns the name of the output projection: lm_head, score, or the embeddings when tied.
 func (c Config) head() string {
 	switch {
-	case c.Architecture == ArchClassification:
+	case c.Classifier():
 		return Score
 	case c.TieWordEmbeddings:
 		return EmbedTokens
@@ -131,63 +123,35 @@ func Folds(cfg Config) []models.Fold {
 	return out
 }
 
+// Architecture returns what building cfg's model from its weights needs (models.Prepare).
+func Architecture(cfg Config) models.Architecture {
+	return models.Architecture{Shapes: Shapes(cfg), Folds: Folds(cfg), Blocks: cfg.NumHiddenLayers}
+}
+
 // New checks params against cfg and returns the model in the given modes, folding the norms when opts.MSNorm.
 func New(cfg Config, params models.Params, opts Options) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if err := models.CheckShapes(params, Shapes(cfg)); err != nil {
+	p, folded, err := models.Prepare(Architecture(cfg), params, opts.Blocks, opts.MSNorm)
+	if err != nil {
 		return nil, err
 	}
-	if opts.Blocks != nil && len(opts.Blocks) != cfg.NumHiddenLayers {
-		return nil, fmt.Errorf("the per-block memory plan has %d blocks, the model %d", len(opts.Blocks), cfg.NumHiddenLayers)
-	}
-	m := &Model{Config: cfg, Options: opts, Params: params, Folded: models.Params{}}
-	if opts.MSNorm {
-		var err error
-		if m.Params, m.Folded, err = models.ApplyFolds(params, Folds(cfg), Shapes(cfg)); err != nil {
-			return nil, err
-		}
-	}
-	return m, nil
+	return &Model{Config: cfg, Options: opts, Params: p, Folded: folded}, nil
 }
 
 // RandomParams returns freshly initialised parameters for cfg, as transformers' LLaMA initialisation does:
 // linear and embedding weights normal(0, 0.02), biases zero, RMSNorm weights one.
 func RandomParams(cfg Config, seed uint64) models.Params {
-	r := rand.New(rand.NewPCG(seed, 0x11a))
-	p := models.Params{}
-	shapes := Shapes(cfg)
-	names := make([]string, 0, len(shapes))
-	for name := range shapes {
-		names = append(names, name)
-	}
-	sort.Strings(names) // draw in a fixed order: the same seed gives the same weights
-	for _, name := range names {
-		dims := shapes[name]
-		n := 1
-		for _, d := range dims {
-			n *= d
-		}
-		data := make([]float32, n)
+	return models.RandomParams(Shapes(cfg), seed, 0x11a, func(name string, dims []int) models.Init {
 		switch {
-		case len(dims) == 1 && (name == FinalNorm || hasSuffix(name, InputNorm) || hasSuffix(name, PostNorm)):
-			for i := range data {
-				data[i] = 1
-			}
+		case len(dims) == 1 && (name == FinalNorm || strings.HasSuffix(name, InputNorm) || strings.HasSuffix(name, PostNorm)):
+			return models.Init{Const: 1}
 		case len(dims) == 1:
-		default:
-			for i := range data {
-				data[i] = float32(0.02 * r.NormFloat64())
-			}
+			return models.Init{}
 		}
-		p[name] = tensors.FromFlatDataAndDimensions(data, dims...)
-	}
-	return p
-}
-
-func hasSuffix(s, suffix string) bool {
-	return len(s) >= len(suffix) && s[len(s)-len(suffix):] == suffix
+		return models.Init{Std: 0.02}
+	})
 }
 
 // Outputs are the nodes a forward pass produces.
@@ -218,11 +182,11 @@ func (m *Model) Forward(b models.Bound, inputIDs, attentionMask *graph.Node) Out
 func (m *Model) ForwardPacked(b models.Bound, inputIDs, attentionMask, positionIDs *graph.Node) Outputs {
 	cfg := m.Config
 	if inputIDs.Rank() != 2 || !inputIDs.DType().IsInt() {
-		panic(fmt.Sprintf("llama: input_ids must be integer [B, T], got %s", inputIDs.Shape()))
+		panic(fmt.Sprintf("decoder: input_ids must be integer [B, T], got %s", inputIDs.Shape()))
 	}
 	batch, seq := inputIDs.Shape().Dim(0), inputIDs.Shape().Dim(1)
 	if attentionMask != nil && (attentionMask.Rank() != 2 || attentionMask.Shape().Dim(0) != batch || attentionMask.Shape().Dim(1) != seq) {
-		panic(fmt.Sprintf("llama: attention_mask must be [%d, %d], got %s", batch, seq, attentionMask.Shape()))
+		panic(fmt.Sprintf("decoder: attention_mask must be [%d, %d], got %s", batch, seq, attentionMask.Shape()))
 	}
 	x := embedTokens(b.Node(EmbedTokens), inputIDs)
 	out := Outputs{Hidden: []*graph.Node{x}}
@@ -230,7 +194,7 @@ func (m *Model) ForwardPacked(b models.Bound, inputIDs, attentionMask, positionI
 	mask := attention.Mask{Causal: true, KeyPadding: attentionMask}
 	if positionIDs != nil {
 		if positionIDs.Rank() != 2 || positionIDs.Shape().Dim(0) != batch || positionIDs.Shape().Dim(1) != seq || !positionIDs.DType().IsInt() {
-			panic(fmt.Sprintf("llama: position_ids must be integer [%d, %d], got %s", batch, seq, positionIDs.Shape()))
+			panic(fmt.Sprintf("decoder: position_ids must be integer [%d, %d], got %s", batch, seq, positionIDs.Shape()))
 		}
 		pos := graph.ConvertDType(positionIDs, dtypes.Int32)
 		rope = rope.at(pos)
@@ -252,7 +216,7 @@ func (m *Model) ForwardPacked(b models.Bound, inputIDs, attentionMask, positionI
 			out.Hidden = append(out.Hidden, x)
 		}
 	}
-	if cfg.Architecture == ArchClassification {
+	if cfg.Classifier() {
 		// The head reads one token per row, and the norm and the head act per token: pool first.
 		pos := lastTokenPositions(inputIDs, cfg.PadTokenID)
 		out.PooledPositions = pos
@@ -428,10 +392,11 @@ func LinearLayers(cfg Config) []models.LinearLayer {
 	return models.LinearLayers(Shapes(cfg), []string{"lm_head", "score"}, EmbedTokens)
 }
 
-// Load reads a LLaMA model folder (config.json and safetensors weights) and returns the model in the given
-// modes. A tied head may also be stored as lm_head.weight (it is then ignored: the embeddings are the head).
-func Load(dir string, opts Options) (*Model, error) {
-	cfg, err := LoadConfig(dir)
+// Load reads a model folder (config.json, decoded by its family's decode, and safetensors weights) and returns
+// the model in the given modes. A tied head may also be stored as lm_head.weight (it is then ignored: the
+// embeddings are the head).
+func Load(dir string, decode func(hfconfig.Fields) (Config, error), opts Options) (*Model, error) {
+	cfg, err := hfconfig.LoadWith(dir, decode)
 	if err != nil {
 		return nil, err
 	}

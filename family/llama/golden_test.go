@@ -11,11 +11,12 @@ import (
 
 	"github.com/memfit/memfit/attention"
 	"github.com/memfit/memfit/engine"
+	"github.com/memfit/memfit/family/llama"
 	"github.com/memfit/memfit/internal/golden"
 	"github.com/memfit/memfit/internal/gtest"
 	"github.com/memfit/memfit/loss"
 	"github.com/memfit/memfit/models"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/decoder"
 )
 
 // goldenRun holds one forward/backward on the golden inputs.
@@ -28,18 +29,18 @@ type goldenRun struct {
 
 // runGolden loads the model (weights from weightsFile inside the golden folder when not empty) in opts, runs
 // the golden inputs with labels, and returns logits, loss, hidden states and the gradients of gradNames.
-func runGolden(t *testing.T, g *golden.File, weightsFile string, opts llama.Options, labels golden.Array, gradNames []string) goldenRun {
+func runGolden(t *testing.T, g *golden.File, weightsFile string, opts decoder.Options, labels golden.Array, gradNames []string) goldenRun {
 	t.Helper()
 	m, err := llama.Load(g.Dir, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if weightsFile != "" {
-		params, err := models.LoadParams(filepath.Join(g.Dir, weightsFile), llama.Shapes(m.Config), models.LoadOptions{})
+		params, err := models.LoadParams(filepath.Join(g.Dir, weightsFile), decoder.Shapes(m.Config), models.LoadOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if m, err = llama.New(m.Config, params, opts); err != nil {
+		if m, err = decoder.New(m.Config, params, opts); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -56,7 +57,7 @@ func runGolden(t *testing.T, g *golden.File, weightsFile string, opts llama.Opti
 		b := models.Bind(gr, m.Params)
 		out := m.Forward(b, idsN, maskN)
 		var l *graph.Node
-		if m.Config.Architecture == llama.ArchClassification {
+		if m.Config.Task == decoder.SequenceClassification {
 			l = loss.CrossEntropy(out.Logits, labelsN, loss.IgnoreIndex)
 		} else {
 			n := out.Logits.Shape().Dim(1)
@@ -86,7 +87,7 @@ func runGolden(t *testing.T, g *golden.File, weightsFile string, opts llama.Opti
 		r.grads[n] = values[2+i]
 	}
 	r.hidden = values[2+len(gradNames) : 2+len(gradNames)+nHidden]
-	if m.Config.Architecture == llama.ArchClassification {
+	if m.Config.Task == decoder.SequenceClassification {
 		r.pooled = values[len(values)-1]
 	}
 	return r
@@ -108,7 +109,7 @@ func TestGoldenCausalLM(t *testing.T) {
 					if exactGrads {
 						names = gradNames
 					}
-					r := runGolden(t, g, "", llama.Options{ApproxActivation: approx, MSNorm: ms, Attention: kind}, labels, names)
+					r := runGolden(t, g, "", decoder.Options{ApproxActivation: approx, MSNorm: ms, Attention: kind}, labels, names)
 					d := golden.RelMaxDiff(r.logits, wantLogits)
 					t.Logf("logits rel diff %.2g, loss diff %.2g", d, math.Abs(float64(r.loss[0])-wantLoss))
 					if d > 1e-4 {
@@ -129,7 +130,7 @@ func TestGoldenCausalLM(t *testing.T) {
 		}
 	}
 	// Padded positions ignored: the masked labels' loss.
-	r := runGolden(t, g, "", llama.Options{}, g.Array(t, "masked_labels", "labels"), nil)
+	r := runGolden(t, g, "", decoder.Options{}, g.Array(t, "masked_labels", "labels"), nil)
 	if want := g.Array(t, "masked_labels", "loss").Values[0]; math.Abs(float64(r.loss[0])-want) > 1e-5 {
 		t.Errorf("masked loss %g, transformers %g", r.loss[0], want)
 	}
@@ -139,7 +140,7 @@ func TestGoldenCausalLM(t *testing.T) {
 // goldens.
 func TestGoldenBF16Weights(t *testing.T) {
 	g := golden.Load(t, "llama_a")
-	r := runGolden(t, g, "model-bf16.safetensors", llama.Options{}, g.Array(t, "labels"), nil)
+	r := runGolden(t, g, "model-bf16.safetensors", decoder.Options{}, g.Array(t, "labels"), nil)
 	t.Logf("bf16 weights: logits rel diff %.2g, loss diff %.2g", golden.RelMaxDiff(r.logits, g.Array(t, "bf16", "outputs", "logits").Float32s()),
 		math.Abs(float64(r.loss[0])-g.Array(t, "bf16", "outputs", "loss").Values[0]))
 	if d := golden.RelMaxDiff(r.logits, g.Array(t, "bf16", "outputs", "logits").Float32s()); d > 1e-4 {
@@ -162,7 +163,7 @@ func TestGoldenSequenceClassification(t *testing.T) {
 		if !ms {
 			names = gradNames
 		}
-		r := runGolden(t, g, "", llama.Options{MSNorm: ms}, g.Array(t, "labels"), names)
+		r := runGolden(t, g, "", decoder.Options{MSNorm: ms}, g.Array(t, "labels"), names)
 		t.Logf("ms=%v: logits rel diff %.2g, loss diff %.2g", ms, golden.RelMaxDiff(r.logits, g.Array(t, "outputs", "logits").Float32s()),
 			math.Abs(float64(r.loss[0])-g.Array(t, "outputs", "loss").Values[0]))
 		if d := golden.RelMaxDiff(r.logits, g.Array(t, "outputs", "logits").Float32s()); d > 1e-4 {

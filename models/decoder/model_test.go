@@ -1,4 +1,4 @@
-package llama_test
+package decoder_test
 
 import (
 	"fmt"
@@ -10,16 +10,17 @@ import (
 
 	"github.com/memfit/memfit/attention"
 	"github.com/memfit/memfit/engine"
+	"github.com/memfit/memfit/family/llama"
 	"github.com/memfit/memfit/internal/gtest"
 	"github.com/memfit/memfit/loss"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/models"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/decoder"
 )
 
 // randomish returns parameters with non-trivial norms (1 ± 0.1), so folding is really exercised.
-func randomish(cfg llama.Config, seed uint64) models.Params {
-	p := llama.RandomParams(cfg, seed)
+func randomish(cfg decoder.Config, seed uint64) models.Params {
+	p := decoder.RandomParams(cfg, seed)
 	for name, t := range p {
 		if t.Rank() == 1 {
 			noise := gtest.Rand(seed+uint64(len(name)), t.Shape().Size(), 0.1)
@@ -39,9 +40,9 @@ type stepResult struct {
 }
 
 // step runs logits, loss and the gradients of every parameter the model has in its original (unfolded) form.
-func step(t *testing.T, cfg llama.Config, params models.Params, opts llama.Options, ids, mask, labels *tensors.Tensor) stepResult {
+func step(t *testing.T, cfg decoder.Config, params models.Params, opts decoder.Options, ids, mask, labels *tensors.Tensor) stepResult {
 	t.Helper()
-	m, err := llama.New(cfg, params, opts)
+	m, err := decoder.New(cfg, params, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +54,7 @@ func step(t *testing.T, cfg llama.Config, params models.Params, opts llama.Optio
 		bound := models.Bind(g, m.Params)
 		out := m.Forward(bound, idsN, maskN)
 		var l *graph.Node
-		if cfg.Architecture == llama.ArchClassification {
+		if cfg.Task == decoder.SequenceClassification {
 			l = loss.CrossEntropy(out.Logits, labelsN, loss.IgnoreIndex)
 		} else {
 			// Next-token loss: logits[:, :-1] against labels[:, 1:].
@@ -89,12 +90,12 @@ func TestModesAgree(t *testing.T) {
 	}
 	params := randomish(cfg, 1)
 	ids, mask, labels := tinyInputs()
-	base := step(t, cfg, params, llama.Options{}, ids, mask, labels)
+	base := step(t, cfg, params, decoder.Options{}, ids, mask, labels)
 	for _, approx := range []bool{false, true} {
 		for _, ms := range []bool{false, true} {
 			for _, kind := range []attention.Kind{attention.KindStandard, attention.KindMemoryEfficient} {
 				name := fmt.Sprintf("approx=%v ms=%v %s", approx, ms, kind)
-				r := step(t, cfg, params, llama.Options{ApproxActivation: approx, MSNorm: ms, Attention: kind}, ids, mask, labels)
+				r := step(t, cfg, params, decoder.Options{ApproxActivation: approx, MSNorm: ms, Attention: kind}, ids, mask, labels)
 				if d := gtest.MaxRelDiff(r.values[0], base.values[0], 1); d > 1e-5 {
 					t.Errorf("%s: logits differ by %g", name, d)
 				}
@@ -118,8 +119,8 @@ func TestGradCheckpointExact(t *testing.T) {
 	cfg, _ := llama.Preset("tiny", 0)
 	params := randomish(cfg, 4)
 	ids, mask, labels := tinyInputs()
-	plain := step(t, cfg, params, llama.Options{}, ids, mask, labels)
-	ckpt := step(t, cfg, params, llama.Options{GradCheckpoint: true}, ids, mask, labels)
+	plain := step(t, cfg, params, decoder.Options{}, ids, mask, labels)
+	ckpt := step(t, cfg, params, decoder.Options{GradCheckpoint: true}, ids, mask, labels)
 	for i := range plain.values {
 		if d := gtest.MaxRelDiff(ckpt.values[i], plain.values[i], 1e-3); d > 1e-4 {
 			t.Errorf("output %d differs by %g with checkpointing", i, d)
@@ -139,7 +140,7 @@ func TestReSiLU2AndMSNormKeepLess(t *testing.T) {
 	params := randomish(cfg, 2)
 	ids, mask, labels := tinyInputs()
 	byMode := map[string]*memory.SavedReport{}
-	for _, mode := range []llama.Options{{}, {ApproxActivation: true}, {MSNorm: true}, {ApproxActivation: true, MSNorm: true}} {
+	for _, mode := range []decoder.Options{{}, {ApproxActivation: true}, {MSNorm: true}, {ApproxActivation: true, MSNorm: true}} {
 		r := step(t, cfg, params, mode, ids, mask, labels)
 		saved, err := memory.Saved(r.g, r.outputs...)
 		if err != nil {
@@ -192,32 +193,32 @@ func TestTiedHead(t *testing.T) {
 	cfg, _ := llama.Preset("tiny", 0)
 	cfg.TieWordEmbeddings = true
 	params := randomish(cfg, 9)
-	if _, ok := params[llama.LMHead]; ok {
+	if _, ok := params[decoder.LMHead]; ok {
 		t.Fatal("a tied model has an lm_head parameter")
 	}
 	ids, mask, labels := tinyInputs()
-	plain := step(t, cfg, params, llama.Options{}, ids, mask, labels)
-	ms := step(t, cfg, params, llama.Options{MSNorm: true, ApproxActivation: true}, ids, mask, labels)
+	plain := step(t, cfg, params, decoder.Options{}, ids, mask, labels)
+	ms := step(t, cfg, params, decoder.Options{MSNorm: true, ApproxActivation: true}, ids, mask, labels)
 	if d := gtest.MaxRelDiff(ms.values[0], plain.values[0], 1); d > 1e-5 {
 		t.Errorf("tied head: MS-norm logits differ by %g", d)
 	}
-	m, err := llama.New(cfg, params, llama.Options{MSNorm: true})
+	m, err := decoder.New(cfg, params, decoder.Options{MSNorm: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := m.Params[llama.FinalNorm]; !ok {
+	if _, ok := m.Params[decoder.FinalNorm]; !ok {
 		t.Error("the final norm was folded into a tied head")
 	}
 	dir := t.TempDir()
-	config, _ := cfg.JSON()
-	withHead := models.Params{llama.LMHead: params[llama.EmbedTokens]}
+	config, _ := llama.JSON(cfg)
+	withHead := models.Params{decoder.LMHead: params[decoder.EmbedTokens]}
 	for n, v := range params {
 		withHead[n] = v
 	}
 	if err := models.SaveCheckpoint(dir, config, withHead, 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := llama.Load(dir, llama.Options{}); err != nil {
+	if _, err := llama.Load(dir, decoder.Options{}); err != nil {
 		t.Errorf("checkpoint with a stored tied lm_head: %v", err)
 	}
 }
@@ -232,7 +233,7 @@ func TestBlockPlan(t *testing.T) {
 	}
 	params := randomish(cfg, 5)
 	ids, mask, labels := tinyInputs()
-	saved := func(opts llama.Options) (int64, []float32) {
+	saved := func(opts decoder.Options) (int64, []float32) {
 		r := step(t, cfg, params, opts, ids, mask, labels)
 		s, err := memory.Saved(r.g, r.outputs...)
 		if err != nil {
@@ -248,13 +249,13 @@ func TestBlockPlan(t *testing.T) {
 		}
 		return modes
 	}
-	plain, lossPlain := saved(llama.Options{})
+	plain, lossPlain := saved(decoder.Options{})
 	for _, c := range []struct {
 		mode   string
-		global llama.Options
-	}{{"approx-act", llama.Options{ApproxActivation: true}}, {"grad-ckpt", llama.Options{GradCheckpoint: true}}} {
+		global decoder.Options
+	}{{"approx-act", decoder.Options{ApproxActivation: true}}, {"grad-ckpt", decoder.Options{GradCheckpoint: true}}} {
 		uniform, _ := saved(c.global)
-		perBlock, loss := saved(llama.Options{Blocks: plan(fmt.Sprintf("%s*%d", c.mode, n))})
+		perBlock, loss := saved(decoder.Options{Blocks: plan(fmt.Sprintf("%s*%d", c.mode, n))})
 		if perBlock != uniform {
 			t.Errorf("%s on every block keeps %d bytes, the model-wide option %d", c.mode, perBlock, uniform)
 		}
@@ -262,7 +263,7 @@ func TestBlockPlan(t *testing.T) {
 			t.Errorf("%s plan: loss differs by %g", c.mode, d)
 		}
 		// The first block in this mode, the others plain: one block's share of the saving.
-		mixed, _ := saved(llama.Options{Blocks: plan(fmt.Sprintf("%s,plain*%d", c.mode, n-1))})
+		mixed, _ := saved(decoder.Options{Blocks: plan(fmt.Sprintf("%s,plain*%d", c.mode, n-1))})
 		if !(uniform < mixed && mixed < plain) {
 			t.Errorf("%s on one block keeps %d bytes, want between %d and %d", c.mode, mixed, uniform, plain)
 		}
@@ -270,7 +271,7 @@ func TestBlockPlan(t *testing.T) {
 			t.Errorf("approx-act on one block saves %d bytes, want 1/%d of %d", plain-mixed, n, plain-uniform)
 		}
 	}
-	if _, err := llama.New(cfg, params, llama.Options{Blocks: plan(fmt.Sprintf("plain*%d", n))[:n-1]}); err == nil {
+	if _, err := decoder.New(cfg, params, decoder.Options{Blocks: plan(fmt.Sprintf("plain*%d", n))[:n-1]}); err == nil {
 		t.Error("a plan shorter than the model must be refused")
 	}
 }

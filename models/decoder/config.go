@@ -1,27 +1,30 @@
-// Package llama builds LLaMA-family models (LlamaForCausalLM, LlamaForSequenceClassification) in the Hugging
-// Face layout, in any combination of the memory-saving options: approximate activation backward (ReSiLU2),
-// memory-sharing RMSNorm (MS-RMSNorm) and the attention kind.
-package llama
+// Package decoder is the decoder graph every decoder-only family runs on (LLaMA, and through their family
+// packages Qwen, Mistral, Gemma, Phi): a causal LM or sequence classifier in the Hugging Face layout, its
+// differences between families as switches of Config, built in any combination of the memory-saving options:
+// approximate activation backward (ReSiLU2), memory-sharing RMSNorm (MS-RMSNorm), Mesa, per-block gradient
+// checkpointing, and the attention kind. A family package (family/llama, ...) decodes its config.json into a
+// Config (ReadCommon reads the fields they share) and registers the family with finetune; nothing here knows a
+// model_type.
+package decoder
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"maps"
 	"math"
-	"path/filepath"
 	"slices"
 	"strings"
 
-	"github.com/memfit/memfit/internal/readfile"
+	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/models/hfconfig"
 )
 
-// Architecture names accepted in config.json's "architectures".
+// Tasks a decoder is built for (PEFT's task_type names).
 const (
-	ArchCausalLM       = "LlamaForCausalLM"
-	ArchClassification = "LlamaForSequenceClassification"
+	// CausalLM predicts the next token: logits [B, T, vocab].
+	CausalLM = models.TaskCausalLM
+	// SequenceClassification classifies each row from its last non-pad token: logits [B, labels].
+	SequenceClassification = models.TaskSeqCls
 )
 
 // Rope scaling kinds (rope_scaling's rope_type) memfit implements. transformers also knows "dynamic", "yarn" and
@@ -60,7 +63,8 @@ func (s *RopeScaling) kind() string {
 	return s.Type
 }
 
-// Config is a Hugging Face LlamaConfig (model_type "llama").
+// Config is a decoder's configuration: the sizes and settings of transformers' LlamaConfig that every family
+// shares, and the switches by which families differ from LLaMA's graph (all off for LLaMA).
 type Config struct {
 	VocabSize             int
 	HiddenSize            int
@@ -73,7 +77,8 @@ type Config struct {
 	RMSNormEps            float64
 	RopeTheta             float64
 	// RopeScaling is nil for plain RoPE.
-	RopeScaling       *RopeScaling
+	RopeScaling *RopeScaling
+	// AttentionBias gives q/k/v and o their biases (LLaMA's attention_bias); MLPBias gives gate/up/down theirs.
 	AttentionBias     bool
 	MLPBias           bool
 	TieWordEmbeddings bool
@@ -84,25 +89,25 @@ type Config struct {
 	// (every Llama-3.x Instruct config lists several); generation stops at any of them (EOSIDs, which also takes
 	// EOSTokenID of a Config built in Go with that field alone).
 	EOSTokenIDs []int
-	// Labels are the class names for LlamaForSequenceClassification.
-	Labels       []string
-	Architecture string
+	// Task is CausalLM or SequenceClassification.
+	Task string
+	// Labels are the class names of a sequence classifier.
+	Labels []string
 	// Unknown lists config fields memfit does not know; they are ignored (callers may warn).
 	Unknown []string
 }
 
-// ParseConfig decodes and validates a LLaMA config.json.
-func ParseConfig(data []byte) (Config, error) { return hfconfig.ParseWith(data, decode) }
+// Classifier reports whether the model is a sequence classifier.
+func (c Config) Classifier() bool { return c.Task == SequenceClassification }
 
-// LoadConfig reads and validates dir/config.json.
-func LoadConfig(dir string) (Config, error) { return hfconfig.LoadWith(dir, decode) }
-
-func decode(f hfconfig.Fields) (Config, error) {
-	d := hfconfig.NewDecoder(f)
-	if err := hfconfig.ModelType(d, "llama"); err != nil {
-		return Config{}, err
-	}
-	c := Config{RMSNormEps: 1e-6, RopeTheta: 10000, MaxPositionEmbeddings: 2048, PadTokenID: -1, BOSTokenID: -1, EOSTokenID: -1}
+// ReadCommon reads into c the config.json fields every decoder family shares (those of transformers'
+// LlamaConfig, under the same names): the sizes (vocab_size, hidden_size, intermediate_size, num_hidden_layers,
+// num_attention_heads required), num_key_value_heads (default: the heads), head_dim, max_position_embeddings,
+// rms_norm_eps, rope_theta and its scaling (rope_scaling, or transformers 5's rope_parameters), the token ids, the
+// labels, tie_word_embeddings, attention_dropout (0 only), and marks the fields of PretrainedConfig that describe
+// no network as known. c's fields that the config omits keep the values they have (the family's defaults). A
+// family's decoder calls it, reads its own fields, then Finish.
+func ReadCommon(d *hfconfig.Decoder, c *Config) {
 	d.Require("vocab_size", &c.VocabSize)
 	d.Require("hidden_size", &c.HiddenSize)
 	d.Require("intermediate_size", &c.IntermediateSize)
@@ -111,12 +116,17 @@ func decode(f hfconfig.Fields) (Config, error) {
 	if !d.Get("num_key_value_heads", &c.NumKeyValueHeads) {
 		c.NumKeyValueHeads = c.NumAttentionHeads
 	}
-	d.Get("head_dim", &c.HeadDim)
+	if d.Has("head_dim") {
+		// null means the default (hidden_size / heads), as Mistral's configs write it.
+		var hd *int
+		d.Get("head_dim", &hd)
+		if hd != nil {
+			c.HeadDim = *hd
+		}
+	}
 	d.Get("max_position_embeddings", &c.MaxPositionEmbeddings)
 	d.Get("rms_norm_eps", &c.RMSNormEps)
 	d.Get("rope_theta", &c.RopeTheta)
-	d.Get("attention_bias", &c.AttentionBias)
-	d.Get("mlp_bias", &c.MLPBias)
 	d.Get("tie_word_embeddings", &c.TieWordEmbeddings)
 	if ids := d.TokenIDs("pad_token_id"); len(ids) > 1 {
 		d.Fail("field \"pad_token_id\" lists %d ids: give one (only eos_token_id takes a list)", len(ids))
@@ -131,21 +141,9 @@ func decode(f hfconfig.Fields) (Config, error) {
 	if ids := d.TokenIDs("eos_token_id"); len(ids) > 0 {
 		c.EOSTokenID, c.EOSTokenIDs = ids[0], ids
 	}
-	var act string
-	if d.Get("hidden_act", &act) && act != "silu" {
-		d.Fail("field \"hidden_act\" is %q: memfit's LLaMA supports only \"silu\"", act)
-	}
-	var tp int
-	if d.Get("pretraining_tp", &tp) && tp != 1 {
-		d.Fail("field \"pretraining_tp\" is %d: only 1 is supported", tp)
-	}
 	var dropout float64
 	if d.Get("attention_dropout", &dropout) && dropout != 0 {
 		d.Fail("field \"attention_dropout\" is %g: dropout is not supported, set it to 0", dropout)
-	}
-	var partial float64
-	if d.Get("partial_rotary_factor", &partial) && partial != 1 {
-		d.Fail("field \"partial_rotary_factor\" is %g: memfit rotates the whole head (1 only)", partial)
 	}
 	if raw := d.Raw("rope_scaling"); raw != nil {
 		c.RopeScaling, _, _ = decodeRopeScaling(d, "rope_scaling", raw)
@@ -166,24 +164,71 @@ func decode(f hfconfig.Fields) (Config, error) {
 		}
 	}
 	c.Labels = hfconfig.Labels(d)
-	c.Architecture = hfconfig.Architecture(d, ArchCausalLM, ArchClassification)
 	d.Ignore(hfconfig.CommonIgnored...)
+}
+
+// Finish completes a decoded config: the decoder's error first, then the task (CausalLM when unset), head_dim
+// from hidden_size / heads when the config has none, the unknown fields, and Validate's checks.
+func Finish(d *hfconfig.Decoder, c *Config) error {
 	if err := d.Err(); err != nil {
-		return Config{}, err
+		return err
 	}
-	if c.Architecture == "" {
-		c.Architecture = ArchCausalLM
+	if c.Task == "" {
+		c.Task = CausalLM
 	}
 	if c.HeadDim == 0 && c.NumAttentionHeads > 0 {
 		// Without head_dim it is hidden_size / num_attention_heads, which must divide (with one, the attention's
 		// width may differ from hidden_size: transformers allows it).
 		if c.HiddenSize%c.NumAttentionHeads != 0 {
-			return Config{}, fmt.Errorf("field \"hidden_size\" (%d) is not a multiple of \"num_attention_heads\" (%d), and no head_dim is given", c.HiddenSize, c.NumAttentionHeads)
+			return fmt.Errorf("field \"hidden_size\" (%d) is not a multiple of \"num_attention_heads\" (%d), and no head_dim is given", c.HiddenSize, c.NumAttentionHeads)
 		}
 		c.HeadDim = c.HiddenSize / c.NumAttentionHeads
 	}
 	c.Unknown = d.Unknown()
-	return c, c.Validate()
+	return c.Validate()
+}
+
+// CommonJSON returns the config.json fields of ReadCommon as transformers writes them (a family's writer adds
+// its model_type, architectures and own fields).
+func (c Config) CommonJSON() map[string]any {
+	fields := map[string]any{
+		"vocab_size":              c.VocabSize,
+		"hidden_size":             c.HiddenSize,
+		"intermediate_size":       c.IntermediateSize,
+		"num_hidden_layers":       c.NumHiddenLayers,
+		"num_attention_heads":     c.NumAttentionHeads,
+		"num_key_value_heads":     c.NumKeyValueHeads,
+		"head_dim":                c.HeadDim,
+		"max_position_embeddings": c.MaxPositionEmbeddings,
+		"rms_norm_eps":            c.RMSNormEps,
+		"rope_theta":              c.RopeTheta,
+		"rope_scaling":            nil,
+		"attention_dropout":       0.0,
+		"tie_word_embeddings":     c.TieWordEmbeddings,
+		"initializer_range":       0.02,
+		"use_cache":               true,
+		"torch_dtype":             "float32",
+	}
+	if s := c.RopeScaling; s != nil && s.kind() == RopeLinear {
+		fields["rope_scaling"] = map[string]any{"rope_type": RopeLinear, "factor": s.Factor}
+	} else if s != nil {
+		fields["rope_scaling"] = map[string]any{"rope_type": RopeLlama3, "factor": s.Factor, "low_freq_factor": s.LowFreqFactor,
+			"high_freq_factor": s.HighFreqFactor, "original_max_position_embeddings": s.OriginalMaxPositionEmbeddings}
+	}
+	for key, id := range map[string]int{"pad_token_id": c.PadTokenID, "bos_token_id": c.BOSTokenID} {
+		if id >= 0 {
+			fields[key] = id
+		}
+	}
+	if eos := c.EOSIDs(); len(eos) == 1 {
+		fields["eos_token_id"] = eos[0]
+	} else if len(eos) > 1 {
+		fields["eos_token_id"] = eos // a list, as the config gave it
+	}
+	if len(c.Labels) > 0 {
+		fields["id2label"], fields["label2id"] = hfconfig.LabelFields(c.Labels)
+	}
+	return fields
 }
 
 // decodeRopeScaling reads rope_scaling (or rope_parameters, whose rope_theta it returns too) as transformers
@@ -340,93 +385,19 @@ func (c Config) Validate() error {
 	if c.EOSTokenID < -1 || c.EOSTokenID >= c.VocabSize {
 		return fmt.Errorf("field \"eos_token_id\" is %d, outside %s", c.EOSTokenID, vocab)
 	}
-	if c.Architecture == ArchClassification {
+	switch c.Task {
+	case CausalLM:
+	case SequenceClassification:
 		if len(c.Labels) == 0 {
-			return fmt.Errorf("field \"architectures\" is %s but the config has no labels (id2label or num_labels)", ArchClassification)
+			return fmt.Errorf("the model is a sequence classifier (its \"architectures\") but the config has no labels (id2label or num_labels)")
 		}
 		if c.PadTokenID < 0 {
-			return fmt.Errorf("field \"pad_token_id\" is needed by %s (it finds each row's last token)", ArchClassification)
+			return fmt.Errorf("field \"pad_token_id\" is needed by a sequence classifier (it finds each row's last token)")
 		}
+	default:
+		return fmt.Errorf("task %q: a decoder is a %s or a %s", c.Task, CausalLM, SequenceClassification)
 	}
 	return nil
-}
-
-// JSON returns the config as config.json bytes, as transformers writes them.
-func (c Config) JSON() ([]byte, error) {
-	fields := map[string]any{
-		"architectures":           []string{c.Architecture},
-		"model_type":              "llama",
-		"vocab_size":              c.VocabSize,
-		"hidden_size":             c.HiddenSize,
-		"intermediate_size":       c.IntermediateSize,
-		"num_hidden_layers":       c.NumHiddenLayers,
-		"num_attention_heads":     c.NumAttentionHeads,
-		"num_key_value_heads":     c.NumKeyValueHeads,
-		"head_dim":                c.HeadDim,
-		"hidden_act":              "silu",
-		"max_position_embeddings": c.MaxPositionEmbeddings,
-		"rms_norm_eps":            c.RMSNormEps,
-		"rope_theta":              c.RopeTheta,
-		"rope_scaling":            nil,
-		"attention_bias":          c.AttentionBias,
-		"attention_dropout":       0.0,
-		"mlp_bias":                c.MLPBias,
-		"tie_word_embeddings":     c.TieWordEmbeddings,
-		"pretraining_tp":          1,
-		"initializer_range":       0.02,
-		"use_cache":               true,
-		"torch_dtype":             "float32",
-	}
-	if s := c.RopeScaling; s != nil && s.kind() == RopeLinear {
-		fields["rope_scaling"] = map[string]any{"rope_type": RopeLinear, "factor": s.Factor}
-	} else if s != nil {
-		fields["rope_scaling"] = map[string]any{"rope_type": RopeLlama3, "factor": s.Factor, "low_freq_factor": s.LowFreqFactor,
-			"high_freq_factor": s.HighFreqFactor, "original_max_position_embeddings": s.OriginalMaxPositionEmbeddings}
-	}
-	for key, id := range map[string]int{"pad_token_id": c.PadTokenID, "bos_token_id": c.BOSTokenID} {
-		if id >= 0 {
-			fields[key] = id
-		}
-	}
-	if eos := c.EOSIDs(); len(eos) == 1 {
-		fields["eos_token_id"] = eos[0]
-	} else if len(eos) > 1 {
-		fields["eos_token_id"] = eos // a list, as the config gave it
-	}
-	if len(c.Labels) > 0 {
-		fields["id2label"], fields["label2id"] = hfconfig.LabelFields(c.Labels)
-	}
-	return hfconfig.Marshal(fields)
-}
-
-// Presets are named LLaMA shapes for `finetune init`.
-var Presets = map[string]Config{
-	// tiny: for tests (the shape of the golden llama_a model).
-	"tiny": {VocabSize: 256, HiddenSize: 64, IntermediateSize: 172, NumHiddenLayers: 2, NumAttentionHeads: 4,
-		NumKeyValueHeads: 2, HeadDim: 16, MaxPositionEmbeddings: 128, RMSNormEps: 1e-5, RopeTheta: 10000},
-	// llama-1b: TinyLlama-1.1B shapes.
-	"llama-1b": {VocabSize: 32000, HiddenSize: 2048, IntermediateSize: 5632, NumHiddenLayers: 22, NumAttentionHeads: 32,
-		NumKeyValueHeads: 4, HeadDim: 64, MaxPositionEmbeddings: 2048, RMSNormEps: 1e-5, RopeTheta: 10000},
-	// llama-7b: LLaMA-2-7B shapes.
-	"llama-7b": {VocabSize: 32000, HiddenSize: 4096, IntermediateSize: 11008, NumHiddenLayers: 32, NumAttentionHeads: 32,
-		NumKeyValueHeads: 32, HeadDim: 128, MaxPositionEmbeddings: 4096, RMSNormEps: 1e-5, RopeTheta: 10000},
-}
-
-// Preset returns the named preset as a causal LM, or as a sequence classifier with numLabels generic labels
-// (LABEL_i) when numLabels > 0 (pad token 0).
-func Preset(name string, numLabels int) (Config, error) {
-	c, err := hfconfig.Preset(Presets, "LLaMA", name)
-	if err != nil {
-		return Config{}, err
-	}
-	c.PadTokenID, c.BOSTokenID, c.EOSTokenID = -1, 1, 2
-	c.Architecture = ArchCausalLM
-	if numLabels > 0 {
-		c.Architecture = ArchClassification
-		c.PadTokenID = 0
-		c.Labels = hfconfig.GenericLabels(numLabels)
-	}
-	return c, c.Validate()
 }
 
 // InvFreq returns the rotary inverse frequencies (head_dim/2 of them), as transformers computes them in float32:
@@ -462,34 +433,4 @@ func (c Config) InvFreq() []float32 {
 		}
 	}
 	return out
-}
-
-// GenerationEOS returns the eos_token_id of dir's generation_config.json (one id or a list, as transformers takes
-// it; transformers' generate stops at any of them, and Llama-3 Instruct lists <|eot_id|> there and not in
-// config.json), nil when the file or the field is absent. An id outside [0, vocab) or a field of another type is an
-// error naming the file.
-func GenerationEOS(dir string, vocab int) ([]int, error) {
-	path := filepath.Join(dir, "generation_config.json")
-	b, err := readfile.Read(path, readfile.Config)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	f, err := hfconfig.Parse(b)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	d := hfconfig.NewDecoder(f)
-	ids := d.TokenIDs("eos_token_id")
-	if err := d.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	for _, id := range ids {
-		if id < 0 || id >= vocab {
-			return nil, fmt.Errorf("%s: field \"eos_token_id\" holds %d, outside the vocabulary [0, %d) (vocab_size)", path, id, vocab)
-		}
-	}
-	return ids, nil
 }

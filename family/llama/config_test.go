@@ -8,8 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/memfit/memfit/family/llama"
 	"github.com/memfit/memfit/internal/golden"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/decoder"
 )
 
 func TestGoldenConfigs(t *testing.T) {
@@ -17,12 +18,12 @@ func TestGoldenConfigs(t *testing.T) {
 	for _, tc := range []struct {
 		name, arch string
 		labels     int
-	}{{"llama_a", llama.ArchCausalLM, 0}, {"llama_c", llama.ArchClassification, 3}} {
+	}{{"llama_a", decoder.CausalLM, 0}, {"llama_c", decoder.SequenceClassification, 3}} {
 		c, err := llama.LoadConfig(filepath.Join(dir, "golden", tc.name))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.Architecture != tc.arch || len(c.Labels) != tc.labels || c.NumKeyValueHeads != 2 || c.HeadDim != 16 ||
+		if c.Task != tc.arch || len(c.Labels) != tc.labels || c.NumKeyValueHeads != 2 || c.HeadDim != 16 ||
 			c.RMSNormEps != 1e-5 || c.VocabSize != 256 || c.IntermediateSize != 172 || c.TieWordEmbeddings || len(c.Unknown) != 0 {
 			t.Errorf("%s: decoded %+v", tc.name, c)
 		}
@@ -145,7 +146,7 @@ func TestConfigRoundTripAndPresets(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			data, err := c.JSON()
+			data, err := llama.JSON(c)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -153,7 +154,7 @@ func TestConfigRoundTripAndPresets(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: written config does not parse: %v\n%s", name, err, data)
 			}
-			if len(back.Unknown) != 0 || back.HiddenSize != c.HiddenSize || back.Architecture != c.Architecture || len(back.Labels) != labels {
+			if len(back.Unknown) != 0 || back.HiddenSize != c.HiddenSize || back.Task != c.Task || len(back.Labels) != labels {
 				t.Errorf("%s: round trip %+v -> %+v", name, c, back)
 			}
 		}
@@ -169,7 +170,7 @@ func TestConfigRoundTripAndPresets(t *testing.T) {
 // rope_parameters, head_dim given with a hidden size the heads do not divide.
 func TestHuggingFaceConfigForms(t *testing.T) {
 	base := `"model_type":"llama","vocab_size":10,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":2`
-	parse := func(extra string) llama.Config {
+	parse := func(extra string) decoder.Config {
 		t.Helper()
 		c, err := llama.ParseConfig([]byte(`{` + base + extra + `}`))
 		if err != nil {
@@ -181,7 +182,7 @@ func TestHuggingFaceConfigForms(t *testing.T) {
 	if c.EOSTokenID != 2 || !slices.Equal(c.EOSIDs(), []int{2, 7, 9}) || c.PadTokenID != -1 || c.BOSTokenID != 1 {
 		t.Errorf("eos list: EOSTokenID %d, EOSIDs %v, pad %d", c.EOSTokenID, c.EOSIDs(), c.PadTokenID)
 	}
-	data, err := c.JSON()
+	data, err := llama.JSON(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,10 +192,10 @@ func TestHuggingFaceConfigForms(t *testing.T) {
 	if c := parse(`,"eos_token_id":2,"pad_token_id":-1`); !slices.Equal(c.EOSIDs(), []int{2}) || c.PadTokenID != -1 {
 		t.Errorf("one eos id: %v, pad %d", c.EOSIDs(), c.PadTokenID)
 	}
-	if ids := (llama.Config{EOSTokenID: 3}).EOSIDs(); !slices.Equal(ids, []int{3}) {
+	if ids := (decoder.Config{EOSTokenID: 3}).EOSIDs(); !slices.Equal(ids, []int{3}) {
 		t.Errorf("a Go config with EOSTokenID alone: EOSIDs %v", ids)
 	}
-	if ids := (llama.Config{EOSTokenID: -1}).EOSIDs(); len(ids) != 0 {
+	if ids := (decoder.Config{EOSTokenID: -1}).EOSIDs(); len(ids) != 0 {
 		t.Errorf("no eos: EOSIDs %v", ids)
 	}
 	plain := parse(``).InvFreq()
@@ -207,8 +208,8 @@ func TestHuggingFaceConfigForms(t *testing.T) {
 			t.Errorf("linear: inv_freq[%d] = %g, want %g / 4", i, f, plain[i])
 		}
 	}
-	data, _ = lin.JSON()
-	if back, err := llama.ParseConfig(data); err != nil || back.RopeScaling == nil || back.RopeScaling.Type != llama.RopeLinear || back.RopeScaling.Factor != 4 {
+	data, _ = llama.JSON(lin)
+	if back, err := llama.ParseConfig(data); err != nil || back.RopeScaling == nil || back.RopeScaling.Type != decoder.RopeLinear || back.RopeScaling.Factor != 4 {
 		t.Errorf("linear round trip: %+v, %v", back.RopeScaling, err)
 	}
 	v5 := parse(`,"rope_parameters":{"rope_type":"llama3","rope_theta":500000,"factor":8,"low_freq_factor":1,"high_freq_factor":4,"original_max_position_embeddings":8192}`)

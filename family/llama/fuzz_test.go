@@ -1,15 +1,19 @@
 package llama
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/memfit/memfit/models/decoder"
+)
 
 // FuzzParseConfig: any config.json bytes give an error or a config that validates (CI runs it briefly under a
 // memory cap: .ci/run, "fuzz").
 func FuzzParseConfig(f *testing.F) {
 	c, _ := Preset("tiny", 0)
-	j, _ := c.JSON()
+	j, _ := JSON(c)
 	f.Add(j)
 	c2, _ := Preset("tiny", 2)
-	j2, _ := c2.JSON()
+	j2, _ := JSON(c2)
 	f.Add(j2)
 	f.Add([]byte(`{"vocab_size": 1e300, "hidden_size": -1}`))
 	base := `"model_type":"llama","vocab_size":10,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":2`
@@ -18,7 +22,7 @@ func FuzzParseConfig(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		if c, err := ParseConfig(raw); err == nil {
 			_ = c.Validate()
-			_ = Shapes(c)
+			_ = decoder.Shapes(c)
 		}
 	})
 }

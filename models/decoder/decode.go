@@ -1,4 +1,4 @@
-package llama
+package decoder
 
 import (
 	"fmt"
@@ -52,28 +52,28 @@ func cacheAxis(i int) int { return 3 - i%2 }
 // backward pass); the attention is attention.Cached over the whole cache, its mask causal from start on.
 func (m *Model) Decode(b models.Bound, ids, positions, start, keyMask *graph.Node, cache []*graph.Node) (*graph.Node, []*graph.Node) {
 	cfg := m.Config
-	if cfg.Architecture != ArchCausalLM {
-		panic(fmt.Sprintf("llama: decoding needs a causal LM, the model is %s", cfg.Architecture))
+	if cfg.Task != CausalLM {
+		panic("decoder: decoding needs a causal LM, the model is a sequence classifier")
 	}
 	if ids.Rank() != 2 || !ids.DType().IsInt() {
-		panic(fmt.Sprintf("llama: input_ids must be integer [B, T], got %s", ids.Shape()))
+		panic(fmt.Sprintf("decoder: input_ids must be integer [B, T], got %s", ids.Shape()))
 	}
 	batch, seq := ids.Shape().Dim(0), ids.Shape().Dim(1)
 	if keyMask.Rank() != 2 || keyMask.Shape().Dim(0) != batch {
-		panic(fmt.Sprintf("llama: the key mask must be [%d, S], got %s", batch, keyMask.Shape()))
+		panic(fmt.Sprintf("decoder: the key mask must be [%d, S], got %s", batch, keyMask.Shape()))
 	}
 	length := keyMask.Shape().Dim(1)
 	want := m.CacheShapes(batch, length)
 	g := ids.Graph()
 	if cache == nil && length < seq {
-		panic(fmt.Sprintf("llama: a cache of %d positions cannot hold %d tokens", length, seq))
+		panic(fmt.Sprintf("decoder: a cache of %d positions cannot hold %d tokens", length, seq))
 	}
 	if cache != nil && len(cache) != len(want) {
-		panic(fmt.Sprintf("llama: the cache has %d tensors, want %d", len(cache), len(want)))
+		panic(fmt.Sprintf("decoder: the cache has %d tensors, want %d", len(cache), len(want)))
 	}
 	for i, c := range cache {
 		if !c.Shape().Equal(want[i]) {
-			panic(fmt.Sprintf("llama: cache tensor %d is %s, want %s", i, c.Shape(), want[i]))
+			panic(fmt.Sprintf("decoder: cache tensor %d is %s, want %s", i, c.Shape(), want[i]))
 		}
 	}
 	start = graph.ConvertDType(start, dtypes.Int32)
@@ -129,7 +129,7 @@ func cacheWriter(g *graph.Graph, cache []*graph.Node, want []shapes.Shape, seq i
 		}
 	}
 	if seq != 1 {
-		panic(fmt.Sprintf("llama: this backend writes one token per row into the cache per step, got %d", seq))
+		panic(fmt.Sprintf("decoder: this backend writes one token per row into the cache per step, got %d", seq))
 	}
 	return func(i int, x *graph.Node) *graph.Node {
 		s, axis := want[i], cacheAxis(i)

@@ -1,4 +1,4 @@
-package llama_test
+package decoder_test
 
 import (
 	"testing"
@@ -7,9 +7,10 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/attention"
+	"github.com/memfit/memfit/family/llama"
 	"github.com/memfit/memfit/internal/gtest"
 	"github.com/memfit/memfit/models"
-	"github.com/memfit/memfit/models/llama"
+	"github.com/memfit/memfit/models/decoder"
 )
 
 // TestForwardPackedMatchesAlone: a row packing three documents (5, 4 and 2 tokens, then one padding token) with
@@ -35,7 +36,7 @@ func TestForwardPackedMatchesAlone(t *testing.T) {
 	ids, pos, mask = append(ids, 0), append(pos, 0), append(mask, 0) // padding: a segment of its own
 	n := len(ids)
 	for _, kind := range []attention.Kind{attention.KindStandard, attention.KindMemoryEfficient} {
-		m, err := llama.New(cfg, randomish(cfg, 3), llama.Options{Attention: kind})
+		m, err := decoder.New(cfg, randomish(cfg, 3), decoder.Options{Attention: kind})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,14 @@
+package cli
+
+import "io"
+
+// SetTerminalColumnsForTest makes every writer a terminal cols wide (0: none is) until the returned function
+// restores the real check.
+func SetTerminalColumnsForTest(cols int) (restore func()) {
+	old := terminalColumns
+	terminalColumns = func(io.Writer) int { return cols }
+	return func() { terminalColumns = old }
+}
+
+// CountProgressForTest is countProgress.
+var CountProgressForTest = countProgress

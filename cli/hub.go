@@ -1,0 +1,191 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/hfhub"
+)
+
+// Hub ids are resolved here, at the edge: every library call below takes local paths (a snapshot folder of the
+// huggingface_hub cache is a model folder like any other).
+
+// hubWants says what a command reads of a model repository.
+type hubWants int
+
+const (
+	// hubFiles: the files a run reads (config, weights, tokenizer); hubConfig: config.json alone (memory's
+	// planners); hubResolve: the commit only, nothing downloaded (--dry-run).
+	hubFiles hubWants = iota
+	hubConfig
+	hubResolve
+)
+
+// hubClient is a Hub client configured from the environment, its progress and notes on the command's stderr.
+func hubClient(cmd *cobra.Command) *hfhub.Client {
+	w := cmd.ErrOrStderr()
+	c := hfhub.New(hfhub.FromEnv(), w)
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		c.Terminal = true
+	}
+	return c
+}
+
+// interruptible is a context that Ctrl-C or SIGTERM cancels (a download stops, its partial file kept for the
+// next run to resume).
+func interruptible() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+// hubModel resolves the value of a flag that takes a model (or PEFT adapter) folder: the value itself when a
+// file or folder of that name exists, or when it is not spelled as a Hub id (ORG/NAME[@REVISION], hf://...; the
+// command's own checks then say what is wrong with it); else the repository's snapshot folder in the
+// huggingface_hub cache, its files downloaded as needed (progress on stderr), and where it came from.
+func hubModel(cmd *cobra.Command, flag, value string, wants hubWants) (string, *finetune.HubSource, error) {
+	if value == "" {
+		return value, nil, nil
+	}
+	if _, err := os.Lstat(value); err == nil {
+		return value, nil, nil
+	}
+	r, ok, err := hfhub.ParseModel(value)
+	if err != nil {
+		return "", nil, usagef("%s %v", flag, err)
+	}
+	if !ok {
+		return value, nil, nil
+	}
+	ctx, stop := interruptible()
+	defer stop()
+	c := hubClient(cmd)
+	var snap *hfhub.Snapshot
+	switch wants {
+	case hubFiles:
+		snap, err = c.Model(ctx, r)
+	case hubConfig:
+		snap, err = c.ModelConfig(ctx, r)
+	case hubResolve:
+		snap, err = c.Resolve(ctx, r)
+	}
+	if err != nil {
+		return "", nil, hubError(flag, value, err)
+	}
+	return snap.Dir, &finetune.HubSource{Repo: r.ID, Revision: r.Revision, Commit: snap.Commit}, nil
+}
+
+// hubError is a Hub error for a flag's value: for a name that is neither a local path nor a repository the Hub
+// knows, both are said (it may be a mistyped folder).
+func hubError(flag, value string, err error) error {
+	if flag != "download" && (errors.Is(err, hfhub.ErrNotFound) || errors.Is(err, hfhub.ErrOffline)) {
+		return fmt.Errorf("%s %s: no such file or folder here, and %v", flag, value, err)
+	}
+	if errors.Is(err, context.Canceled) {
+		return fmt.Errorf("%s %s: download interrupted (what arrived is kept: run again to resume)", flag, value)
+	}
+	return err
+}
+
+// hubFolders resolves a command's --model and --adapter in place (hubModel; "" stays ""), and says where each
+// came from (nil: a local path).
+func hubFolders(cmd *cobra.Command, model, adapter *string) (modelHub, adapterHub *finetune.HubSource, err error) {
+	if *model, modelHub, err = hubModel(cmd, "--model", *model, hubFiles); err != nil {
+		return nil, nil, err
+	}
+	if *adapter, adapterHub, err = hubModel(cmd, "--adapter", *adapter, hubFiles); err != nil {
+		return nil, nil, err
+	}
+	return modelHub, adapterHub, nil
+}
+
+// notInCache is a folder to write default outputs next to: "" (the current folder) for a snapshot of the Hub
+// cache, which memfit never writes into.
+func notInCache(dir string, src *finetune.HubSource) string {
+	if src != nil {
+		return ""
+	}
+	return dir
+}
+
+// hubSources are where train's inputs came from (nil: local paths).
+type hubSources struct {
+	model, data, evalData, initAdapter *finetune.HubSource
+}
+
+// hubData resolves a flag that takes data: an hf://datasets/ORG/NAME[@REVISION][/PATH] URL becomes the local
+// path of the files the run reads (opts's config and split, as finetune reads them: the same selection), in the
+// huggingface_hub cache; anything else is returned as it is.
+func hubData(cmd *cobra.Command, flag, value string, opts finetune.DataOptions) (string, *finetune.HubSource, error) {
+	if !hfhub.IsDataURL(value) {
+		return value, nil, nil
+	}
+	ref, err := hfhub.ParseData(value)
+	if err != nil {
+		return "", nil, usagef("%s %v", flag, err)
+	}
+	ctx, stop := interruptible()
+	defer stop()
+	snap, err := hubClient(cmd).Dataset(ctx, ref, dataSelector(flag, opts))
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			return "", nil, fmt.Errorf("%s %s: download interrupted (what arrived is kept: run again to resume)", flag, value)
+		}
+		return "", nil, err
+	}
+	src := &finetune.HubSource{Repo: ref.ID, Revision: snap.Repo.Revision, Commit: snap.Commit, Path: ref.Path, Config: opts.Config}
+	if snap.Converted {
+		src.Path = ""
+	}
+	return snap.Path, src, nil
+}
+
+// dataSelector picks a dataset's files as finetune's parquet loader does (TODO: hfdata's selection).
+func dataSelector(flag string, opts finetune.DataOptions) hfhub.Selector {
+	return func(fsys fs.FS) ([]string, error) {
+		return nil, fmt.Errorf("%s: hf:// datasets are not read yet", flag)
+	}
+}
+
+// restoreHub makes a saved run's Hub inputs local again where their folders in the cache are gone (a cleared or
+// moved cache, another machine): each is fetched anew at the commit run.yaml recorded (offline: found in the
+// cache), so a resumed or exported run reads exactly what it started from.
+func restoreHub(cmd *cobra.Command, spec *finetune.RunSpec) error {
+	gone := func(p string) bool {
+		_, err := os.Stat(p)
+		return p != "" && err != nil
+	}
+	var err error
+	if src := spec.ModelHub; src != nil && gone(spec.Model) {
+		if spec.Model, _, err = hubModel(cmd, "the run's base model", src.Repo+"@"+src.Commit, hubFiles); err != nil {
+			return err
+		}
+	}
+	if src := spec.DataHub; src != nil && gone(spec.Data) {
+		if spec.Data, _, err = hubData(cmd, "the run's data", dataURL(src), spec.DataOptions); err != nil {
+			return err
+		}
+	}
+	if src := spec.EvalDataHub; src != nil && gone(spec.EvalData) {
+		if spec.EvalData, _, err = hubData(cmd, "the run's validation data", dataURL(src), spec.EvalDataOptions()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dataURL is the hf:// URL of a recorded dataset, pinned to its commit.
+func dataURL(src *finetune.HubSource) string {
+	u := "hf://datasets/" + src.Repo + "@" + src.Commit
+	if src.Path != "" {
+		u += "/" + src.Path
+	}
+	return u
+}

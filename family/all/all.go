@@ -1,0 +1,9 @@
+// Package all imports every family memfit ships, for their side effect: each registers itself with finetune.
+// A program that trains, plans, evaluates or exports models (the finetune command, the benchmarks) imports it
+// once: import _ "github.com/memfit/memfit/family/all".
+package all
+
+import (
+	_ "github.com/memfit/memfit/family/llama"
+	_ "github.com/memfit/memfit/family/vit"
+)
