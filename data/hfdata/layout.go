@@ -378,9 +378,11 @@ func IsParquet(path string) bool {
 					return true
 				}
 			}
-		case e.dir && e.broken == nil:
-			if len(parquetIn(sub)) > 0 || isConfigDir(sub, e.name) {
-				return true
+		case e.dir && e.broken == nil: // SPLIT/*.parquet, CONFIG/*.parquet, CONFIG/SPLIT/*.parquet: one listing of each folder
+			for _, d := range readDir(sub) {
+				if !d.dir && isParquetName(d.name) || d.dir && d.broken == nil && len(parquetIn(filepath.Join(sub, d.name))) > 0 {
+					return true
+				}
 			}
 		}
 	}
