@@ -158,8 +158,12 @@ func Approx(x *graph.Node, act Activation, coeffs Coefficients) *graph.Node {
 		n, m, per := v.Shape().Size(), packed.Shape().Size(), CodesPerByte(coeffs.Bits)
 		rows := graph.ConstAsDType(g, v.DType(), table) // [256, per]
 		// The codes through a barrier tied to v (engine.Recompute): the float slopes, as large as x, are computed
-		// from the codes alone and could otherwise be looked up during the forward pass and held.
-		codes := engine.Recompute(packed)[0]
+		// from the codes alone and could otherwise be looked up during the forward pass and held. (With ties off,
+		// engine.Ties, the codes are read as they are, as before issue 35.)
+		codes := packed
+		if engine.Ties() {
+			codes = engine.Recompute(packed)[0]
+		}
 		slope := graph.Reshape(graph.Gather(rows, graph.Reshape(codes, m, 1)), m*per)
 		if m*per != n {
 			slope = engine.SliceAxis(slope, 0, 0, n)

@@ -63,7 +63,8 @@ its ratio to GELU+LN.`,
 	f.StringVar(&variants, "variants", "", "comma-separated subset of "+variantNames()+" (default all; the first is the baseline for ratios)")
 	alias(f, "batch-size", "batch")
 	alias(f, "seq-len", "tokens")
-	cmd.AddCommand(blocks, newBenchMemoryCommand(opts), newBenchGridCommand(opts), newBenchStepCommand(opts), newBenchCompareCommand(), newBenchCPUCommand(opts), newBenchAutopilotCommand(opts), newBenchGenerateCommand(opts), newBenchPackingCommand(opts))
+	cmd.AddCommand(blocks, newBenchMemoryCommand(opts), newBenchGridCommand(opts), newBenchStepCommand(opts), newBenchCompareCommand(), newBenchCPUCommand(opts), newBenchAutopilotCommand(opts), newBenchGenerateCommand(opts), newBenchPackingCommand(opts),
+		newBenchMemoryModesCommand(), newBenchXLADigestCommand())
 	return cmd
 }
 

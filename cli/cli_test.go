@@ -3,6 +3,8 @@ package cli_test
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -106,7 +108,31 @@ func TestApproxBPFit(t *testing.T) {
 
 func TestVersion(t *testing.T) {
 	out, errOut, code := run(t, "version")
-	if code != 0 || !strings.Contains(out, "GoMLX ") || !strings.Contains(out, "backends: go") {
+	if code != 0 || !strings.Contains(out, "GoMLX ") || !strings.Contains(out, "backends: go") || !strings.Contains(out, "\nGPU: ") {
 		t.Errorf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	// The CUDA plugin --backend xla:cuda would load: here a fake JAX install found through MEMFIT_PYTHON_SITE
+	// (engine's tests cover go-xla's installer layout and the search order); nothing is loaded.
+	site := filepath.Join(t.TempDir(), "site-packages")
+	plugin := filepath.Join(site, "jax_plugins", "xla_cuda13", "xla_cuda_plugin.so")
+	for _, f := range []string{plugin, filepath.Join(site, "nvidia", "cublas", "lib", "libcublas.so.13")} {
+		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("MEMFIT_PYTHON_SITE", site)
+	t.Setenv("PJRT_PLUGIN_LIBRARY_PATH", t.TempDir())
+	t.Setenv("LD_LIBRARY_PATH", "")
+	t.Setenv("HOME", t.TempDir())
+	out, _, _ = run(t, "version")
+	if want := "XLA plugin for --backend xla:cuda: " + plugin + " (JAX's CUDA plugin wheel"; !strings.Contains(out, want) || !strings.Contains(out, "1 NVIDIA library folders beside it") {
+		t.Errorf("version does not name the plugin it would load (%q):\n%s", want, out)
+	}
+	t.Setenv("MEMFIT_PYTHON_SITE", t.TempDir())
+	if out, _, _ = run(t, "version"); !strings.Contains(out, "XLA plugin for --backend xla:cuda: none found (pip install") {
+		t.Errorf("version without a plugin:\n%s", out)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/memfit/memfit/runner"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -107,15 +108,29 @@ func loadTokenizer(path string) (*tokenizer.Tokenizer, error) {
 	return t, err
 }
 
-// resultPath is where results go: --out, or next to the adapter (or the model) as name.
-func resultPath(out, model, adapter, name string) string {
+// resultPath is where an evaluation's results go: --out; else, when the adapter (or the model) evaluated is a
+// checkpoint or adapter of a training run, that run's folder (RUN/eval-mmlu-best.json); else the current folder,
+// named after what was evaluated (eval-mmlu-llama-tiny.json, eval-glue-sst2-chat-q8.json). Never into a model or
+// adapter folder (a read-only or shared model folder got files it did not have), a Hub cache folder, nor under
+// a GGUF file's path. kind is "mmlu" or "glue-TASK"; model and adapter are local paths, or, with their hub
+// source, named by their Hub repository.
+func resultPath(out, kind, model, adapter string, modelHub, adapterHub *finetune.HubSource) string {
 	if out != "" {
 		return out
 	}
+	what, hub := model, modelHub
 	if adapter != "" {
-		return filepath.Join(adapter, name)
+		what, hub = adapter, adapterHub
 	}
-	return filepath.Join(model, name)
+	if hub != nil {
+		return "eval-" + kind + "-" + path.Base(hub.Repo) + ".json"
+	}
+	if dir, run, _, ok := managedFolder(what); ok && run != "" {
+		return filepath.Join(run, "eval-"+kind+"-"+filepath.Base(dir)+".json")
+	}
+	name := filepath.Base(absPath(what))
+	name = strings.TrimSuffix(name, filepath.Ext(name))
+	return "eval-" + kind + "-" + name + ".json"
 }
 
 func writeResult(path string, v any) error {
@@ -144,8 +159,10 @@ from the left. Two scorings are reported: the log-likelihood of the continuation
 argmax over the letter tokens A..D (QLoRA-script style), and with --generate a third: the letter a greedy
 two-token reply starts with (decoded with the key/value cache of finetune generate); each as micro (over questions) and macro (over subjects)
 averages, per subject and per category. --data is a folder with dev/ and test/ CSVs (question,choice0..3,answer
-with an index, or the original layout without header and letter answers). The results JSON goes next to the
-adapter (or the model) as eval-mmlu.json, with the prompt format, shots, averaging and a SHA-256 of the data.`,
+with an index, or the original layout without header and letter answers). The results JSON (with the prompt format, shots,
+averaging and a SHA-256 of the data) goes to --out, or by default to eval-mmlu-NAME.json in the current folder,
+NAME the adapter (or model) evaluated, or into the run folder when that is a training run's checkpoint or adapter
+(RUN/eval-mmlu-best.json); never into the model or adapter folder. The output says where.`,
 		Example: `  finetune eval mmlu --model pretrained/llama-tiny --data ../shared/data/mmlu --subjects anatomy,virology
   finetune eval mmlu --model base --adapter runs/alpaca/adapter --data ../shared/data/mmlu --json`,
 		Args: cobra.NoArgs,
@@ -180,7 +197,7 @@ adapter (or the model) as eval-mmlu.json, with the prompt format, shots, averagi
 			if err := outputFile("--out", out, ins, overwrite, true); err != nil {
 				return err
 			}
-			path := resultPath(out, notInCache(model, modelHub), notInCache(adapter, adapterHub), "eval-mmlu.json")
+			path := resultPath(out, "mmlu", model, adapter, modelHub, adapterHub)
 			if err := outputFile("the results file", path, ins, true, false); err != nil {
 				return err
 			}
@@ -231,14 +248,15 @@ adapter (or the model) as eval-mmlu.json, with the prompt format, shots, averagi
 				return err
 			}
 			if asJSON {
+				fmt.Fprintf(cmd.ErrOrStderr(), "results in %s\n", path)
 				return writeJSON(cmd.OutOrStdout(), full)
 			}
 			return writeMMLUTable(cmd.OutOrStdout(), res, path)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&model, "model", "", "LLaMA causal-LM folder")
-	f.StringVar(&adapter, "adapter", "", "PEFT LoRA adapter folder to apply")
+	f.StringVar(&model, "model", "", "LLaMA causal-LM folder, or a Hub id ORG/NAME[@REVISION]")
+	f.StringVar(&adapter, "adapter", "", "PEFT LoRA adapter folder (or Hub id) to apply")
 	f.StringVar(&tok, "tokenizer", "", "tokenizer (default: the model folder)")
 	f.StringVar(&dataDir, "data", "", "MMLU folder with dev/ and test/")
 	f.StringSliceVar(&subjects, "subjects", nil, "subjects to evaluate (default: all 57)")
@@ -247,7 +265,7 @@ adapter (or the model) as eval-mmlu.json, with the prompt format, shots, averagi
 	f.IntVar(&o.BatchSize, "batch-size", 8, "prompts per forward pass")
 	f.IntVar(&limit, "limit", 0, "score only the first N test questions of each subject (0: all; the results say so)")
 	f.BoolVar(&o.Generate, "generate", false, "also score by generation: the letter a greedy 2-token reply starts with (the runner of finetune generate)")
-	f.StringVar(&out, "out", "", "results file (default: eval-mmlu.json next to the adapter or model, replaced by each run)")
+	f.StringVar(&out, "out", "", "results file (default: eval-mmlu-NAME.json in the current folder, NAME the adapter or model evaluated; a run's checkpoint or adapter: in its run folder; replaced by each run)")
 	f.BoolVar(&overwrite, "overwrite", false, "replace an existing --out file")
 	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
 	checksOwnRange(f, "seq-len") // 0 is the model's positions; the command names them
@@ -313,8 +331,9 @@ func newEvalGLUECommand(opts *Options) *cobra.Command {
 		Long: `Scores a GLUE task's dev set (../shared/data/glue layout): CoLA Matthews correlation, STS-B Pearson and
 Spearman, MRPC accuracy and F1, SST-2 and RTE accuracy, with the majority-class baseline for the classification
 tasks. --data is the GLUE root with --task, or one task's folder (../shared/data/glue/CoLA), which names the task. --predictions FILE scores a file of one label (or STS-B score) per line in dev-set order, without a model;
---model runs a LLaMA sequence classifier (with --adapter). Results are written as JSON (eval-glue-<task>.json
-next to the adapter or model, or --out).`,
+--model runs a LLaMA sequence classifier (with --adapter). Results are written as JSON to --out, or with --model to
+eval-glue-TASK-NAME.json in the current folder (a run's checkpoint or adapter: in its run folder); the output says
+where.`,
 		Example: `  finetune eval glue --task sst2 --data ../shared/data/glue --predictions preds.txt --json
   finetune eval glue --data ../shared/data/glue/SST-2 --model runs/sst2/merged`,
 		Args: cobra.NoArgs,
@@ -349,7 +368,7 @@ next to the adapter or model, or --out).`,
 			}
 			resultFile := ""
 			if out != "" || model != "" {
-				resultFile = resultPath(out, notInCache(model, modelHub), notInCache(adapter, adapterHub), "eval-glue-"+task+".json")
+				resultFile = resultPath(out, "glue-"+task, model, adapter, modelHub, adapterHub)
 				if err := outputFile("the results file", resultFile, ins, true, false); err != nil {
 					return err
 				}
@@ -412,6 +431,9 @@ next to the adapter or model, or --out).`,
 				}
 			}
 			if asJSON {
+				if resultFile != "" {
+					fmt.Fprintf(cmd.ErrOrStderr(), "results in %s\n", resultFile)
+				}
 				return writeJSON(cmd.OutOrStdout(), res)
 			}
 			keys := make([]string, 0, len(res.Metrics))
@@ -426,6 +448,9 @@ next to the adapter or model, or --out).`,
 			if res.Majority > 0 {
 				parts = append(parts, fmt.Sprintf("majority baseline %.4f", res.Majority))
 			}
+			if resultFile != "" {
+				parts = append(parts, "results in "+resultFile)
+			}
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "GLUE %s dev (%d examples): %s\n", task, res.Examples, strings.Join(parts, ", "))
 			return err
 		},
@@ -434,12 +459,12 @@ next to the adapter or model, or --out).`,
 	f.StringVar(&task, "task", "", "cola, sst2, mrpc, stsb or rte (default: the task of a --data task folder)")
 	f.StringVar(&dataDir, "data", "", "GLUE data root (../shared/data/glue layout) or one task's folder in it")
 	f.StringVar(&preds, "predictions", "", "file with one label or score per line, in dev-set order")
-	f.StringVar(&model, "model", "", "LLaMA sequence-classification folder")
-	f.StringVar(&adapter, "adapter", "", "PEFT adapter folder to apply")
+	f.StringVar(&model, "model", "", "LLaMA sequence-classification folder, or a Hub id ORG/NAME[@REVISION]")
+	f.StringVar(&adapter, "adapter", "", "PEFT adapter folder (or Hub id) to apply")
 	f.StringVar(&tok, "tokenizer", "", "tokenizer (default: the model folder)")
 	f.IntVar(&seqLen, "seq-len", 128, "tokens per example")
 	f.IntVar(&batch, "batch-size", 32, "examples per forward pass")
-	f.StringVar(&out, "out", "", "results file (default with --model: eval-glue-TASK.json next to the adapter or model, replaced by each run)")
+	f.StringVar(&out, "out", "", "results file (default with --model: eval-glue-TASK-NAME.json in the current folder, NAME the adapter or model evaluated; a run's checkpoint or adapter: in its run folder; replaced by each run)")
 	f.BoolVar(&overwrite, "overwrite", false, "replace an existing --out file")
 	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
 	return cmd

@@ -109,8 +109,8 @@ PATH] (the PEFT adapter merged into the model).`,
 	cmd.Flags().StringVar(&out, "out", "", "output folder (peft, merged) or file (gguf: FILE.gguf)")
 	cmd.Flags().BoolVar(&overwrite, "overwrite", false, "replace an earlier export in --out")
 	cmd.Flags().StringVar(&g.typ, "gguf-type", "f32", "GGUF tensor type: f32, f16, bf16 or q8_0 (norms stay f32)")
-	cmd.Flags().StringVar(&g.model, "model", "", "gguf or merged without a run: a model folder")
-	cmd.Flags().StringVar(&g.adapter, "adapter", "", "gguf or merged without a run: a PEFT adapter folder merged into --model")
+	cmd.Flags().StringVar(&g.model, "model", "", "gguf or merged without a run: a model folder or Hub id ORG/NAME[@REVISION]")
+	cmd.Flags().StringVar(&g.adapter, "adapter", "", "gguf or merged without a run: a PEFT adapter folder (or Hub id) merged into --model")
 	cmd.Flags().StringVar(&g.tokenizer, "tokenizer", "", "gguf or merged without a run: the tokenizer (default: the --model folder's)")
 	return cmd
 }

@@ -12,3 +12,6 @@ func SetTerminalColumnsForTest(cols int) (restore func()) {
 
 // CountProgressForTest is countProgress.
 var CountProgressForTest = countProgress
+
+// ResultPathForTest is where eval mmlu writes the results of the adapter (or model) at path without --out.
+func ResultPathForTest(path string) string { return resultPath("", "mmlu", "model", path, nil, nil) }

@@ -210,8 +210,8 @@ features): its tensors are dequantised to float32 and its tokenizer rebuilt from
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&model, "model", "", "LLaMA causal-LM folder (config.json, safetensors, tokenizer) or GGUF file")
-	fl.StringVar(&adapterDir, "adapter", "", "PEFT adapter folder to apply")
+	fl.StringVar(&model, "model", "", "LLaMA causal-LM folder (config.json, safetensors, tokenizer), Hub id ORG/NAME[@REVISION], or GGUF file")
+	fl.StringVar(&adapterDir, "adapter", "", "PEFT adapter folder (or Hub id) to apply")
 	fl.StringVar(&tok, "tokenizer", "", "tokenizer (default: the model folder)")
 	fl.StringVar(&prompt, "prompt", "", "the prompt text")
 	fl.StringVar(&promptsFile, "prompts", "", "JSONL file of prompts (prompt, instruction/input or messages per line)")

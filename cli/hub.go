@@ -7,11 +7,14 @@ import (
 	"io/fs"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/memfit/memfit/data/hfdata"
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/hfhub"
 )
@@ -106,15 +109,6 @@ func hubFolders(cmd *cobra.Command, model, adapter *string) (modelHub, adapterHu
 	return modelHub, adapterHub, nil
 }
 
-// notInCache is a folder to write default outputs next to: "" (the current folder) for a snapshot of the Hub
-// cache, which memfit never writes into.
-func notInCache(dir string, src *finetune.HubSource) string {
-	if src != nil {
-		return ""
-	}
-	return dir
-}
-
 // hubSources are where train's inputs came from (nil: local paths).
 type hubSources struct {
 	model, data, evalData, initAdapter *finetune.HubSource
@@ -133,24 +127,67 @@ func hubData(cmd *cobra.Command, flag, value string, opts finetune.DataOptions) 
 	}
 	ctx, stop := interruptible()
 	defer stop()
-	snap, err := hubClient(cmd).Dataset(ctx, ref, dataSelector(flag, opts))
+	var config string
+	snap, err := hubClient(cmd).Dataset(ctx, ref, dataSelector(opts, &config))
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
 			return "", nil, fmt.Errorf("%s %s: download interrupted (what arrived is kept: run again to resume)", flag, value)
 		}
 		return "", nil, err
 	}
-	src := &finetune.HubSource{Repo: ref.ID, Revision: snap.Repo.Revision, Commit: snap.Commit, Path: ref.Path, Config: opts.Config}
+	src := &finetune.HubSource{Repo: ref.ID, Revision: snap.Repo.Revision, Commit: snap.Commit, Path: ref.Path, Config: config}
 	if snap.Converted {
-		src.Path = ""
+		src.Path, src.Config = snap.Config, ""
 	}
 	return snap.Path, src, nil
 }
 
-// dataSelector picks a dataset's files as finetune's parquet loader does (TODO: hfdata's selection).
-func dataSelector(flag string, opts finetune.DataOptions) hfhub.Selector {
-	return func(fsys fs.FS) ([]string, error) {
-		return nil, fmt.Errorf("%s: hf:// datasets are not read yet", flag)
+// dataSelector picks a dataset's files as finetune's parquet loader picks them in a local folder
+// (hfdata.SelectListing: the same selection), with the card that chose them; *config is set to the config
+// chosen (the card's default, or the conversion's only or "default" one), which the local read is then given.
+func dataSelector(opts finetune.DataOptions, config *string) hfhub.Selector {
+	*config = opts.Config
+	return func(fsys fs.FS, name string, converted bool) ([]string, error) {
+		if converted && *config == "" {
+			// The conversion has a folder per config: the one the card chose was kept in *config; else its only
+			// one, or the one named default.
+			entries, _ := fs.ReadDir(fsys, ".")
+			var names []string
+			for _, e := range entries {
+				if e.IsDir() {
+					names = append(names, e.Name())
+				}
+			}
+			switch {
+			case len(names) == 1:
+				*config = names[0]
+			case slices.Contains(names, "default"):
+				*config = "default"
+			default:
+				return nil, fmt.Errorf("%s holds several configs (%s): choose one with --data-config", name, strings.Join(names, ", "))
+			}
+		}
+		split := opts.Split
+		if split == "" && opts.ValidationSplit { // validation data: the first validation split the dataset has
+			for _, s := range hfdata.EvalSplits {
+				if _, _, err := hfdata.SelectListing(fsys, name, *config, s); err == nil {
+					split = s
+					break
+				}
+			}
+		}
+		files, chosen, err := hfdata.SelectListing(fsys, name, *config, split)
+		*config = chosen
+		if errors.Is(err, hfdata.ErrNotParquet) {
+			return nil, fmt.Errorf("%w: %v", hfhub.ErrNotParquet, err)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if _, err := fs.Stat(fsys, hfdata.CardFile); err == nil {
+			files = append(files, hfdata.CardFile)
+		}
+		return files, nil
 	}
 }
 

@@ -1,9 +1,11 @@
 package cli_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -139,5 +141,190 @@ func TestHubTrainRecordsAndResumes(t *testing.T) {
 	w, p := readMetrics(t, filepath.Join(straight, "metrics.jsonl")), readMetrics(t, filepath.Join(part, "metrics.jsonl"))
 	if len(w) == 0 || len(p) != len(w) || w[len(w)-1]["loss"] != p[len(p)-1]["loss"] {
 		t.Errorf("resumed losses %v, straight %v", p, w)
+	}
+}
+
+// TestHubTrainEndToEnd: `HF_ENDPOINT=<stand-in> finetune train --model ORG/NAME --data hf://datasets/ORG/NAME`
+// trains (llama-tiny on the Alpaca parquet dataset); the files are in the huggingface_hub layout under HF_HOME
+// with the served bytes, and only the train split's; a connection dropped in the middle of the weights is
+// resumed in the same run; the losses equal those of the same run on the local folders; a second run with
+// HF_HUB_OFFLINE=1 and no server gives the same losses.
+func TestHubTrainEndToEnd(t *testing.T) {
+	hub, home := standIn(t)
+	ds := hub.AddDir(t, "dataset", "memfit-test/alpaca-tiny", filepath.Join(hfTestdata, "hub-alpaca"))
+	weights := hub.Repos()["model:memfit-test/llama-tiny"]
+	model := weights.Commits[weights.Branches["main"]]
+	hub.CutAfter(hubtest.SHA256(model["model.safetensors"]), 2<<20)
+	common := []string{"--batch-size", "4", "--seq-len", "64", "--method", "lora", "--log-every", "1", "--seed", "3", "--steps", "3"}
+	losses := func(out string) []any {
+		var l []any
+		for _, m := range readMetrics(t, filepath.Join(out, "metrics.jsonl")) {
+			l = append(l, m["loss"])
+		}
+		return l
+	}
+	local := filepath.Join(t.TempDir(), "local")
+	if _, errOut, code := run(t, append([]string{"train", "--out", local, "--model", filepath.Join("..", "pretrained", "llama-tiny"),
+		"--data", filepath.Join(hfTestdata, "hub-alpaca")}, common...)...); code != 0 {
+		t.Fatalf("local train: exit %d: %s", code, errOut)
+	}
+	byID := filepath.Join(t.TempDir(), "hub")
+	args := append([]string{"train", "--out", byID, "--model", "memfit-test/llama-tiny", "--data", "hf://datasets/memfit-test/alpaca-tiny"}, common...)
+	_, errOut, code := run(t, args...)
+	if code != 0 {
+		t.Fatalf("train by Hub ids: exit %d: %s", code, errOut)
+	}
+	want := losses(local)
+	if got := losses(byID); len(got) != 3 || !reflect.DeepEqual(got, want) {
+		t.Errorf("losses by Hub ids %v, local %v", got, want)
+	}
+	if !strings.Contains(errOut, "memfit-test/llama-tiny model.safetensors: connection dropped") && !strings.Contains(errOut, "resuming (try 1 of 5)") {
+		t.Errorf("the dropped connection was not resumed in the run:\n%s", errOut)
+	}
+	// The huggingface_hub layout, with the served bytes: the train split and the card-less dataset's files only.
+	dsDir := filepath.Join(home, "hub", "datasets--memfit-test--alpaca-tiny")
+	commit := ds.Branches["main"]
+	if ref := mustRead(t, filepath.Join(dsDir, "refs", "main")); string(ref) != commit {
+		t.Errorf("refs/main %q, want %s", ref, commit)
+	}
+	files := ds.Commits[commit]
+	for _, name := range []string{"data/train-00000-of-00002.parquet", "data/train-00001-of-00002.parquet"} {
+		p := filepath.Join(dsDir, "snapshots", commit, filepath.FromSlash(name))
+		if link, err := os.Readlink(p); err != nil || link != filepath.Join("..", "..", "..", "blobs", hubtest.SHA256(files[name])) {
+			t.Errorf("%s -> %q (%v)", name, link, err)
+		}
+		if !bytes.Equal(mustRead(t, p), files[name]) {
+			t.Errorf("%s: not the served bytes", name)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(dsDir, "snapshots", commit, "data", "test-00000-of-00001.parquet")); err == nil {
+		t.Error("the test split was downloaded")
+	}
+	if !bytes.Equal(mustRead(t, filepath.Join(home, "hub", "models--memfit-test--llama-tiny", "snapshots", weights.Branches["main"], "model.safetensors")), model["model.safetensors"]) {
+		t.Error("the resumed weights are not the served bytes")
+	}
+	spec := string(mustRead(t, filepath.Join(byID, "run.yaml")))
+	if !strings.Contains(spec, "data_hub:\n  commit: "+commit+"\n  repo: memfit-test/alpaca-tiny\n") {
+		t.Errorf("run.yaml does not record the dataset:\n%s", spec)
+	}
+
+	// Offline, without the server: the same losses.
+	hub.Hub.Close()
+	hub.CDN.Close()
+	t.Setenv("HF_HUB_OFFLINE", "1")
+	offline := filepath.Join(t.TempDir(), "offline")
+	args[2] = offline
+	if _, errOut, code := run(t, args...); code != 0 {
+		t.Fatalf("offline train: exit %d: %s", code, errOut)
+	}
+	if got := losses(offline); !reflect.DeepEqual(got, want) {
+		t.Errorf("offline losses %v, want %v", got, want)
+	}
+}
+
+// TestHubDatasets: a dataset card's configs choose the files (--data-config, the card's default), as they do in
+// the same folder on disk; a dataset without parquet files is read from the Hub's parquet conversion
+// (refs/convert/parquet); a URL naming one file reads that file; finetune download fetches ahead of time, so
+// that an offline run needs nothing more; the tree listing is followed across pages. Each first loss is the one
+// of the same files read locally.
+func TestHubDatasets(t *testing.T) {
+	hub, home := standIn(t)
+	hub.PageSize = 2
+	tiny := filepath.Join("..", "pretrained", "llama-tiny")
+	common := []string{"--batch-size", "4", "--seq-len", "96", "--method", "lora"}
+	shard0 := mustRead(t, filepath.Join(hfTestdata, "hub-alpaca", "data", "train-00000-of-00002.parquet"))
+	shard1 := mustRead(t, filepath.Join(hfTestdata, "hub-alpaca", "data", "train-00001-of-00002.parquet"))
+	card := "---\nconfigs:\n- config_name: small\n  default: true\n  data_files:\n  - split: train\n    path: custom/part-a.parquet\n" +
+		"- config_name: full\n  data_files:\n  - split: train\n    path: custom/part-*.parquet\n---\n# Alpaca in two parts\n"
+	files := map[string][]byte{"README.md": []byte(card), "custom/part-a.parquet": shard0, "custom/part-b.parquet": shard1,
+		"data/train-00000-of-00001.parquet": mustRead(t, filepath.Join(hfTestdata, "alpaca.duckdb.parquet"))}
+	hub.Add("dataset", "memfit-test/alpaca-card", files)
+	localCard := t.TempDir()
+	for name, data := range files {
+		if err := os.MkdirAll(filepath.Join(localCard, filepath.Dir(name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(localCard, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, config := range []string{"", "full"} {
+		args := append([]string{"--model", tiny}, common...)
+		if config != "" {
+			args = append(args, "--data-config", config)
+		}
+		want := firstLoss(t, append(args, "--data", localCard)...)
+		if got := firstLoss(t, append(args, "--data", "hf://datasets/memfit-test/alpaca-card")...); got != want {
+			t.Errorf("card config %q: first loss %v, local %v", config, got, want)
+		}
+	}
+	if want, part := firstLoss(t, append([]string{"--model", tiny, "--data", filepath.Join(hfTestdata, "hub-alpaca")}, common...)...),
+		firstLoss(t, append([]string{"--model", tiny, "--data", localCard, "--data-config", "full"}, common...)...); want != part {
+		t.Errorf("the card's full config (both shards) %v, the hub folder's train split %v", part, want)
+	}
+	for _, r := range hub.Requests() {
+		if strings.Contains(r, "data/train-00000-of-00001.parquet") {
+			t.Errorf("a file no config names was requested: %s", r)
+		}
+	}
+	_, errOut, code := run(t, append([]string{"train", "--out", filepath.Join(t.TempDir(), "x"), "--steps", "1", "--model", tiny,
+		"--data", "hf://datasets/memfit-test/alpaca-card", "--data-config", "nope"}, common...)...)
+	if code != 1 || strings.Count(strings.TrimSpace(errOut), "\n") != 0 || !strings.Contains(errOut, `has no config "nope": its card (README.md) names small, full`) {
+		t.Errorf("unknown config: exit %d: %s", code, errOut)
+	}
+
+	// JSONL only: the Hub's parquet conversion is read; one file by URL is read as that file.
+	jsonl := mustRead(t, filepath.Join(hfTestdata, "alpaca.jsonl"))
+	conv := hub.Add("dataset", "memfit-test/alpaca-jsonl", map[string][]byte{"alpaca.jsonl": jsonl, "README.md": []byte("# no configs\n")})
+	convCommit := hub.Commit(conv, "refs/convert/parquet", map[string][]byte{"default/train/0000.parquet": mustRead(t, filepath.Join(hfTestdata, "alpaca.duckdb.parquet")),
+		"default/test/0000.parquet": shard1})
+	want := firstLoss(t, append([]string{"--model", tiny, "--data", filepath.Join(hfTestdata, "alpaca.jsonl")}, common...)...)
+	out := filepath.Join(t.TempDir(), "conv")
+	_, errOut, code = run(t, append([]string{"train", "--out", out, "--steps", "1", "--log-every", "1", "--seed", "3", "--model", tiny,
+		"--data", "hf://datasets/memfit-test/alpaca-jsonl"}, common...)...)
+	if code != 0 || !strings.Contains(errOut, "reading the Hub's parquet conversion of it (refs/convert/parquet, commit "+convCommit[:12]+")") {
+		t.Fatalf("conversion: exit %d:\n%s", code, errOut)
+	}
+	if got := readMetrics(t, filepath.Join(out, "metrics.jsonl"))[0]["loss"]; got != want {
+		t.Errorf("conversion: first loss %v, the JSONL's %v", got, want)
+	}
+	dsDir := filepath.Join(home, "hub", "datasets--memfit-test--alpaca-jsonl")
+	if ref := mustRead(t, filepath.Join(dsDir, "refs", "refs", "convert", "parquet")); string(ref) != convCommit {
+		t.Errorf("refs/refs/convert/parquet holds %q", ref)
+	}
+	if _, err := os.Lstat(filepath.Join(dsDir, "snapshots", convCommit, "default", "test", "0000.parquet")); err == nil {
+		t.Error("the conversion's test split was downloaded")
+	}
+	if spec := string(mustRead(t, filepath.Join(out, "run.yaml"))); !strings.Contains(spec, "data_hub:\n  commit: "+convCommit+"\n  path: default\n  repo: memfit-test/alpaca-jsonl\n  revision: refs/convert/parquet\n") {
+		t.Errorf("run.yaml:\n%s", spec)
+	}
+	if got := firstLoss(t, append([]string{"--model", tiny, "--data", "hf://datasets/memfit-test/alpaca-jsonl/alpaca.jsonl"}, common...)...); got != want {
+		t.Errorf("one file by URL: first loss %v, want %v", got, want)
+	}
+
+	// No parquet and no conversion: one line.
+	hub.Add("dataset", "memfit-test/csv-only", map[string][]byte{"train.csv": []byte("a,b\n1,2\n")})
+	_, errOut, code = run(t, append([]string{"train", "--out", filepath.Join(t.TempDir(), "y"), "--steps", "1", "--model", tiny,
+		"--data", "hf://datasets/memfit-test/csv-only"}, common...)...)
+	if code != 1 || strings.Count(strings.TrimSpace(errOut), "\n") != 0 || !strings.Contains(errOut, "and the Hub has no parquet conversion of it") {
+		t.Errorf("csv only: exit %d: %s", code, errOut)
+	}
+
+	// finetune download, then offline with no server.
+	got, errOut, code := run(t, "download", "hf://datasets/memfit-test/alpaca-tiny2")
+	if code != 1 || !strings.Contains(errOut, "no such dataset") {
+		t.Errorf("download of a missing dataset: exit %d: %s %s", code, got, errOut)
+	}
+	hub.AddDir(t, "dataset", "memfit-test/alpaca-tiny2", filepath.Join(hfTestdata, "hub-alpaca"))
+	if got, errOut, code = run(t, "download", "hf://datasets/memfit-test/alpaca-tiny2", "--split", "test"); code != 0 ||
+		!strings.HasSuffix(strings.TrimSpace(got), filepath.Join("datasets--memfit-test--alpaca-tiny2", "snapshots", hub.Repos()["dataset:memfit-test/alpaca-tiny2"].Branches["main"])) {
+		t.Errorf("download: exit %d, %q: %s", code, got, errOut)
+	}
+	hub.Hub.Close()
+	t.Setenv("HF_HUB_OFFLINE", "1")
+	small := []string{"--model", tiny, "--batch-size", "2", "--seq-len", "96", "--method", "lora", "--split", "test"}
+	wantTest := firstLoss(t, append(small, "--data", filepath.Join(hfTestdata, "hub-alpaca"))...)
+	if got := firstLoss(t, append(small, "--data", "hf://datasets/memfit-test/alpaca-tiny2")...); got != wantTest {
+		t.Errorf("offline after download: first loss %v, want %v", got, wantTest)
 	}
 }

@@ -432,3 +432,75 @@ func TestOutputFitsTheTerminal(t *testing.T) {
 		t.Errorf("a count progress bar of %d columns: %q", n, l)
 	}
 }
+
+// TestGGUFAndEvalOutputs: (gi17) `logits --model X.gguf` with NaN weights printed NaN logits with exit 0 (the same
+// weights as safetensors are refused when loaded); now a GGUF's weights are checked at load, and logits, generate
+// and eval stop there in one line. (gi03) `eval mmlu --model FILE.gguf` wrote its default results file inside the
+// GGUF path, and eval wrote into model and adapter folders; now the default is the current folder (or the run
+// folder of a run's checkpoint or adapter), and the output says where. (gg17, gg18) `--out DIR.gguf` naming a
+// folder suggested DIR.gguf/results.json. The PEFT adapter's base_model_name_or_path is the model as given.
+func TestGGUFAndEvalOutputs(t *testing.T) {
+	tmp := t.TempDir()
+	llama, _ := filepath.Abs(filepath.Join("..", "pretrained", "llama-tiny"))
+	mmlu, _ := filepath.Abs(filepath.Join("..", "..", "shared", "data", "mmlu"))
+	gg := filepath.Join(tmp, "t.gguf")
+	if _, stderr, code := run(t, "export", "--model", llama, "--format", "gguf", "--gguf-type", "f16", "--out", gg); code != 0 {
+		t.Fatalf("export: %s", stderr)
+	}
+	b, _ := os.ReadFile(gg)
+	n := len(b)
+	for i := n - 200000; i < n-100000; i += 2 {
+		b[i], b[i+1] = 0x00, 0x7e // f16 NaN
+	}
+	nan := filepath.Join(tmp, "nan.gguf")
+	os.WriteFile(nan, b, 0o644)
+	in := filepath.Join(tmp, "in.json")
+	os.WriteFile(in, []byte(`{"input_ids": [[4093, 1516, 311]]}`), 0o644)
+	for _, args := range [][]string{
+		{"logits", "--model", nan, "--inputs", in},
+		{"generate", "--model", nan, "--prompt", "It was", "--max-new-tokens", "2"},
+		{"eval", "mmlu", "--model", nan, "--data", mmlu, "--subjects", "anatomy", "--limit", "1", "--out", filepath.Join(tmp, "r.json")},
+	} {
+		refusedOneLine(t, tmp, args, nan+": tensor ")
+		refusedOneLine(t, tmp, args, "holds NaN")
+	}
+	// gg17, gg18: a folder named like a GGUF file.
+	folder := filepath.Join(tmp, "dir.gguf")
+	os.Mkdir(folder, 0o755)
+	refusedOneLine(t, tmp, []string{"export", "--model", llama, "--format", "gguf", "--out", folder},
+		"--out "+folder+" is a folder: give a file name, e.g. "+filepath.Join(folder, "model.gguf"))
+	// gi03: the default results file of a GGUF model, in the current folder, said in the output.
+	work := filepath.Join(tmp, "work")
+	os.Mkdir(work, 0o755)
+	t.Chdir(work)
+	before := snapshot(t, tmp)
+	out, stderr, code := run(t, "eval", "mmlu", "--model", gg, "--data", mmlu, "--subjects", "anatomy", "--limit", "1", "--shots", "0")
+	if code != 0 || !strings.Contains(out, "results in eval-mmlu-t.json") {
+		t.Fatalf("eval mmlu --model FILE.gguf: exit %d\n%s%s", code, out, stderr)
+	}
+	after := snapshot(t, tmp)
+	for f := range after {
+		if _, ok := before[f]; !ok && f != filepath.Join(work, "eval-mmlu-t.json") {
+			t.Errorf("eval wrote %s", f)
+		}
+	}
+	// A run's adapter: the results go to the run folder; and the adapter names the base model as given.
+	_, model, data := vitFixture(t)
+	rel := "vit-model"
+	copyTree(t, model, filepath.Join(work, rel))
+	run1 := filepath.Join(tmp, "run")
+	if _, stderr, code := run(t, "train", "--model", rel, "--data", data, "--out", run1, "--steps", "1", "--batch-size", "4"); code != 0 {
+		t.Fatalf("train: %s", stderr)
+	}
+	raw, _ := os.ReadFile(filepath.Join(run1, "adapter", "adapter_config.json"))
+	var peft map[string]any
+	if err := json.Unmarshal(raw, &peft); err != nil || peft["base_model_name_or_path"] != rel {
+		t.Errorf("base_model_name_or_path %v, want the path given, %q", peft["base_model_name_or_path"], rel)
+	}
+	if got := cli.ResultPathForTest(filepath.Join(run1, "adapter")); got != filepath.Join(run1, "eval-mmlu-adapter.json") {
+		t.Errorf("results of a run's adapter go to %s", got)
+	}
+	if got := cli.ResultPathForTest(filepath.Join(run1, "best")); got != filepath.Join(run1, "eval-mmlu-best.json") {
+		t.Errorf("results of a run's best checkpoint go to %s", got)
+	}
+}

@@ -136,7 +136,13 @@ func TestProbe36HubLayouts(t *testing.T) {
 		t.Errorf("config folder: %d examples, one file has %d (train and test mixed?)", got, one)
 	}
 	os.RemoveAll(out)
-	refused36(t, out, train(cfg, "--split", "plain_text"), `"plain_text" is a config of this dataset (a folder of splits: test, train), not a split: read it with --data `+filepath.Join(cfg, "plain_text"))
+	refused36(t, out, train(cfg, "--split", "plain_text"), `"plain_text" is a config of this dataset (a folder of splits: test, train), not a split: read it with --data-config plain_text (and --split with one of its splits)`)
+	// --data-config names a config folder: its test split, and several configs are named.
+	os.RemoveAll(out)
+	trains(train(cfg, "--data-config", "plain_text", "--split", "test"), cfg+" (config plain_text, split test): 1 parquet file(s): read as Alpaca rows")
+	two := hubLayout(t, src, "cola/train-00000-of-00001.parquet", "sst2/train-00000-of-00001.parquet")
+	os.RemoveAll(out)
+	refused36(t, out, train(two), two+" holds several configs (cola, sst2), each a folder of splits: choose one, e.g. --data-config cola")
 	for _, l := range []string{"train.parquet", "data/train.parquet", "data/train-00000-of-00001.PARQUET"} {
 		root := hubLayout(t, src, l, strings.Replace(l, "train", "test", 1))
 		trains(train(root), root+" (split train): 1 parquet file(s): read as Alpaca rows")
@@ -566,4 +572,27 @@ func TestProbe36GLUEFolder(t *testing.T) {
 	mustRun(t, "init", "--from", llama, "--num-labels", "2", "--out", cls)
 	refused36(t, out, []string{"train", "--model", cls, "--data", filepath.Dir(sst), "--out", out, "--steps", "1"},
 		"GLUE data needs its task: name it with --task (cola, sst2, mrpc, stsb, rte), or give the task's folder (e.g. glue/SST-2)")
+}
+
+// TestProbe36HubValidationSplit (ev23 through the Hub): --data and --eval-data naming the same Hub dataset download
+// and validate on its test split, not the training split.
+func TestProbe36HubValidationSplit(t *testing.T) {
+	hub, _ := standIn(t)
+	files := map[string][]byte{}
+	for _, name := range []string{"train-00000-of-00002.parquet", "train-00001-of-00002.parquet", "test-00000-of-00001.parquet"} {
+		files["data/"+name] = mustRead(t, filepath.Join(hfTestdata, "hub-alpaca", "data", name))
+	}
+	hub.Add("dataset", "memfit-test/alpaca-splits", files)
+	out := filepath.Join(t.TempDir(), "run")
+	url := "hf://datasets/memfit-test/alpaca-splits"
+	_, stderr, code := run(t, "train", "--model", filepath.Join("..", "pretrained", "llama-tiny"), "--data", url, "--eval-data", url,
+		"--out", out, "--steps", "1", "--batch-size", "2", "--seq-len", "256")
+	if code != 0 || !strings.Contains(stderr, "note: validation set: ") || !strings.Contains(stderr, "(split test): 1 parquet file(s)") {
+		t.Fatalf("exit %d; want the validation set read from the test split:\n%s", code, stderr)
+	}
+	for _, m := range readMetrics(t, filepath.Join(out, "metrics.jsonl")) {
+		if m["kind"] == "eval" && (m["eval_examples"].(float64) <= 0 || m["eval_examples"].(float64) > 8) {
+			t.Errorf("evaluated %v examples; the test split has 8 rows (train 40)", m["eval_examples"])
+		}
+	}
 }

@@ -245,7 +245,7 @@ the cost model (FLOPs recomputed, bytes moved; docs/autopilot.md) with --calibra
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&model, "model", "", "model folder (only config.json is read) or preset name")
+	f.StringVar(&model, "model", "", "model folder or Hub id ORG/NAME[@REVISION] (only config.json is read), or preset name")
 	f.StringVar(&configFile, "config", "", "YAML training config (keys as train's flags, snake_case); its settings that do not shape the step are ignored")
 	f.IntVar(&seqLen, "seq-len", 256, "tokens per sequence (LLaMA)")
 	f.IntVar(&numLabels, "num-labels", 0, "classes of a preset's classification head (0: ViTModel / causal LM)")

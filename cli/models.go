@@ -18,7 +18,7 @@ func newInitCommand(_ *Options) *cobra.Command {
 	var arch, preset, out, from, dtype string
 	var seed uint64
 	var numLabels int
-	var overwrite bool
+	var overwrite, configOnly bool
 	var shardMB int64
 	cmd := &cobra.Command{
 		Use:   "init --arch vit|llama --preset NAME --out DIR",
@@ -69,6 +69,13 @@ when a checkpoint is loaded with a new num_labels; tokenizer files come along.`,
 			if arch == "" {
 				return usagef("--arch (vit or llama) or --from is required")
 			}
+			if configOnly {
+				if err := finetune.InitConfig(arch, preset, numLabels, out); err != nil {
+					return usageError{err}
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "wrote %s (config.json only: %s %s)\n", filepath.Join(out, "config.json"), arch, preset)
+				return nil
+			}
 			if err := finetune.InitModel(arch, preset, numLabels, seed, out, shardMB<<20, dtype); err != nil {
 				return err
 			}
@@ -83,9 +90,10 @@ when a checkpoint is loaded with a new num_labels; tokenizer files come along.`,
 	f.Uint64Var(&seed, "seed", 0, "random seed")
 	f.IntVar(&numLabels, "num-labels", 0, "number of classes (0: ViTModel / causal LM)")
 	f.Int64Var(&shardMB, "max-shard-mb", 0, "shard the weights above this many MiB (0: one file)")
-	f.StringVar(&from, "from", "", "make a classifier from this model folder: its weights and a new --num-labels head")
+	f.StringVar(&from, "from", "", "make a classifier from this model folder (or Hub id): its weights and a new --num-labels head")
 	f.StringVar(&dtype, "dtype", "float32", "stored dtype: float32 or bfloat16")
 	f.BoolVar(&overwrite, "overwrite", false, "replace the model in an --out that holds one (its weights, config and tokenizer files)")
+	f.BoolVar(&configOnly, "config-only", false, "write config.json alone, no weights: what finetune memory reads to plan the model (edit it to plan another shape)")
 	return cmd
 }
 
@@ -168,9 +176,9 @@ float32).`,
 			return err
 		},
 	}
-	cmd.Flags().StringVar(&model, "model", "", "model folder (config.json + safetensors)")
+	cmd.Flags().StringVar(&model, "model", "", "model folder (config.json + safetensors), or Hub id ORG/NAME[@REVISION]")
 	cmd.Flags().StringVar(&inputs, "inputs", "", "inputs JSON file")
-	cmd.Flags().StringVar(&adapter, "adapter", "", "PEFT LoRA adapter folder to apply")
+	cmd.Flags().StringVar(&adapter, "adapter", "", "PEFT LoRA adapter folder (or Hub id) to apply")
 	return cmd
 }
 

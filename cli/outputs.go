@@ -144,7 +144,7 @@ func outputFile(flag, path string, ins inputs, overwrite, needOverwrite bool) er
 		return nil
 	}
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		return usagef("%s %s is a folder: give a file name, e.g. %s", flag, path, filepath.Join(path, "results.json"))
+		return usagef("%s %s is a folder: give a file name, e.g. %s", flag, path, filepath.Join(path, exampleFile(path)))
 	}
 	if st, err := os.Stat(filepath.Dir(path)); err != nil || !st.IsDir() {
 		return usagef("%s %s: the folder %s does not exist", flag, path, filepath.Dir(path))
@@ -156,6 +156,18 @@ func outputFile(flag, path string, ins inputs, overwrite, needOverwrite bool) er
 		return usagef("%s %s already exists: pass --overwrite to replace it, or choose another file", flag, path)
 	}
 	return nil
+}
+
+// exampleFile is a file name of the kind path names, for a message suggesting one: model.gguf for a GGUF file,
+// results.json otherwise (a results file).
+func exampleFile(path string) string {
+	switch filepath.Ext(path) {
+	case ".gguf":
+		return "model.gguf"
+	case ".Modelfile":
+		return "model.Modelfile"
+	}
+	return "results.json"
 }
 
 // outputFolder checks, before any work, the folder out named by flag into which a command writes the files

@@ -56,6 +56,11 @@ func newTrainCommand(opts *Options) *cobra.Command {
                (data/train-00000-of-00002.parquet, train/*.parquet, or a config's folder CONFIG/train-*.parquet;
                --split train|validation|test, default train); its columns say what it holds: instruction/input/output (Alpaca), text, GLUE's columns
                with --task (sequence classification), image + label (ViT); --columns text=content renames
+Hugging Face Hub ids work for both (docs/hub.md): --model ORG/NAME[@REVISION] (also --init-adapter), --data and
+--eval-data hf://datasets/ORG/NAME[@REVISION][/PATH], its config chosen by --data-config (the card's configs, its
+default when not given) and its split by --split; a dataset without parquet files is read from the Hub's parquet
+conversion. Files go to the huggingface_hub cache Python's tools share (HF_HUB_CACHE, HF_HOME/hub,
+~/.cache/huggingface/hub); HF_ENDPOINT, HF_TOKEN and HF_HUB_OFFLINE=1 are read as huggingface_hub reads them.
 Text formats use --tokenizer (default: the model folder). Settings come from the defaults, then --config (YAML
 with the same keys as the flags, snake_case: --lora-r is lora_r), then the flags given; the whole config is
 validated before anything is printed, and printed before any compute. The output folder receives run.yaml,
@@ -83,6 +88,7 @@ gradients to the host; the loss is read back every --log-every steps.`,
   finetune train --model pretrained/llama-tiny --data chats.jsonl --seq-len 512 --packing --out runs/chat --steps 200
   finetune train --model pretrained/llama-tiny --data my-hub-dataset --split train --columns output=response \
     --out runs/alpaca --steps 100
+  finetune train --model HuggingFaceTB/SmolLM2-135M --data hf://datasets/tatsu-lab/alpaca --seq-len 512 --out runs/smol --steps 200
   finetune train --out runs/vit --resume --steps 400`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -167,7 +173,7 @@ gradients to the host; the loss is read back every --log-every steps.`,
 						return usagef("--eval-data %s is GLUE task %s but --data is %s: validate on the task you train", evalData, task, dataOpts.Task)
 					}
 				}
-				spec = finetune.RunSpec{Model: model, Data: data, DataOptions: dataOpts, EvalData: evalData, EvalDataSplit: evalDataSplit, Config: cfg,
+				spec = finetune.RunSpec{Model: model, ModelGiven: model, Data: data, DataOptions: dataOpts, EvalData: evalData, EvalDataSplit: evalDataSplit, Config: cfg,
 					ModelHub: hub.model, DataHub: hub.data, EvalDataHub: hub.evalData, InitAdapterHub: hub.initAdapter}.AbsPaths()
 			}
 			if err := spec.Config.Validate(); err != nil {
@@ -221,8 +227,8 @@ gradients to the host; the loss is read back every --log-every steps.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&model, "model", "", "base model folder (config.json + safetensors)")
-	f.StringVar(&data, "data", "", "training examples (safetensors)")
+	f.StringVar(&model, "model", "", "base model: a folder (config.json + safetensors) or a Hub id ORG/NAME[@REVISION] (docs/hub.md)")
+	f.StringVar(&data, "data", "", "training data: a file or folder in any format below, or hf://datasets/ORG/NAME[@REVISION][/PATH]")
 	f.StringVar(&out, "out", "", "output folder")
 	f.StringVar(&configFile, "config", "", "YAML config file (keys as the flags, snake_case)")
 	f.BoolVar(&resume, "resume", false, "continue the run in --out from its latest checkpoint")
@@ -234,6 +240,7 @@ gradients to the host; the loss is read back every --log-every steps.`,
 	f.BoolVar(&overwrite, "overwrite", false, "start a new run in an --out that holds one, deleting its checkpoints, metrics and adapter")
 	f.StringVar(&dataOpts.Format, "data-format", "", "safetensors, images, image-tar, idx, alpaca, messages, text, glue or parquet (default: from the path)")
 	f.StringVar(&dataOpts.Split, "split", "", "subfolder of an image folder or tar (e.g. train), GLUE split (train, dev), or split of a parquet dataset folder (train, validation, test; default train)")
+	f.StringVar(&dataOpts.Config, "data-config", "", "config of a parquet dataset: one of its card's (README.md configs), or a config folder (default: the card's default, or the folder itself)")
 	f.StringVar(&dataOpts.Columns, "columns", "", "parquet columns to read under memfit's names, NAME=COLUMN,... (e.g. text=content,label=fine_label)")
 	f.StringVar(&dataOpts.Task, "task", "", "GLUE task: cola, sst2, mrpc, stsb, rte (with --data-format glue)")
 	f.StringVar(&dataOpts.Tokenizer, "tokenizer", "", "tokenizer of text data (default: the model folder)")

@@ -27,6 +27,36 @@ func simdStatus() string {
 	return "plain Go (GoMLX has vector kernels on amd64 only)"
 }
 
+// cudaPluginStatus says which CUDA PJRT plugin --backend xla:cuda would load and where it was found (nothing is
+// loaded), or that there is none and how to get one.
+func cudaPluginStatus() string {
+	p, err := engine.FindPlugin("cuda")
+	if err != nil {
+		return `none found (pip install "jax[cuda13]", or go run github.com/gomlx/go-xla/cmd/pjrt_installer@latest -autoinstall; docs/gpu.md)`
+	}
+	s := p.Path + " (" + p.Source
+	if inst := engine.CUDAInstallFor(p.Path); len(inst.LibDirs) > 0 {
+		s += fmt.Sprintf("; %d NVIDIA library folders beside it", len(inst.LibDirs))
+	}
+	s += ")"
+	if !engine.XLAAvailable() {
+		s += "; this binary cannot load it: rebuild with -tags xla"
+	}
+	return s
+}
+
+// gpuStatus names the NVIDIA GPUs the driver lists (engine.NVIDIAGPUs), the one --backend xla:cuda runs on first.
+func gpuStatus() string {
+	gpus, source := engine.NVIDIAGPUs()
+	switch len(gpus) {
+	case 0:
+		return "no NVIDIA GPU found (no /proc/driver/nvidia/gpus, no nvidia-smi): --backend xla:cuda has nothing to run on"
+	case 1:
+		return gpus[0] + " (from " + source + ")"
+	}
+	return fmt.Sprintf("%s, and %d more (from %s; memfit runs on the first)", gpus[0], len(gpus)-1, source)
+}
+
 func newVersionCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
@@ -52,13 +82,12 @@ func newVersionCommand() *cobra.Command {
 			backends := "go (pure Go, default)"
 			if engine.XLAAvailable() {
 				backends += ", xla (go-xla " + goxla + "; --backend xla:cuda finds a PJRT CUDA plugin or JAX's, xla:/abs/plugin.so loads one)"
-				if inst, err := engine.FindJAXCUDA(); err == nil {
-					backends += "\nJAX CUDA plugin: " + inst.Plugin
-				}
 			} else {
 				backends += "; xla not built in (rebuild with -tags xla)"
 			}
 			fmt.Fprintf(out, "backends: %s\n", backends)
+			fmt.Fprintf(out, "XLA plugin for --backend xla:cuda: %s\n", cudaPluginStatus())
+			fmt.Fprintf(out, "GPU: %s\n", gpuStatus())
 			fmt.Fprintf(out, "pure-Go matmul kernels: %s\n", simdStatus())
 			return nil
 		},

@@ -131,47 +131,81 @@ func NewBackend(spec string) (compute.Backend, error) {
 	return nil, fmt.Errorf("unknown backend %q", spec)
 }
 
-// pluginSearchDirs lists where a plugin given by name is looked for, in order (the same places go-xla searches).
-func pluginSearchDirs() []string {
-	var dirs []string
+// pluginDir is a folder a plugin given by name is looked for in, and why.
+type pluginDir struct{ dir, source string }
+
+// pluginSearchDirs lists where a plugin given by name is looked for, in order: go-xla's own search path
+// (PJRT_PLUGIN_LIBRARY_PATH, LD_LIBRARY_PATH) and the folders go-xla's installer (go run
+// github.com/gomlx/go-xla/cmd/pjrt_installer) writes to: <lib>/go-xla, and <lib>/go-xla/nvidia where v0.4 puts
+// the CUDA plugin beside the NVIDIA libraries, for <lib> ~/.local/lib (its default) and /usr/local/lib, and the
+// older gomlx/pjrt folders.
+func pluginSearchDirs() []pluginDir {
+	var dirs []pluginDir
 	for _, env := range []string{"PJRT_PLUGIN_LIBRARY_PATH", "LD_LIBRARY_PATH"} {
 		for _, d := range filepath.SplitList(os.Getenv(env)) {
 			if d != "" {
-				dirs = append(dirs, d)
+				dirs = append(dirs, pluginDir{d, "$" + env})
 			}
 		}
 	}
+	var libs []string
 	if home, err := os.UserHomeDir(); err == nil {
-		dirs = append(dirs, filepath.Join(home, ".local", "lib", "go-xla"))
+		libs = append(libs, filepath.Join(home, ".local", "lib"))
 	}
-	dirs = append(dirs, "/usr/local/lib/go-xla")
+	libs = append(libs, "/usr/local/lib")
+	for _, lib := range libs {
+		installer := "go-xla's installer (" + filepath.Join(lib, "go-xla") + ")"
+		dirs = append(dirs, pluginDir{filepath.Join(lib, "go-xla"), installer}, pluginDir{filepath.Join(lib, "go-xla", "nvidia"), installer},
+			pluginDir{filepath.Join(lib, "gomlx", "pjrt"), "gopjrt's installer (" + filepath.Join(lib, "gomlx", "pjrt") + ")"})
+	}
 	return dirs
 }
 
-// findPlugin resolves a plugin name or absolute path to an existing file.
-func findPlugin(plugin string) (string, error) {
+// Plugin is the XLA PJRT plugin a --backend xla:NAME would load, and where it was found.
+type Plugin struct {
+	// Name is what was asked for ("cuda", or an absolute path).
+	Name string
+	// Path is the plugin's .so file.
+	Path string
+	// Source says how it was found: an absolute path given, a search folder ($PJRT_PLUGIN_LIBRARY_PATH,
+	// $LD_LIBRARY_PATH, go-xla's installer), or JAX's pip wheel.
+	Source string
+}
+
+// FindPlugin resolves a plugin name (searched as pjrt_c_api_<name>_plugin.so in pluginSearchDirs' folders, and
+// for "cuda" then in a JAX CUDA install: FindJAXCUDA) or an absolute path to an existing file, without loading
+// it. The error says where memfit looked and how to install one; memfit never downloads plugins.
+func FindPlugin(plugin string) (Plugin, error) {
 	if filepath.IsAbs(plugin) {
 		if st, err := os.Stat(plugin); err != nil || st.IsDir() {
-			return "", fmt.Errorf("XLA plugin %s not found: pass the absolute path of an existing pjrt_c_api_<name>_plugin.so (for CUDA, xla_cuda_plugin.so from the jax-cuda plugin wheel)", plugin)
+			return Plugin{}, fmt.Errorf("XLA plugin %s not found: pass the absolute path of an existing pjrt_c_api_<name>_plugin.so (for CUDA, xla_cuda_plugin.so from the jax-cuda plugin wheel)", plugin)
 		}
-		return plugin, nil
+		return Plugin{Name: plugin, Path: plugin, Source: "the path given"}, nil
 	}
 	file := "pjrt_c_api_" + plugin + "_plugin.so"
 	dirs := pluginSearchDirs()
+	var looked []string
 	for _, d := range dirs {
-		p := filepath.Join(d, file)
+		p := filepath.Join(d.dir, file)
 		if st, err := os.Stat(p); err == nil && !st.IsDir() {
-			return p, nil
+			return Plugin{Name: plugin, Path: p, Source: d.source}, nil
 		}
+		looked = append(looked, d.dir)
 	}
 	if plugin == "cuda" {
 		inst, err := FindJAXCUDA()
 		if err == nil {
-			return inst.Plugin, nil
+			return Plugin{Name: plugin, Path: inst.Plugin, Source: "JAX's CUDA plugin wheel (pip install \"jax[cuda13]\")"}, nil
 		}
-		return "", fmt.Errorf("XLA plugin %q not found (looked for %s in %s, and %v): install JAX's CUDA plugin (pip install \"jax[cuda13]\"), set PJRT_PLUGIN_LIBRARY_PATH to a plugin's folder or use --backend xla:/abs/path/to/plugin.so; memfit never downloads plugins",
-			plugin, file, strings.Join(dirs, ", "), err)
+		return Plugin{}, fmt.Errorf("XLA plugin %q not found (looked for %s in %s, and %v): install JAX's CUDA plugin (pip install \"jax[cuda13]\") or go-xla's (go run github.com/gomlx/go-xla/cmd/pjrt_installer@latest -autoinstall), set PJRT_PLUGIN_LIBRARY_PATH to a plugin's folder or use --backend xla:/abs/path/to/plugin.so; memfit never downloads plugins",
+			plugin, file, strings.Join(looked, ", "), err)
 	}
-	return "", fmt.Errorf("XLA plugin %q not found (looked for %s in %s): set PJRT_PLUGIN_LIBRARY_PATH to its folder or use --backend xla:/abs/path/to/plugin.so; memfit never downloads plugins",
-		plugin, file, strings.Join(dirs, ", "))
+	return Plugin{}, fmt.Errorf("XLA plugin %q not found (looked for %s in %s): set PJRT_PLUGIN_LIBRARY_PATH to its folder or use --backend xla:/abs/path/to/plugin.so; memfit never downloads plugins",
+		plugin, file, strings.Join(looked, ", "))
+}
+
+// findPlugin resolves a plugin name or absolute path to an existing file (FindPlugin).
+func findPlugin(plugin string) (string, error) {
+	p, err := FindPlugin(plugin)
+	return p.Path, err
 }

@@ -83,3 +83,85 @@ func TestCUDAPluginFromJAX(t *testing.T) {
 		t.Errorf("the error does not name the plugin it tried: %q", msg)
 	}
 }
+
+// TestFindPluginWhereInstallersPutIt: --backend xla:cuda finds the CUDA plugin where go-xla's installer writes it
+// (~/.local/lib/go-xla/nvidia/pjrt_c_api_cuda_plugin.so in v0.4, beside the NVIDIA libraries; <lib>/go-xla in
+// older ones), where pip puts JAX's (site-packages/jax_plugins/xla_cuda13), and on PJRT_PLUGIN_LIBRARY_PATH, in
+// that order of preference after the environment; each says where it came from. Nothing is loaded.
+func TestFindPluginWhereInstallersPutIt(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	t.Setenv("PJRT_PLUGIN_LIBRARY_PATH", "")
+	t.Setenv("LD_LIBRARY_PATH", "")
+	t.Setenv("VIRTUAL_ENV", "")
+	t.Setenv("CONDA_PREFIX", "")
+	t.Setenv("PYTHONPATH", "")
+	site := fakeJAX(t)
+	t.Setenv(engine.PythonSiteEnv, site)
+	p, err := engine.FindPlugin("cuda")
+	if err != nil || p.Path != filepath.Join(site, "jax_plugins/xla_cuda13/xla_cuda_plugin.so") || !strings.Contains(p.Source, "JAX") {
+		t.Fatalf("pip's JAX plugin: %+v, %v", p, err)
+	}
+	// go-xla's installer (v0.4.13 installer.CudaInstall): <lib>/go-xla/nvidia/pjrt_c_api_cuda_plugin.so, with the
+	// NVIDIA libraries and cuda_nvcc beside it.
+	nv := filepath.Join(home, ".local", "lib", "go-xla", "nvidia")
+	for _, f := range []string{"pjrt_c_api_cuda_plugin.so", "cublas/lib/libcublas.so.13", "cuda_nvcc/bin/ptxas"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(nv, f)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(nv, f), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err = engine.FindPlugin("cuda")
+	if err != nil || p.Path != filepath.Join(nv, "pjrt_c_api_cuda_plugin.so") || !strings.Contains(p.Source, "go-xla's installer") {
+		t.Fatalf("go-xla's installer layout: %+v, %v", p, err)
+	}
+	inst := engine.CUDAInstallFor(p.Path)
+	if len(inst.LibDirs) != 1 || inst.LibDirs[0] != filepath.Join(nv, "cublas", "lib") || inst.DataDir != filepath.Join(nv, "cuda_nvcc") {
+		t.Errorf("go-xla's layout: NVIDIA libraries %v, data folder %q", inst.LibDirs, inst.DataDir)
+	}
+	// PJRT_PLUGIN_LIBRARY_PATH comes first.
+	env := t.TempDir()
+	if err := os.WriteFile(filepath.Join(env, "pjrt_c_api_cuda_plugin.so"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PJRT_PLUGIN_LIBRARY_PATH", env)
+	if p, err = engine.FindPlugin("cuda"); err != nil || p.Path != filepath.Join(env, "pjrt_c_api_cuda_plugin.so") || p.Source != "$PJRT_PLUGIN_LIBRARY_PATH" {
+		t.Errorf("PJRT_PLUGIN_LIBRARY_PATH: %+v, %v", p, err)
+	}
+	// Nothing anywhere: one line naming both installers.
+	t.Setenv("PJRT_PLUGIN_LIBRARY_PATH", "")
+	t.Setenv("HOME", t.TempDir())
+	t.Setenv(engine.PythonSiteEnv, t.TempDir())
+	if _, err = engine.FindPlugin("cuda"); err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "pjrt_installer") ||
+		!strings.Contains(err.Error(), "jax[cuda13]") {
+		t.Errorf("no plugin: %v", err)
+	}
+}
+
+// TestNVIDIAGPUs: the GPUs are read from the driver's /proc files (a fake tree here), without loading anything.
+func TestNVIDIAGPUs(t *testing.T) {
+	root := t.TempDir()
+	defer engine.SetProcRoot(root)()
+	for i, model := range []string{"NVIDIA H100 80GB HBM3", "NVIDIA H200"} {
+		bus := []string{"0000:19:00.0", "0000:3b:00.0"}[i]
+		dir := filepath.Join(root, "driver", "nvidia", "gpus", bus)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		info := "Model: \t\t " + model + "\nIRQ:   \t\t 42\nGPU UUID: \t GPU-1234\nBus Location: \t " + bus + "\n"
+		if err := os.WriteFile(filepath.Join(dir, "information"), []byte(info), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gpus, source := engine.NVIDIAGPUs()
+	if len(gpus) != 2 || gpus[0] != "NVIDIA H100 80GB HBM3 (0000:19:00.0)" || gpus[1] != "NVIDIA H200 (0000:3b:00.0)" || !strings.HasSuffix(source, "driver/nvidia/gpus") {
+		t.Errorf("GPUs %q from %q", gpus, source)
+	}
+	defer engine.SetProcRoot(t.TempDir())()
+	t.Setenv("PATH", t.TempDir()) // no nvidia-smi either
+	if gpus, source := engine.NVIDIAGPUs(); gpus != nil || source != "" {
+		t.Errorf("no driver: %q from %q", gpus, source)
+	}
+}

@@ -11,3 +11,10 @@ func XLAConfigForTest(path, options string, cuda bool, preallocateEnv string) st
 }
 
 var _ = math.Exp
+
+// SetProcRoot points NVIDIAGPUs at a fake /proc tree and returns a function restoring the real one.
+func SetProcRoot(dir string) (restore func()) {
+	old := procRoot
+	procRoot = dir
+	return func() { procRoot = old }
+}

@@ -7,40 +7,6 @@ import (
 	"github.com/gomlx/gomlx/core/graph"
 )
 
-// # Order is data
-//
-// memfit's memory savings depend on when ops run: a recomputation must run in the backward pass, next to the
-// backward function that reads it, and a compressed residual (2-bit activation codes, Mesa's int8 copy) must be
-// made in the forward pass, so that the float tensor it replaces dies there. The pure-Go backend runs ops in
-// creation order (GoOptions), so creating them in the right place is enough there. XLA ignores creation order:
-// its GPU scheduler picks whichever of several orders has the lowest simulated peak, and its fusion pass decides
-// by run time alone, so an op whose inputs are all forward tensors may run during the forward pass and hold its
-// result until the backward, and an op whose only reader is in the backward may run there and keep its input
-// alive. An optimization barrier orders nothing by itself; it orders what goes through it (JAX's
-// lax.optimization_barrier: "all operands must be used through the barrier"). So engine states the order as data
-// dependences, in three places (docs/memory-saving.md, "Order is data"):
-//
-//   - Recompute ties its barrier to the cotangent of the backward function that calls it: the gradient arriving
-//     at that node is one more operand of the barrier, so nothing recomputed can start before the backward pass
-//     reaches the node (GoMLX's own rematerialisation does this with its trigger; JAX's remat and torch_xla's
-//     checkpoint put the incoming gradient in the same barrier). QLoRA's dequantised weights, the attention's
-//     recomputed scores and probabilities, the loss's recomputed exponentials, LLaMA's rebuilt gated product,
-//     Mesa's dequantised copies and the exact GELU/SiLU's recomputed gates all go through Recompute or Fresh.
-//   - Checkpoint puts the block output's gradient into the barrier over the block's inputs (its own barrier).
-//   - Pin puts a forward tensor and the compressed residuals made from it behind one barrier, the forward
-//     continuing from the barrier's copy: the compression must happen before anything downstream runs, and the
-//     float input can die in the forward pass.
-//
-// Every barrier has at least two operands (go-xla drops single-operand barriers on XLA's CPU compiler).
-//
-// On the pure-Go backend none of this costs anything: its barrier is one identity per operand that moves an
-// operand it owns (the barrier is the operand's last reader) and copies only one still in use, and an output
-// nothing reads is never executed. The tie's output is never read, the pinned tensors have no other reader, so
-// the saved activations (memory.Saved) and the simulated step peak stay byte for byte what they were, and the
-// losses and gradients bit for bit (TestTiesChangeNothingOnGo, memory's and the models' order tests).
-//
-// TiesEnv=0 builds the graphs without any of it (as memfit did up to issue 35), for the GPU's before/after check.
-
 // TiesEnv is the environment variable that turns the ordering ties off when set to 0 or false (the default is on):
 // the A/B switch of bench/gpu/verify.sh's memory-mode stage.
 const TiesEnv = "MEMFIT_XLA_TIES"

@@ -20,10 +20,10 @@ import (
 // (data/SPLIT-*.parquet, SPLIT/*.parquet) with DataOptions.Split (default train).
 const FormatParquet = "parquet"
 
-// openParquet resolves parquet data's files (its config and split: hfdata.Select) and column renames.
-// TODO(issue 38): ConfigFlag "--data-config" once train takes that flag (the messages then name it).
+// openParquet resolves parquet data's files (the card's configs, or its config folder and split: hfdata.OpenSpec)
+// and column renames.
 func openParquet(path string, opts DataOptions) (*hfdata.Dataset, error) {
-	return hfdata.OpenSpec(path, hfdata.Spec{Config: opts.Config, Split: opts.Split, Columns: opts.Columns, SplitFlag: opts.splitFlag()})
+	return hfdata.OpenSpec(path, hfdata.Spec{Config: opts.Config, Split: opts.Split, Columns: opts.Columns, SplitFlag: opts.splitFlag(), ConfigFlag: "--data-config"})
 }
 
 // parquetTextFormat returns the text format that parquet data for a LLaMA stands for, by its columns: GLUE for a

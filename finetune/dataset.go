@@ -57,6 +57,9 @@ type DataOptions struct {
 	Packing bool `json:"packing,omitempty"`
 	// SplitFlag names the flag that set Split, in messages ("" for --split; --eval-data-split for validation data).
 	SplitFlag string `json:"-"`
+	// ValidationSplit says that Split "" means the dataset's validation split, the first of hfdata.EvalSplits it
+	// has (validation data named by an hf:// URL, whose splits are known only from its file list).
+	ValidationSplit bool `json:"-"`
 }
 
 // splitFlag is the flag that set Split.

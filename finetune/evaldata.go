@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/data/hfdata"
@@ -53,8 +54,10 @@ func (s RunSpec) evalOptions() DataOptions {
 	case format == FormatParquet:
 		opts.Split = ""
 		if st, err := os.Stat(s.EvalData); err == nil && st.IsDir() {
-			opts.Split = hfdata.EvalSplit(s.EvalData, "")
+			opts.Split = hfdata.EvalSplit(s.EvalData, opts.Config)
 		}
+	case strings.HasPrefix(s.EvalData, "hf://"): // a Hub dataset, downloaded by its validation split (cli/hub.go)
+		opts.Split, opts.ValidationSplit = "", true
 	case format == FormatGLUE:
 		opts.Split = "dev"
 	case format != FormatImages && format != FormatImageTar:

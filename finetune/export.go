@@ -59,7 +59,9 @@ func (t *Trainer) layerTensors(path string) (models.Params, error) {
 //
 // Adapters trained on an MS-norm-folded layer live in the folded basis; each is moved to the original one with
 // its UnfoldInput (msnorm's change of input basis). Trained folded modules are unfolded.
-func (t *Trainer) ExportAdapter(dir, baseModel string) error { return t.ExportAdapterAt(dir, baseModel, "") }
+func (t *Trainer) ExportAdapter(dir, baseModel string) error {
+	return t.ExportAdapterAt(dir, baseModel, "")
+}
 
 // ExportAdapterAt is ExportAdapter for a base model at a revision of its Hub repository (the commit it was
 // trained from): adapter_config.json's revision, which PEFT loads the base model at.

@@ -61,13 +61,13 @@ func ExportGGUF(path string, model Model, params models.Params, tok *tokenizer.T
 	if err != nil {
 		return err
 	}
-	var size uint64
-	for _, t := range ts {
-		n, err := t.Info.Bytes()
-		if err != nil {
-			return err
-		}
-		size += n
+	infos := make([]gguf.TensorInfo, len(ts))
+	for i, t := range ts {
+		infos[i] = t.Info
+	}
+	size, err := gguf.FileSize(meta, infos) // the whole file: metadata and vocabulary too, not only the tensors
+	if err != nil {
+		return err
 	}
 	if free, ok := memory.FreeDiskBytes(filepath.Dir(path)); ok && size > uint64(free) {
 		return fmt.Errorf("the GGUF file takes %s (%s) but %s has %s free: free space, choose another --out, or a smaller --gguf-type",
@@ -103,5 +103,13 @@ func LoadGGUF(path string, opts ModelOptions) (Model, Family, error) {
 		return nil, Family{}, fmt.Errorf("%s: general.architecture is %q: memfit reads GGUF files of the architectures %v", path, arch, archs)
 	}
 	m, err := fam.LoadGGUF(path, opts)
-	return m, fam, err
+	if err != nil {
+		return nil, fam, err
+	}
+	// Refused at load as a model folder's weights are (models.LoadCheckpoint): a NaN weight otherwise gave NaN
+	// logits with exit 0 (logits), or stopped generate and eval only at their first non-finite logit.
+	if err := models.CheckAllFinite(m.Params()); err != nil {
+		return nil, fam, fmt.Errorf("%s: %w", path, err)
+	}
+	return m, fam, nil
 }

@@ -52,6 +52,37 @@ func InitModel(family, preset string, numLabels int, seed uint64, dir string, ma
 	return models.SaveCheckpoint(dir, config, params, maxShardBytes)
 }
 
+// InitConfig writes only the config.json of the named family's preset (numLabels as for InitModel) to dir,
+// created if needed: what finetune memory reads to plan a model's step without its weights (a copy with fewer
+// blocks plans a cut model).
+func InitConfig(family, preset string, numLabels int, dir string) error {
+	if numLabels < 0 {
+		return fmt.Errorf("--num-labels must not be negative, got %d", numLabels)
+	}
+	fam, ok := FamilyByName(family)
+	if !ok {
+		return fmt.Errorf("unknown architecture %q: use one of %v", family, familyNames())
+	}
+	if fam.Preset == nil {
+		return fmt.Errorf("the %s family has no presets", fam.Title)
+	}
+	m, err := fam.Preset(preset, numLabels, ModelOptions{})
+	if err != nil {
+		return err
+	}
+	config, err := m.ConfigJSON()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return safetensors.WriteAtomic(filepath.Join(dir, "config.json"), func(w *bufio.Writer) error {
+		_, err := w.Write(config)
+		return err
+	})
+}
+
 // initFits refuses an init whose weights cannot fit: the random weights are made in float32 in memory (plus a
 // bfloat16 copy when asked), then written to dir's disk.
 func initFits(family, preset, dir string, shapes map[string][]int, dtype string) error {

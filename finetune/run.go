@@ -209,7 +209,10 @@ func LoadExamples(path string, model Model) (Examples, error) {
 // as run.yaml in the output folder, so export and resume need only that folder.
 type RunSpec struct {
 	Model string `json:"model"`
-	Data  string `json:"data"`
+	// ModelGiven is the base model as the user gave it (--model), before AbsPaths made Model absolute: what the
+	// PEFT adapter's base_model_name_or_path records (ModelName). Empty in runs written before it was kept.
+	ModelGiven string `json:"model_given,omitempty"`
+	Data       string `json:"data"`
 	// DataOptions say how to read Data (format, split, tokenizer, sequence length, augmentation).
 	DataOptions DataOptions `json:"data_options,omitempty"`
 	// EvalData is a validation set, read as Data is (its format from its path, DataOptions with EvalDataSplit
@@ -238,10 +241,14 @@ type HubSource struct {
 }
 
 // ModelName is the base model as the user named it, for the PEFT adapter's base_model_name_or_path: the Hub id
-// when the model came from the Hub, else its folder.
+// when the model came from the Hub, else the path the user gave (ModelGiven; Model, the absolute path, for a
+// run written before memfit kept it). This is the one place that says what the user named the model.
 func (s RunSpec) ModelName() string {
-	if s.ModelHub != nil {
+	switch {
+	case s.ModelHub != nil:
 		return s.ModelHub.Repo
+	case s.ModelGiven != "":
+		return s.ModelGiven
 	}
 	return s.Model
 }

@@ -3,8 +3,10 @@ package gguf
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -214,4 +216,45 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestFileSizeIsExact (df05): the export's free-space check counted the tensors only (1.283 MiB for llama-tiny
+// q8_0, a file of 1.408 MiB), so with space between the two the write failed on a full disk. FileSize is the
+// whole file, metadata, vocabulary and alignment padding included, to the byte.
+func TestFileSizeIsExact(t *testing.T) {
+	vocab := make([]string, 32000)
+	for i := range vocab {
+		vocab[i] = fmt.Sprintf("tok%d", i)
+	}
+	meta := []KV{{"general.architecture", "llama"}, {"tokenizer.ggml.tokens", vocab}, {"tokenizer.ggml.scores", make([]float32, len(vocab))}}
+	var ts []Tensor
+	var infos []TensorInfo
+	var tensors uint64
+	for _, s := range []struct {
+		name string
+		dims []uint64
+		typ  TensorType
+	}{{"a", []uint64{5}, F32}, {"b", []uint64{64, 3}, F16}, {"c", []uint64{32, 40}, Q8_0}, {"d", []uint64{7}, BF16}} {
+		info := TensorInfo{Name: s.name, Dims: s.dims, Type: s.typ}
+		n := info.Elements()
+		ts = append(ts, Tensor{Info: info, Values: func() ([]float32, error) { return make([]float32, n), nil }})
+		infos = append(infos, info)
+		b, _ := info.Bytes()
+		tensors += b
+	}
+	p := filepath.Join(t.TempDir(), "v.gguf")
+	if err := WriteFile(p, meta, ts); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	size, err := FileSize(meta, infos)
+	if err != nil || size != uint64(st.Size()) {
+		t.Errorf("FileSize %d (%v), the file has %d bytes", size, err, st.Size())
+	}
+	if size < tensors+32000*8 {
+		t.Errorf("FileSize %d does not count the vocabulary (tensors %d)", size, tensors)
+	}
 }

@@ -82,6 +82,34 @@ func NewWriter(w io.Writer, meta []KV, infos []TensorInfo) (*Writer, error) {
 	return gw, nil
 }
 
+// FileSize returns the size of the GGUF file WriteFile (or NewWriter and WriteTensor) writes with the metadata
+// meta and the tensors infos: the header (metadata, vocabulary included, and tensor infos, padded to the
+// alignment) and every tensor's data, each padded to the alignment.
+func FileSize(meta []KV, infos []TensorInfo) (uint64, error) {
+	var head countingWriter
+	gw, err := NewWriter(&head, meta, infos)
+	if err != nil {
+		return 0, err
+	}
+	size := head.n
+	for _, ti := range gw.infos {
+		n, err := ti.Bytes()
+		if err != nil {
+			return 0, err
+		}
+		size += pad(n, gw.align)
+	}
+	return size, nil
+}
+
+// countingWriter counts the bytes written to it.
+type countingWriter struct{ n uint64 }
+
+func (c *countingWriter) Write(b []byte) (int, error) {
+	c.n += uint64(len(b))
+	return len(b), nil
+}
+
 // Infos returns the tensor infos with their offsets.
 func (gw *Writer) Infos() []TensorInfo { return gw.infos }
 

@@ -150,7 +150,7 @@ func (c *Client) writeTree(r Repo, commit string, files []File) error {
 
 // readTree reads a cached file list (nil when there is none or it is not one memfit reads).
 func (c *Client) readTree(r Repo, commit string) []File {
-	data, err := readBounded(c.treePath(r, commit), 64<<20)
+	data, err := readfile.Read(c.treePath(r, commit), readfile.Config)
 	if err != nil {
 		return nil
 	}
@@ -248,26 +248,4 @@ func writeAtomic(path string, data []byte) error {
 		return err
 	}
 	return nil
-}
-
-// readBounded reads a file of at most limit bytes (a larger one, or one that is not a regular file, is an error).
-func readBounded(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() || st.Size() > limit {
-		return nil, fmt.Errorf("%s: not a regular file of at most %d bytes", path, limit)
-	}
-	data := make([]byte, st.Size())
-	n, err := f.ReadAt(data, 0)
-	if err != nil && n != len(data) {
-		return nil, err
-	}
-	return data, nil
 }

@@ -20,8 +20,10 @@ const ConvertRevision = "refs/convert/parquet"
 
 // Selector picks the files to read in a dataset's file list, given as a file system rooted at the dataset (or at
 // the folder its URL names): paths relative to that root. Reading a file of fsys (its README.md, for the
-// card's configs) downloads it. It is the same function that picks them in a local dataset folder.
-type Selector func(fsys fs.FS) ([]string, error)
+// card's configs) downloads it. name is the listing's hf:// URL, for messages; converted says it is the Hub's
+// parquet conversion (CONFIG/SPLIT/NNNN.parquet). It is the same function that picks them in a local dataset
+// folder.
+type Selector func(fsys fs.FS, name string, converted bool) ([]string, error)
 
 // DataSnapshot is a dataset's files at one commit, in the cache.
 type DataSnapshot struct {
@@ -34,8 +36,9 @@ type DataSnapshot struct {
 	Dir, Path string
 	// Files are the files made available (paths relative to Path's folder; the file itself for a file).
 	Files []string
-	// Converted says the files are the Hub's parquet conversion.
+	// Converted says the files are the Hub's parquet conversion; Config is then the config folder Path is.
 	Converted bool
+	Config    string
 }
 
 // Dataset makes the files of a dataset that sel picks available in the cache (downloading what it lacks) and
@@ -74,7 +77,7 @@ func (c *Client) Dataset(ctx context.Context, ref DataRef, sel Selector) (*DataS
 		}
 		files = sub
 	}
-	picked, err := c.pick(ctx, r, commit, root, files, sel)
+	picked, err := c.pick(ctx, r, commit, root, files, sel, ref.String(), false)
 	switch {
 	case errors.Is(err, ErrNotParquet) && root != "":
 		return nil, errorf(ErrNoFile, "%s: %s holds no parquet files (%v): name the dataset without /%s to read the Hub's parquet conversion of it, or name one file", r.describe(), root, err, root)
@@ -101,12 +104,22 @@ func (c *Client) converted(ctx context.Context, r Repo, sel Selector, why error)
 		return nil, err
 	}
 	c.note("%s: %v: reading the Hub's parquet conversion of it (%s, commit %s)", r.describe(), why, ConvertRevision, commit[:12])
-	picked, err := c.pick(ctx, conv, commit, "", files, sel)
+	picked, err := c.pick(ctx, conv, commit, "", files, sel, DataRef{Repo: conv}.String(), true)
 	if err != nil {
 		return nil, err
 	}
+	// The conversion is CONFIG/SPLIT/NNNN.parquet: the files of one config are read as a dataset folder of
+	// their own, the config's folder.
 	dir := c.SnapshotDir(conv, commit)
-	return &DataSnapshot{Repo: conv, Commit: commit, Dir: dir, Path: dir, Files: picked, Converted: true}, nil
+	snap := &DataSnapshot{Repo: conv, Commit: commit, Dir: dir, Path: dir, Files: picked, Converted: true}
+	if top, _, ok := strings.Cut(picked[0], "/"); ok && !slices.ContainsFunc(picked, func(p string) bool { return !strings.HasPrefix(p, top+"/") }) {
+		snap.Path = filepath.Join(dir, top)
+		for i, p := range picked {
+			snap.Files[i] = strings.TrimPrefix(p, top+"/")
+		}
+		snap.Config = top
+	}
+	return snap, nil
 }
 
 // listing resolves a dataset revision and lists its commit's files (offline: from the cache).
@@ -143,7 +156,7 @@ func (c *Client) listing(ctx context.Context, r Repo) (string, []File, error) {
 }
 
 // pick runs the selector over the listing (files relative to root) and makes the picked files available.
-func (c *Client) pick(ctx context.Context, r Repo, commit, root string, files []File, sel Selector) ([]string, error) {
+func (c *Client) pick(ctx context.Context, r Repo, commit, root string, files []File, sel Selector, name string, converted bool) ([]string, error) {
 	by := map[string]File{}
 	for _, f := range files {
 		by[f.Path] = f
@@ -157,7 +170,7 @@ func (c *Client) pick(ctx context.Context, r Repo, commit, root string, files []
 		}
 		return os.Open(local)
 	}
-	picked, err := sel(newListFS(files, open))
+	picked, err := sel(newListFS(files, open), name, converted)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/memfit/memfit/internal/readfile"
 )
 
 // Snapshot is a repository's files at one commit, in the cache.
@@ -165,7 +167,7 @@ func (c *Client) Model(ctx context.Context, r Repo) (*Snapshot, error) {
 		}
 	}
 	if slices.ContainsFunc(need, func(f File) bool { return f.Path == weightsIndexFile }) {
-		index, err := readBounded(filepath.Join(snap.Dir, weightsIndexFile), 64<<20)
+		index, err := readfile.Read(filepath.Join(snap.Dir, weightsIndexFile), readfile.Config)
 		if err != nil {
 			return nil, err
 		}
@@ -201,7 +203,7 @@ func (c *Client) offlineModel(r Repo) (*Snapshot, error) {
 	var index []byte
 	if slices.ContainsFunc(files, func(f File) bool { return f.Path == weightsIndexFile }) {
 		var err error
-		if index, err = readBounded(filepath.Join(dir, weightsIndexFile), 64<<20); err != nil {
+		if index, err = readfile.Read(filepath.Join(dir, weightsIndexFile), readfile.Config); err != nil {
 			return nil, c.offlineMissing(r, commit, weightsIndexFile)
 		}
 	}

@@ -114,17 +114,7 @@ func CheckOrder(g *graph.Graph, minBytes int64, outputs ...*graph.Node) (*OrderR
 		return nil, err
 	}
 	nodes := g.Nodes()
-	needed := make([]bool, len(nodes))
-	stack := append([]*graph.Node(nil), outputs...)
-	for len(stack) > 0 {
-		n := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		if needed[n.Id()] {
-			continue
-		}
-		needed[n.Id()] = true
-		stack = append(stack, n.Inputs()...)
-	}
+	needed := neededBy(len(nodes), outputs)
 	// pos[id]: the latest forward node id depends on (-1: none); input[id]: whether it depends on a parameter
 	// (or any non-constant leaf), i.e. is not a constant expression.
 	pos := make([]graph.NodeId, len(nodes))

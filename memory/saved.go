@@ -62,24 +62,13 @@ func Saved(g *graph.Graph, outputs ...*graph.Node) (*SavedReport, error) {
 	if len(outputs) == 0 {
 		return nil, fmt.Errorf("memory.Saved: no outputs given")
 	}
-	nodes := g.Nodes()
-	needed := make([]bool, len(nodes))
-	stack := make([]*graph.Node, 0, len(outputs))
 	for _, o := range outputs {
 		if o.Graph() != g {
 			return nil, fmt.Errorf("memory.Saved: output %s belongs to another graph", o)
 		}
-		stack = append(stack, o)
 	}
-	for len(stack) > 0 {
-		n := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		if needed[n.Id()] {
-			continue
-		}
-		needed[n.Id()] = true
-		stack = append(stack, n.Inputs()...)
-	}
+	nodes := g.Nodes()
+	needed := neededBy(len(nodes), outputs)
 
 	readers := map[graph.NodeId]map[engine.Kind]bool{}
 	for _, n := range nodes {
@@ -119,6 +108,22 @@ func Saved(g *graph.Graph, outputs ...*graph.Node) (*SavedReport, error) {
 	}
 	sort.Slice(rep.Tensors, func(i, j int) bool { return rep.Tensors[i].Node < rep.Tensors[j].Node })
 	return rep, nil
+}
+
+// neededBy marks, among n nodes, those the outputs depend on (the outputs included): what executing them runs.
+func neededBy(n int, outputs []*graph.Node) []bool {
+	needed := make([]bool, n)
+	stack := append([]*graph.Node(nil), outputs...)
+	for len(stack) > 0 {
+		node := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if needed[node.Id()] {
+			continue
+		}
+		needed[node.Id()] = true
+		stack = append(stack, node.Inputs()...)
+	}
+	return needed
 }
 
 // shapeBytes is the bytes of a tensor of shape s, or of all the outputs of a multi-output node (a tuple shape:

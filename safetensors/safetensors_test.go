@@ -1,12 +1,15 @@
 package safetensors_test
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/gomlx/compute/dtypes"
@@ -250,4 +253,49 @@ func tensorBytes(t *tensors.Tensor) []byte {
 	var b []byte
 	_ = t.ConstBytes(func(x []byte) { b = append([]byte(nil), x...) })
 	return b
+}
+
+// TestWriteAtomicNamesTheFolder (ro01): a folder that takes no new file was reported as `open
+// DIR/.x.gguf.tmp-2781892576: permission denied`, a hidden temporary file the user never named. Now the error
+// names the folder and the file to write; a failing write names the file, not its temporary copy.
+func TestWriteAtomicNamesTheFolder(t *testing.T) {
+	dir := t.TempDir()
+	notDir := filepath.Join(dir, "file")
+	if err := os.WriteFile(notDir, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]string{filepath.Join(notDir, "x.gguf"): "cannot write in " + notDir + " (not a directory): writing " + filepath.Join(notDir, "x.gguf")}
+	if os.Geteuid() != 0 { // root writes into read-only folders
+		ro := filepath.Join(dir, "ro")
+		if err := os.Mkdir(ro, 0o555); err != nil {
+			t.Fatal(err)
+		}
+		cases[filepath.Join(ro, "x.gguf")] = "cannot write in " + ro + " (permission denied)"
+	}
+	for path, want := range cases {
+		err := safetensors.WriteAtomic(path, func(w *bufio.Writer) error { _, err := w.WriteString("x"); return err })
+		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), ".tmp-") {
+			t.Errorf("%s: %v, want %q", path, err, want)
+		}
+	}
+	target := filepath.Join(dir, "y.bin")
+	err := safetensors.WriteAtomic(target, func(w *bufio.Writer) error {
+		w.Flush()
+		return &fs.PathError{Op: "write", Path: tmpOf(t, dir), Err: syscall.ENOSPC} // as a full disk reports it
+	})
+	if err == nil || err.Error() != "writing "+target+": no space left on device" {
+		t.Errorf("a full disk: %v", err)
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, ".y.bin.tmp-*")); len(m) != 0 {
+		t.Errorf("left behind: %v", m)
+	}
+}
+
+// tmpOf returns the temporary file WriteAtomic is writing in dir.
+func tmpOf(t *testing.T, dir string) string {
+	m, _ := filepath.Glob(filepath.Join(dir, ".*.tmp-*"))
+	if len(m) != 1 {
+		t.Fatalf("temporary files %v", m)
+	}
+	return m[0]
 }

@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -157,20 +159,37 @@ func WriteTensors(path string, ts map[string]*tensors.Tensor, as DType, metadata
 
 // WriteAtomic creates path by writing a temporary file next to it with fill, syncing and renaming it over path.
 // On any error the temporary file is removed and path is left as it was.
+//
+// Errors name path and its folder, never the hidden temporary file: a folder that takes no new file (read-only,
+// not a folder) is `cannot write in DIR (permission denied): ...`, a full disk `writing PATH: no space left on
+// device`.
 func WriteAtomic(path string, fill func(w *bufio.Writer) error) (err error) {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
-		return err
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return fmt.Errorf("cannot write in %s (%v): writing %s needs a folder that takes new files; choose another", dir, err, path)
 	}
 	defer func() {
 		if err != nil {
 			tmp.Close()
 			os.Remove(tmp.Name())
+			// The temporary file's name means nothing to the user: name path instead.
+			var pe *fs.PathError
+			if errors.As(err, &pe) && pe.Path == tmp.Name() {
+				err = fmt.Errorf("writing %s: %w", path, pe.Err)
+			}
 		}
 	}()
 	w := bufio.NewWriterSize(tmp, 1<<20)
 	if err = fill(w); err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) && pe.Path == tmp.Name() {
+			return err // named by the deferred function
+		}
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	if err = w.Flush(); err != nil {

@@ -14,7 +14,8 @@
 #
 # The stages (each prints PASS/FAIL/SKIP with its figure; the script exits 1 if any check failed, and always writes
 # what it has):
-#   a  the binary (built or given), nvidia-smi, memfit's / GoMLX's / go-xla's versions, the Python packages
+#   a  the binary (built or given), nvidia-smi, memfit's / GoMLX's / go-xla's versions, the CUDA plugin and GPU
+#      finetune version says it would use, the Python packages
 #   b  smoke test: LLaMA-tiny LoRA, float32, 3 steps on xla:cuda (TF32 off) and on the pure-Go backend (CPU):
 #      losses finite, the first loss and gradient norm equal within a tolerance
 #   c  attention: --attention flash (cuDNN fused SDPA) against memory-efficient, bfloat16, LLaMA-tiny and the
@@ -26,6 +27,11 @@
 #      --compile-time (no weights are read or written), the device-resident step against the 60 s target
 #   f  bench/gpu/compare.sh against PyTorch + PEFT (ViT-B/16 LoRA q,v only) into DEST/compare, when at least
 #      VERIFY_COMPARE_MIN_S seconds are left
+#   m  memory modes (issue 35): bench/gpu/memory_modes.sh into DEST: every memory mode's compiled peak (compile
+#      only), a few real steps (device peak, step time), the ordering ties off and on, PyTorch + PEFT for the LLaMA
+#      cases, and XLA dump digests of the modes that miss their target: memory-modes.json, memory-modes.md; each of
+#      issue 35's targets is a check. It takes the time left (at most VERIFY_MEMORY_S, 450 s): run it alone with
+#      --only memory (stage a, then m), and the other stages without it with --skip-memory.
 # (d runs after e: it is the long one.) Every stage runs under `timeout`, and the whole script within
 # VERIFY_BUDGET_S seconds (default 540); a stage with too little time left is skipped and says so.
 #
@@ -41,7 +47,7 @@
 # Settings (environment): MEMFIT_BIN, MEMFIT_VERIFY_BACKEND (cuda, the default, or go), VERIFY_BUDGET_S (540),
 # VERIFY_COMPARE_MIN_S (240), VERIFY_COMPILE_TARGET_S (60), VERIFY_F32_RTOL (1e-3), VERIFY_BF16_RTOL (1e-2),
 # VERIFY_GRAD_RTOL (5e-2 bfloat16; float32 uses VERIFY_F32_RTOL x 5), PYTHON (python3). --quick: fewer leak steps
-# (2 and 6), no compare.sh.
+# (2 and 6), no compare.sh. --only memory: stages a and m only; --skip-memory: every stage but m.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 ROOT=$PWD
@@ -49,9 +55,20 @@ T0=$SECONDS
 
 QUICK=0
 DEST=""
+ONLY=""
+SKIP_MEMORY=0
+next_only=0
 for arg in "$@"; do
+	if [ "$next_only" = 1 ]; then
+		ONLY=$arg
+		next_only=0
+		continue
+	fi
 	case "$arg" in
 	--quick) QUICK=1 ;;
+	--only) next_only=1 ;;
+	--only=*) ONLY=${arg#--only=} ;;
+	--skip-memory) SKIP_MEMORY=1 ;;
 	-h | --help)
 		sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'
 		exit 0
@@ -64,6 +81,11 @@ for arg in "$@"; do
 	esac
 done
 
+case "$ONLY" in "" | memory) ;; *)
+	echo "verify.sh: --only takes memory (stages a and m), not $ONLY" >&2
+	exit 2
+	;;
+esac
 MODE=${MEMFIT_VERIFY_BACKEND:-cuda}
 DATE=$(date -u +%Y-%m-%d)
 case "$MODE" in
@@ -246,11 +268,12 @@ else
 	record a.version PASS "$(sed -n '1p' "$DEST/versions.txt"), $(sed -n '2p' "$DEST/versions.txt"), $(grep -o 'go-xla v[^;]*' "$DEST/versions.txt")"
 fi
 if [ "$MODE" = cuda ]; then
-	if grep -q '^JAX CUDA plugin: ' "$DEST/versions.txt"; then
-		record a.plugin PASS "$(grep '^JAX CUDA plugin: ' "$DEST/versions.txt")"
+	if grep -q '^XLA plugin for --backend xla:cuda: /' "$DEST/versions.txt"; then
+		record a.plugin PASS "$(grep '^XLA plugin for --backend xla:cuda: ' "$DEST/versions.txt")"
 	else
-		record a.plugin INFO "no JAX CUDA plugin found (set MEMFIT_PYTHON_SITE); xla:cuda needs pjrt_c_api_cuda_plugin.so on PJRT_PLUGIN_LIBRARY_PATH then"
+		record a.plugin FAIL "$(grep '^XLA plugin for --backend xla:cuda: ' "$DEST/versions.txt") (set MEMFIT_PYTHON_SITE or PJRT_PLUGIN_LIBRARY_PATH)"
 	fi
+	record a.gpu.memfit INFO "$(grep '^GPU: ' "$DEST/versions.txt")"
 fi
 GPU=0
 if command -v nvidia-smi > /dev/null 2>&1 && timeout 60 nvidia-smi > "$DEST/nvidia-smi.txt" 2>&1; then
@@ -283,6 +306,40 @@ fi
 if [ "$MODE" = cuda ] && [ "$GPU" = 0 ]; then
 	record b-f SKIP "no GPU: nothing else can run"
 	exit 1
+fi
+
+# ---------------------------------------------------------------------------------------------------------------
+# m: memory modes (issue 35), bench/gpu/memory_modes.sh; run here first with --only memory, else after stage f.
+memory_stage() {
+	stage "m: memory modes (issue 35) on $DEV"
+	local t
+	if ! t=$(limit "${VERIFY_MEMORY_S:-450}" 60); then
+		record m SKIP "no time left ($(left) s): run bash bench/gpu/verify.sh --only memory"
+		return
+	fi
+	local backend=xla:cuda
+	[ "$MODE" = go ] && backend=go
+	MEMFIT_BIN=$BIN PYTHON=$PY MEMMODES_BACKEND=$backend MEMMODES_BUDGET_S=$t timeout -k 10 $((t + 30)) \
+		bash "$ROOT/bench/gpu/memory_modes.sh" "$DEST" > "$DEST/m-memory-modes.log" 2>&1
+	local rc=$?
+	if [ ! -s "$DEST/memory-modes-checks.tsv" ]; then
+		record m FAIL "memory_modes.sh wrote no checks (exit $rc; see m-memory-modes.log: $(tail -1 "$DEST/m-memory-modes.log" | cut -c1-160))"
+		return
+	fi
+	local status name detail
+	while IFS=$'\t' read -r status name detail; do
+		[ "$MODE" = go ] && [ "$status" = FAIL ] && status=INFO # tiny models on the CPU: the GPU's targets do not apply
+		record "m $name" "$status" "$detail"
+	done < "$DEST/memory-modes-checks.tsv"
+	record m.rows INFO "memory-modes.json: $(grep -c '"mode"' "$DEST/memory-modes.json" 2> /dev/null) rows; tables in memory-modes.md; runs in modes/ (m-memory-modes.log)"
+}
+if [ "$ONLY" = memory ]; then
+	memory_stage
+	total=$((SECONDS - T0))
+	echo
+	echo "=== done in $total s (--only memory): $(grep -c $'\tPASS\t' "$DEST/results.tsv") pass, $(grep -c $'\tFAIL\t' "$DEST/results.tsv") fail; $DEST/summary.md"
+	summary
+	exit $FAILED
 fi
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -441,6 +498,13 @@ else
 	else
 		record f FAIL "$(grep -c ' failed ' "$DEST/f-compare.log") run(s) failed, compare.sh exit $rc (see f-compare.log and compare/*.log)"
 	fi
+fi
+
+# ---------------------------------------------------------------------------------------------------------------
+if [ "$SKIP_MEMORY" = 1 ]; then
+	record m SKIP "--skip-memory (bash bench/gpu/verify.sh --only memory runs it)"
+else
+	memory_stage
 fi
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -5,16 +5,19 @@ Runs one training configuration per process, so that torch.cuda.max_memory_alloc
     python3 bench/pytorch/peft_compare.py --model vit-b16 --method lora-qv  --variant plain --batch 64
     python3 bench/pytorch/peft_compare.py --model vit-b16 --method lora-all --variant approx-act+ms-norm --batch 64
     python3 bench/pytorch/peft_compare.py --model llama-7b --method qlora --variant plain --batch 4 --seq 512
+    python3 bench/pytorch/peft_compare.py --model llama-1b --method lora-all --dtype float32 --variant grad-ckpt --batch 2
 
 Models are built from memfit's presets (vit-b16: ViT-B/16 at 224 with 10 labels; llama-1b: TinyLlama-1.1B shapes;
 llama-7b: LLaMA-2-7B shapes) with random weights, as `finetune bench grid --sizes gpu` builds them. Methods:
 lora-qv (LoRA r=8, alpha=16 on q and v), lora-all (every linear layer of the blocks), qlora (NF4 base weights with
-double quantisation through bitsandbytes, LoRA on every linear layer). Compute: bfloat16 autocast over bfloat16
-frozen weights, float32 adapters and AdamW state (PEFT's default adapter dtype), as memfit's --compute-dtype
-bfloat16. Attention: "sdpa" (PyTorch's fused kernels: flash or memory-efficient) or "eager".
+double quantisation through bitsandbytes, LoRA on every linear layer). Compute (--dtype): bfloat16, the default,
+is bfloat16 autocast over bfloat16 frozen weights, float32 adapters and AdamW state (PEFT's default adapter dtype),
+as memfit's --compute-dtype bfloat16; float32 is float32 weights and no autocast, as memfit's float32. Attention:
+"sdpa" (PyTorch's fused kernels: flash or memory-efficient) or "eager".
 
-Variants: plain (PEFT as is) or approx-act+ms-norm, the Approx-BP method written here as plain
-torch.autograd.Functions (the paper's CUDA extension is not needed):
+Variants: plain (PEFT as is), grad-ckpt (transformers' gradient checkpointing of every block, with PEFT's input
+gradients enabled) or approx-act+ms-norm, the Approx-BP method written here as plain torch.autograd.Functions (the
+paper's CUDA extension is not needed):
   * ReGELU2 / ReSiLU2: exact GELU/SiLU forward; the backward keeps only 2-bit codes of the input, packed four to a
     byte, and multiplies the incoming gradient by the step slope of each code.
   * MS-LN / MS-RMSNorm: the norm's output before its affine is what the norm's backward keeps, and the affine is
@@ -177,13 +180,16 @@ def fold_affine(norm, linears):
     return MSNorm(eps, rms=not hasattr(norm, "bias"))
 
 
+DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
 def build_vit(args):
     from transformers import ViTConfig, ViTForImageClassification
     c = VIT_B16
     cfg = ViTConfig(image_size=c["image"], patch_size=c["patch"], hidden_size=c["hidden"], num_hidden_layers=c["layers"],
                     num_attention_heads=c["heads"], intermediate_size=c["mlp"], num_labels=c["labels"],
                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, attn_implementation=args.attention)
-    model = ViTForImageClassification(cfg).to("cuda", dtype=torch.bfloat16)
+    model = ViTForImageClassification(cfg).to("cuda", dtype=DTYPES[args.dtype])
     if hasattr(model.vit, "layers"):  # transformers 5: vit.layers.N.attention.{q,k,v,o}_proj, mlp.fc1/fc2
         targets = ["q_proj", "v_proj"] if args.method == "lora-qv" else ["q_proj", "k_proj", "v_proj", "o_proj", "fc1", "fc2"]
     else:  # transformers 4: vit.encoder.layer.N.attention.attention.{query,key,value}, *.dense
@@ -198,7 +204,7 @@ def build_llama(args):
                       num_hidden_layers=c["layers"], num_attention_heads=c["heads"], num_key_value_heads=c["kv"],
                       rms_norm_eps=c["eps"], max_position_embeddings=4096, attn_implementation=args.attention,
                       tie_word_embeddings=False)
-    torch.set_default_dtype(torch.bfloat16)
+    torch.set_default_dtype(DTYPES[args.dtype])
     with torch.device("cuda"):  # transformers' own initialisation, on the GPU (norm weights 1)
         model = LlamaForCausalLM(cfg)
     torch.set_default_dtype(torch.float32)
@@ -259,7 +265,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", choices=["vit-b16", "llama-1b", "llama-7b"], required=True)
     p.add_argument("--method", choices=["lora-qv", "lora-all", "qlora"], required=True)
-    p.add_argument("--variant", choices=["plain", "approx-act+ms-norm"], default="plain")
+    p.add_argument("--variant", choices=["plain", "approx-act+ms-norm", "grad-ckpt"], default="plain")
+    p.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--seq", type=int, default=512)
     p.add_argument("--steps", type=int, default=10)
@@ -279,15 +286,18 @@ def main():
     lcfg = LoraConfig(r=args.rank, lora_alpha=2 * args.rank, lora_dropout=0.0, target_modules=targets,
                       modules_to_save=to_save or None, bias="none")
     model = get_peft_model(model, lcfg)
-    if args.variant != "plain":
+    if args.variant == "approx-act+ms-norm":
         apply_approx(model, args)
+    elif args.variant == "grad-ckpt":
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.enable_input_require_grads()
     model.train()
     trainable = [q for q in model.parameters() if q.requires_grad]
     opt = torch.optim.AdamW(trainable, lr=1e-4)
 
     if is_vit:
         c = VIT_B16
-        x = torch.randn(args.batch, 3, c["image"], c["image"], device="cuda", dtype=torch.bfloat16)
+        x = torch.randn(args.batch, 3, c["image"], c["image"], device="cuda", dtype=DTYPES[args.dtype])
         y = torch.randint(0, c["labels"], (args.batch,), device="cuda")
         per_step, unit = args.batch, "images/s"
     else:
@@ -296,7 +306,7 @@ def main():
         per_step, unit = args.batch * args.seq, "tokens/s"
 
     def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.dtype == "bfloat16"):
             if is_vit:
                 loss = F.cross_entropy(model(pixel_values=x).logits.float(), y)
             else:
@@ -318,7 +328,7 @@ def main():
         times.append(time.perf_counter() - t0)
     med = statistics.median(times)
     out = dict(model=args.model, method=args.method, variant=args.variant, batch=args.batch,
-               seq=None if is_vit else args.seq, attention=args.attention, compute="bfloat16 autocast",
+               seq=None if is_vit else args.seq, attention=args.attention, compute="bfloat16 autocast" if args.dtype == "bfloat16" else "float32",
                peak_bytes=torch.cuda.max_memory_allocated(), peak_method="torch.cuda.max_memory_allocated",
                step_seconds=med, per_second=per_step / med, unit=unit, loss=float(loss),
                trainable_params=sum(q.numel() for q in trainable), steps=args.steps,

@@ -21,7 +21,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -51,6 +53,9 @@ type CardSplit struct {
 
 // ReadCard reads the configs of the card in fsys (nil, nil when there is no card or it names no configs).
 func ReadCard(fsys fs.FS) ([]CardConfig, error) {
+	if st, err := fs.Stat(fsys, CardFile); err != nil || !st.Mode().IsRegular() {
+		return nil, nil // none, or not a file (a pipe or device is never opened)
+	}
 	f, err := fsys.Open(CardFile)
 	if err != nil {
 		return nil, nil
@@ -279,4 +284,130 @@ func matchFiles(fsys fs.FS, patterns []string) ([]string, error) {
 	}
 	slices.Sort(out)
 	return out, nil
+}
+
+// ErrNotParquet marks a dataset whose chosen files are not parquet (CSV, JSON, text, ...), or that holds no
+// parquet files at all: the Hub keeps a parquet conversion of such a dataset (refs/convert/parquet).
+var ErrNotParquet = errors.New("not parquet")
+
+// cardSelect picks a split's files by the card's configs: config ("" for the card's default: the one marked
+// default, else the only one, else the one named default) and split ("" for train). Files are paths in fsys;
+// where names the dataset in messages.
+func cardSelect(fsys fs.FS, where string, configs []CardConfig, config, split string) (c CardConfig, files []string, err error) {
+	names := make([]string, len(configs))
+	for i, c := range configs {
+		names[i] = c.Name
+	}
+	i := -1
+	switch {
+	case config != "":
+		if i = slices.Index(names, config); i < 0 {
+			return c, nil, fmt.Errorf("%s has no config %q: its card (%s) names %s", where, config, CardFile, strings.Join(names, ", "))
+		}
+	case len(configs) == 1:
+		i = 0
+	default:
+		if i = slices.IndexFunc(configs, func(c CardConfig) bool { return c.Default }); i < 0 {
+			i = slices.Index(names, "default")
+		}
+		if i < 0 {
+			return c, nil, fmt.Errorf("%s has several configs (%s) and its card marks none as the default: choose one with --data-config", where, strings.Join(names, ", "))
+		}
+	}
+	c = configs[i]
+	if split == "" {
+		split = DefaultSplit
+	}
+	j := slices.IndexFunc(c.Splits, func(s CardSplit) bool { return s.Name == split })
+	if j < 0 {
+		var have []string
+		for _, s := range c.Splits {
+			have = append(have, s.Name)
+		}
+		return c, nil, fmt.Errorf("%s (config %s) has no split %q (it has %s): pass --split with one of them", where, c.Name, split, strings.Join(have, ", "))
+	}
+	if files, err = matchFiles(fsys, c.Splits[j].Patterns); err != nil {
+		return c, nil, fmt.Errorf("%s (config %s, split %s): %v", where, c.Name, split, err)
+	}
+	if len(files) == 0 {
+		return c, nil, fmt.Errorf("%s (config %s, split %s): its card's data_files (%s) match no file", where, c.Name, split, strings.Join(c.Splits[j].Patterns, ", "))
+	}
+	var other []string
+	for _, f := range files {
+		if !strings.HasSuffix(strings.ToLower(f), ".parquet") {
+			other = append(other, f)
+		}
+	}
+	if len(other) > 0 {
+		return c, nil, fmt.Errorf("%s (config %s, split %s) is in files memfit does not read as a dataset folder (%s): %w; name one file, or read the Hub's parquet conversion (hf://datasets/ORG/NAME)", where, c.Name, split, strings.Join(other[:min(3, len(other))], ", "), ErrNotParquet)
+	}
+	return c, files, nil
+}
+
+// SelectListing picks the files of one split of one config of a dataset given as a file list (a Hub
+// repository's, as an fs.FS whose files are read only for the card) exactly as OpenConfig picks them in a local
+// dataset folder: the list is laid out as empty files in a temporary folder (the card copied whole) and
+// OpenConfig resolves it there, so that a dataset downloaded by its selection and read back locally gives the
+// same files. name stands for the dataset in messages. The paths returned are fsys's; chosen is the config the
+// card chose ("" without a card). A dataset with no parquet file at all is ErrNotParquet.
+func SelectListing(fsys fs.FS, name, config, split string) (files []string, chosen string, err error) {
+	tmp, err := os.MkdirTemp("", "memfit-listing-")
+	if err != nil {
+		return nil, "", err
+	}
+	defer os.RemoveAll(tmp)
+	parquet, other := 0, 0
+	err = fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		local := filepath.Join(tmp, filepath.FromSlash(p))
+		switch {
+		case p == ".":
+			return nil
+		case d.IsDir():
+			return os.Mkdir(local, 0o755)
+		case p == CardFile:
+			data, err := fs.ReadFile(fsys, p)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(local, data, 0o644)
+		case strings.HasSuffix(strings.ToLower(p), ".parquet"):
+			parquet++
+		case !strings.HasPrefix(path.Base(p), "."):
+			other++
+		}
+		return os.WriteFile(local, nil, 0o644)
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	chosen = config
+	if configs, err := ReadCard(os.DirFS(tmp)); err == nil && configs != nil {
+		if c, _, err := cardSelect(os.DirFS(tmp), name, configs, config, split); err == nil {
+			chosen = c.Name
+		}
+	}
+	ds, err := OpenConfig(tmp, config, split, "")
+	if err != nil {
+		msg := strings.ReplaceAll(err.Error(), tmp+string(filepath.Separator), name+"/")
+		msg = strings.ReplaceAll(msg, tmp, name)
+		switch {
+		case errors.Is(err, ErrNotParquet):
+			return nil, chosen, fmt.Errorf("%s: %w", strings.TrimSuffix(msg, ": "+ErrNotParquet.Error()), ErrNotParquet)
+		case parquet == 0 && other > 0:
+			return nil, chosen, fmt.Errorf("%s holds no parquet files (%d other files): %w", name, other, ErrNotParquet)
+		}
+		return nil, chosen, errors.New(msg)
+	}
+	files = make([]string, len(ds.Files))
+	for i, f := range ds.Files {
+		rel, err := filepath.Rel(tmp, f)
+		if err != nil {
+			return nil, chosen, err
+		}
+		files[i] = filepath.ToSlash(rel)
+	}
+	return files, chosen, nil
 }

@@ -1,8 +1,12 @@
 package hfdata
 
 import (
+	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"testing/fstest"
 )
@@ -88,5 +92,67 @@ func TestMatchFiles(t *testing.T) {
 	}
 	if got, _ := matchFiles(fsys, []string{"data/train-*", "data/*"}); len(got) != 3 {
 		t.Errorf("duplicates: %v", got)
+	}
+}
+
+// TestOpenByCard: a folder whose card names configs is read by them (the default, or --data-config's), a config
+// folder without a card by its folder, a card config of CSV files is ErrNotParquet; and SelectListing picks the
+// same files in the folder's file list as OpenConfig in the folder.
+func TestOpenByCard(t *testing.T) {
+	dir := t.TempDir()
+	card := "---\nconfigs:\n- config_name: a\n  data_files: [\"x/*.parquet\"]\n- config_name: b\n  default: true\n  data_files:\n  - split: train\n    path: [y/1.parquet, y/2.parquet]\n  - split: test\n    path: y/t.parquet\n- config_name: c\n  data_files: z/*.csv\n---\n"
+	files := map[string]string{"README.md": card, "x/1.parquet": "", "x/2.parquet": "", "y/1.parquet": "", "y/2.parquet": "", "y/t.parquet": "", "z/1.csv": ""}
+	mapfs := fstest.MapFS{}
+	for name, data := range files {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		mapfs[name] = &fstest.MapFile{Data: []byte(data)}
+	}
+	cases := []struct {
+		config, split string
+		want          []string
+	}{
+		{"", "", []string{"y/1.parquet", "y/2.parquet"}},
+		{"b", "test", []string{"y/t.parquet"}},
+		{"a", "", []string{"x/1.parquet", "x/2.parquet"}},
+	}
+	for _, c := range cases {
+		ds, err := OpenConfig(dir, c.config, c.split, "")
+		if err != nil {
+			t.Fatalf("%+v: %v", c, err)
+		}
+		var got []string
+		for _, f := range ds.Files {
+			rel, _ := filepath.Rel(dir, f)
+			got = append(got, filepath.ToSlash(rel))
+		}
+		listed, _, err := SelectListing(mapfs, "hf://datasets/o/n", c.config, c.split)
+		if !slices.Equal(got, c.want) || err != nil || !slices.Equal(listed, c.want) {
+			t.Errorf("%+v: local %v, listing %v (%v), want %v", c, got, listed, err, c.want)
+		}
+	}
+	if _, err := OpenConfig(dir, "c", "", ""); !errors.Is(err, ErrNotParquet) {
+		t.Errorf("CSV config: %v", err)
+	}
+	if _, _, err := SelectListing(mapfs, "hf://datasets/o/n", "c", ""); !errors.Is(err, ErrNotParquet) || strings.Contains(err.Error(), os.TempDir()) {
+		t.Errorf("CSV config in a listing: %v", err)
+	}
+	if _, err := OpenConfig(dir, "d", "", ""); err == nil || !strings.Contains(err.Error(), `no config "d": its card (README.md) names a, b, c`) {
+		t.Errorf("unknown config: %v", err)
+	}
+	// Without a card, a config is a folder (the Hub's parquet conversion: CONFIG/SPLIT/NNNN.parquet).
+	conv := t.TempDir()
+	for _, name := range []string{"default/train/0000.parquet", "default/test/0000.parquet"} {
+		p := filepath.Join(conv, filepath.FromSlash(name))
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, nil, 0o644)
+	}
+	if ds, err := OpenConfig(conv, "default", "test", ""); err != nil || len(ds.Files) != 1 || !strings.HasSuffix(ds.Files[0], filepath.Join("default", "test", "0000.parquet")) {
+		t.Errorf("config folder: %v %v", ds, err)
 	}
 }

@@ -7,9 +7,11 @@
 package hfdata
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -41,8 +43,17 @@ func Open(path, split, columns string) (*Dataset, error) {
 	return OpenSpec(path, Spec{Split: split, Columns: columns})
 }
 
-// OpenSpec resolves path to the files to read (s's config and split of a dataset folder, Select) and parses s's
-// column renames. A file is read as it is; a split or config does not apply to it (an error says so).
+// OpenConfig is Open for a dataset folder with configs (train's --data-config): config names one of its card's
+// (README.md) configs, or a config folder (CONFIG/SPLIT-*.parquet, CONFIG/SPLIT/*.parquet, the layout of the
+// Hub's parquet conversion); "" is the card's default config, or the folder's (Select).
+func OpenConfig(path, config, split, columns string) (*Dataset, error) {
+	return OpenSpec(path, Spec{Config: config, Split: split, Columns: columns, ConfigFlag: "--data-config"})
+}
+
+// OpenSpec resolves path to the files to read and parses s's column renames. A file is read as it is; a split or
+// config does not apply to it (an error says so). A folder whose card (README.md) names configs is read by them,
+// as the Hub and the datasets library read it (cardSelect); any other folder by its layout (Select: config
+// folders, then the split's files).
 func OpenSpec(path string, s Spec) (*Dataset, error) {
 	cols, err := ParseColumns(s.Columns)
 	if err != nil {
@@ -60,6 +71,20 @@ func OpenSpec(path string, s Spec) (*Dataset, error) {
 			return nil, fmt.Errorf("config %s picks a folder of a dataset folder, but %s is one parquet file: leave it out, or pass the dataset folder", s.Config, path)
 		}
 		return &Dataset{Path: path, Files: []string{path}, Columns: cols}, nil
+	}
+	// A card (README.md) naming configs chooses the files, as the Hub and the datasets library read it.
+	if configs, err := ReadCard(os.DirFS(path)); err != nil || configs != nil {
+		if err != nil {
+			return nil, fmt.Errorf("%s: %v", path, err)
+		}
+		c, files, err := cardSelect(os.DirFS(path), path, configs, s.Config, s.Split)
+		if err != nil {
+			return nil, err
+		}
+		for i, f := range files {
+			files[i] = filepath.Join(path, filepath.FromSlash(f))
+		}
+		return &Dataset{Path: path, Config: c.Name, Split: cmp.Or(s.Split, DefaultSplit), Files: files, Columns: cols}, nil
 	}
 	sel, err := Select(path, s)
 	if err != nil {

@@ -236,11 +236,11 @@ func (s Spec) pickConfig(path, config string) string {
 // validation split under its names, then the test split.
 var EvalSplits = []string{"validation", "valid", "val", "dev", "test"}
 
-// EvalSplit returns the first of EvalSplits that the dataset folder path has (in config, "" for the default), or
-// "" (then its default split) when it has none of them.
+// EvalSplit returns the first of EvalSplits that the dataset folder path has (in config, "" for the default; by
+// its card's configs, else its layout), or "" (then its default split) when it has none of them.
 func EvalSplit(path, config string) string {
 	for _, s := range EvalSplits {
-		if _, err := Select(path, Spec{Config: config, Split: s}); err == nil {
+		if _, err := OpenSpec(path, Spec{Config: config, Split: s}); err == nil {
 			return s
 		}
 	}
@@ -270,7 +270,11 @@ func Select(path string, s Spec) (Selection, error) {
 	}
 	configs := Configs(path)
 	if config != "" {
-		if !slices.Contains(configs, config) {
+		isFolder := false
+		if st, err := os.Stat(filepath.Join(path, config)); err == nil && st.IsDir() && splitName.MatchString(config) {
+			isFolder = true // named as a config: its folder is read as one, whatever its files are named
+		}
+		if !slices.Contains(configs, config) && !isFolder {
 			if len(configs) == 0 {
 				return Selection{}, fmt.Errorf("%s has no config %q: it has no config folders (its splits: %s)", path, config, listOr(splitsIn(path), "none"))
 			}

@@ -59,7 +59,7 @@ type Mode struct {
 
 // Modes are the configurations every family's steps must keep ordered: each memory mode (plain, approx-act,
 // ms-norm and approx-act+ms-norm, grad-ckpt, Mesa on its own kinds and with approx-act on every kind), with
-// standard and memory-efficient attention, and QLoRA (plain and approx-act+ms-norm).
+// standard and memory-efficient attention, QLoRA (plain, approx-act+ms-norm, grad-ckpt), and bfloat16 compute.
 func Modes() []Mode {
 	set := func(name string, f func(c *finetune.Config)) Mode {
 		return Mode{Name: name, Apply: func(c finetune.Config) finetune.Config { f(&c); return c }}
@@ -89,6 +89,11 @@ func Modes() []Mode {
 		set("qlora", func(c *finetune.Config) { c.Method = "qlora" }),
 		set("qlora+approx-act+ms-norm", func(c *finetune.Config) { c.Method, c.ApproxAct, c.MSNorm = "qlora", true, true }),
 		set("qlora+grad-ckpt", func(c *finetune.Config) { c.Method, c.GradCkpt = "qlora", true }),
+		// bfloat16 compute, as the GPU runs (ViT-B/16 LoRA and LLaMA-7B QLoRA in issue 35).
+		set("bfloat16+approx-act+ms-norm", func(c *finetune.Config) { c.ComputeDType, c.ApproxAct, c.MSNorm = "bfloat16", true, true }),
+		set("bfloat16+qlora+approx-act+ms-norm+mesa-softmax", func(c *finetune.Config) {
+			c.ComputeDType, c.Method, c.ApproxAct, c.MSNorm, c.Mesa = "bfloat16", "qlora", true, true, []string{"softmax"}
+		}),
 	}
 }
 

@@ -1,6 +1,6 @@
 module github.com/memfit/memfit/tools/hubcheck
 
-go 1.27
+go 1.27.0
 
 require (
 	github.com/gomlx/go-huggingface v0.4.12
