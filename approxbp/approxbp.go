@@ -20,6 +20,9 @@ type Activation int
 const (
 	ActGELU Activation = iota // exact GELU: x * Phi(x), with Phi computed by erf (not the tanh approximation)
 	ActSiLU                   // SiLU (swish): x * sigmoid(x)
+	// ActGELUTanh is GELU's tanh form, PyTorch's gelu(approximate="tanh") and transformers' gelu_pytorch_tanh
+	// (Gemma's MLP): x * (1 + tanh(sqrt(2/pi) (x + 0.044715 x³))) / 2.
+	ActGELUTanh
 )
 
 // String returns "gelu" or "silu".
@@ -29,6 +32,8 @@ func (a Activation) String() string {
 		return "gelu"
 	case ActSiLU:
 		return "silu"
+	case ActGELUTanh:
+		return "gelu_pytorch_tanh"
 	}
 	return fmt.Sprintf("activation(%d)", int(a))
 }
@@ -41,6 +46,9 @@ func gate(act Activation, x *graph.Node) *graph.Node {
 		return graph.MulScalar(graph.OnePlus(graph.Erf(graph.MulScalar(x, 1/math.Sqrt2))), 0.5)
 	case ActSiLU:
 		return graph.Logistic(x)
+	case ActGELUTanh:
+		// (1 + tanh(u)) / 2, u = sqrt(2/pi) (x + 0.044715 x³)
+		return graph.MulScalar(graph.OnePlus(graph.Tanh(tanhGELUArg(x))), 0.5)
 	}
 	panic(fmt.Sprintf("approxbp: unknown activation %d", int(act)))
 }
@@ -61,10 +69,24 @@ func forward(act Activation, x *graph.Node) *graph.Node {
 
 // fused returns the backend's activation type for act.
 func (a Activation) fused() compute.ActivationType {
-	if a == ActSiLU {
+	switch a {
+	case ActSiLU:
 		return compute.ActivationSilu
+	case ActGELUTanh:
+		return compute.ActivationGeluApproximate
 	}
 	return compute.ActivationGelu
+}
+
+// tanhGELUSqrt2OverPi and tanhGELUCubic are the tanh GELU's constants: sqrt(2/pi) and 0.044715.
+const (
+	tanhGELUSqrt2OverPi = 0.7978845608028654
+	tanhGELUCubic       = 0.044715
+)
+
+// tanhGELUArg returns u = sqrt(2/pi) (x + 0.044715 x³), the tanh GELU's argument.
+func tanhGELUArg(x *graph.Node) *graph.Node {
+	return graph.MulScalar(graph.Add(x, graph.MulScalar(graph.Mul(graph.Square(x), x), tanhGELUCubic)), tanhGELUSqrt2OverPi)
 }
 
 // inputGrad returns the gradients of y's inputs, dx for the first (x) and nil for any other (y is a node built
@@ -112,6 +134,23 @@ func SiLU(x *graph.Node) *graph.Node {
 	})
 }
 
+// GELUTanh returns the tanh-form GELU of x (gelu_pytorch_tanh). Its backward keeps only x.
+//
+// Backward: with u = sqrt(2/pi) (x + 0.044715 x³) and t = tanh(u), y = x (1 + t) / 2, so
+// dy/dx = (1 + t) / 2 + x (1 - t²) u' / 2, u' = sqrt(2/pi) (1 + 3 * 0.044715 x²); t is recomputed from x.
+func GELUTanh(x *graph.Node) *graph.Node {
+	y := forward(ActGELUTanh, x)
+	return engine.SetVJP(y, engine.KindActivation, func(node, v *graph.Node) []*graph.Node {
+		// Built from ops, not the backend's fused gradient: the pure-Go backend's (compute v0.1.14, SIMD) returns
+		// 1 at x = 2.6 where the derivative is 1.0307 (TestExactGradients).
+		x := engine.Recompute(node.Inputs()[0])[0] // behind a barrier (an int8 copy under Mesa)
+		t := graph.Tanh(tanhGELUArg(x))
+		du := graph.MulScalar(graph.OnePlus(graph.MulScalar(graph.Square(x), 3*tanhGELUCubic)), tanhGELUSqrt2OverPi)
+		d := graph.Add(graph.MulScalar(graph.OnePlus(t), 0.5), graph.MulScalar(graph.Mul(x, graph.Mul(graph.OneMinus(graph.Square(t)), du)), 0.5))
+		return inputGrad(node, graph.Mul(v, d))
+	})
+}
+
 // fusedGrad returns v * act'(x) computed by the backend's fused activation gradient (FusedActivationVJP), or
 // nil where the backend has none for x's dtype. The backend's GELU and SiLU gradients read only x and v; GoMLX's
 // graph builder still asks for the forward output y, so x is passed in its place: it reads nothing more, and the
@@ -129,6 +168,10 @@ func ReGELU2(x *graph.Node) *graph.Node { return Approx(x, ActGELU, ReGELU2Coeff
 
 // ReSiLU2 returns the exact SiLU of x with the Approx-BP 2-bit backward.
 func ReSiLU2(x *graph.Node) *graph.Node { return Approx(x, ActSiLU, ReSiLU2Coefficients) }
+
+// ReGELU2Tanh returns the exact tanh-form GELU of x (gelu_pytorch_tanh, Gemma's MLP) with a 2-bit backward whose
+// coefficients are fitted to that function (ReGELU2TanhCoefficients).
+func ReGELU2Tanh(x *graph.Node) *graph.Node { return Approx(x, ActGELUTanh, ReGELU2TanhCoefficients) }
 
 // Approx returns the exact activation act of x, whose backward uses the step derivative given by coeffs.
 //

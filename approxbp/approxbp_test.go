@@ -37,6 +37,7 @@ type variant struct {
 var variants = []variant{
 	{"gelu", approxbp.ActGELU, approxbp.ReGELU2Coefficients, approxbp.GELU, approxbp.ReGELU2, approxbp.GELU64},
 	{"silu", approxbp.ActSiLU, approxbp.ReSiLU2Coefficients, approxbp.SiLU, approxbp.ReSiLU2, approxbp.SiLU64},
+	{"gelu_pytorch_tanh", approxbp.ActGELUTanh, approxbp.ReGELU2TanhCoefficients, approxbp.GELUTanh, approxbp.ReGELU2Tanh, approxbp.GELUTanh64},
 }
 
 // withFusion pairs every variant with GOMLX_FUSION=1 (the pure-Go backend's fused GELU) and 0 (plain ops, what
@@ -121,6 +122,11 @@ func TestExactGradients(t *testing.T) {
 			return 0.5*(1+math.Erf(x/math.Sqrt2)) + x*math.Exp(-x*x/2)/math.Sqrt(2*math.Pi)
 		},
 		"silu": func(x float64) float64 { s := 1 / (1 + math.Exp(-x)); return s * (1 + x*(1-s)) },
+		"gelu_pytorch_tanh": func(x float64) float64 {
+			k := math.Sqrt(2 / math.Pi)
+			t := math.Tanh(k * (x + 0.044715*x*x*x))
+			return 0.5*(1+t) + 0.5*x*(1-t*t)*k*(1+3*0.044715*x*x)
+		},
 	}
 	for _, vf := range withFusion(variants) {
 		vr := vf.variant

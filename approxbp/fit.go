@@ -141,6 +141,11 @@ func FitGELU(bits int) (Coefficients, FitResult, error) {
 	return Fit(fmt.Sprintf("ReGELU%d", bits), GELU64, bits, FitOptions{Lower: -GELURange, Upper: GELURange})
 }
 
+// FitGELUTanh fits k-bit coefficients ("ReGELU<k>-tanh") for GELU's tanh form on [-GELURange, GELURange].
+func FitGELUTanh(bits int) (Coefficients, FitResult, error) {
+	return Fit(fmt.Sprintf("ReGELU%d-tanh", bits), GELUTanh64, bits, FitOptions{Lower: -GELURange, Upper: GELURange})
+}
+
 // FitSiLU fits k-bit coefficients ("ReSiLU<k>") for SiLU on [-SiLURange, SiLURange].
 func FitSiLU(bits int) (Coefficients, FitResult, error) {
 	return Fit(fmt.Sprintf("ReSiLU%d", bits), SiLU64, bits, FitOptions{Lower: -SiLURange, Upper: SiLURange})

@@ -514,3 +514,19 @@ func TestFitBadInput(t *testing.T) {
 		t.Errorf("MaxIter 1: coefficients returned with ErrNotConverged are invalid: %v", verr)
 	}
 }
+
+// TestReGELU2TanhIsFitted: ReGELU2TanhCoefficients are what Fit finds for the tanh GELU (gelu_pytorch_tanh) on
+// [-12, 12], and they beat the published ReGELU2 coefficients on that function.
+func TestReGELU2TanhIsFitted(t *testing.T) {
+	got, res, err := approxbp.FitGELUTanh(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := approxbp.ReGELU2TanhCoefficients
+	if got.Name != want.Name || fitMaxDiff(got.A, want.A) > 1e-12 || fitMaxDiff(got.C, want.C) > 1e-12 {
+		t.Errorf("fitted %+v, recorded %+v", got, want)
+	}
+	if pub := approxbp.Objective(approxbp.GELUTanh64, approxbp.ReGELU2Coefficients, -approxbp.GELURange, approxbp.GELURange); res.Objective >= pub {
+		t.Errorf("objective %.6g, published ReGELU2's on the tanh GELU %.6g", res.Objective, pub)
+	}
+}

@@ -99,6 +99,13 @@ type Mask struct {
 	// KeyPadding, if not nil, is [B, M] with a non-zero value for real keys and 0 for padding; padding keys are
 	// hidden from every query.
 	KeyPadding *graph.Node
+	// Window, when positive, hides keys more than Window-1 positions before the query (sliding-window attention:
+	// query i sees keys j with i - Window < j; Mistral, the sliding layers of Gemma and Qwen). With Causal, a
+	// query sees its own position and the Window-1 before it.
+	Window int
+	// SoftCap, when positive, caps the scaled scores as cap * tanh(scores / cap) before the mask is added (Gemma
+	// 2's attention logit soft-capping).
+	SoftCap float64
 	// Segments, if not nil, is [B, N] integer segment ids of self-attention over packed sequences (queries and
 	// keys the same positions): a query sees only the keys of its own segment, so attention does not cross the
 	// documents packed into one row (a block-diagonal mask; with Causal, block-diagonal causal).
@@ -147,6 +154,20 @@ func (m Mask) additive(g *graph.Graph, dtype dtypes.DType, n, keys int) *graph.N
 			panic(fmt.Sprintf("attention: a causal mask needs as many queries as keys (or an offset), got %d and %d", n, keys))
 		}
 		allowed = graph.LessOrEqual(graph.Iota(g, shape, 3), query)
+	}
+	if m.Window > 0 {
+		shape := shapes.Make(dtypes.Int32, 1, 1, n, keys)
+		query := graph.Iota(g, shape, 2)
+		if m.Offset != nil {
+			query = graph.Add(query, graph.ConvertDType(m.Offset, dtypes.Int32))
+		}
+		// key > query - Window
+		near := graph.GreaterThan(graph.Iota(g, shape, 3), graph.AddScalar(query, float64(-m.Window)))
+		if allowed == nil {
+			allowed = near
+		} else {
+			allowed = graph.LogicalAnd(allowed, near)
+		}
 	}
 	if m.KeyPadding != nil {
 		kp := m.KeyPadding
@@ -245,14 +266,25 @@ func (l layout) merge(ctx *graph.Node) *graph.Node {
 	return graph.Reshape(graph.TransposeAllDims(ctx, 0, 2, 1, 3, 4), l.b, l.n, l.d)
 }
 
-// maskScores adds the mask (rebuilt from its inputs) to s, a [B, Hkv, N, G, M] score tensor.
+// maskScores soft-caps s, a [B, Hkv, N, G, M] score tensor, when the mask says so (Mask.SoftCap) and adds the
+// mask (rebuilt from its inputs).
 func maskScores(s *graph.Node, mask Mask, n, m int) *graph.Node {
+	s = softCap(s, mask.SoftCap)
 	add := mask.additive(s.Graph(), s.DType(), n, m)
 	if add == nil {
 		return s
 	}
 	// [B|1, 1, N|1, M] -> [B|1, 1, N|1, 1, M]
 	return engine.SetKind(graph.Add(s, graph.InsertAxes(add, 3)), engine.KindAttention)
+}
+
+// softCap returns cap * tanh(s / cap), or s when cap is not positive. Its gradient is GoMLX's: d/ds = 1 - tanh²,
+// from the kept tanh (MemoryEfficient recomputes the scores instead and takes the cap's derivative itself).
+func softCap(s *graph.Node, cap float64) *graph.Node {
+	if cap <= 0 {
+		return s
+	}
+	return graph.MulScalar(graph.Tanh(graph.MulScalar(s, 1/cap)), cap)
 }
 
 // Standard is multi-head scaled dot-product attention that keeps the probabilities for the backward pass.
@@ -281,7 +313,8 @@ func Standard(q, k, v *graph.Node, heads, kvHeads int, mask Mask) *graph.Node {
 //
 //	dV = Pᵀ g,   dP = g Vᵀ,   dS = P ∘ (dP - D),   D = rowsum(P ∘ dP)   (= rowsum(g ∘ O), since O = P V)
 //
-// and dS flows on to q and k through the score product's own matmul gradient (dq = dS k, dk = dSᵀ q). Here the
+// and dS flows on to q and k through the score product's own matmul gradient (dq = dS k, dk = dSᵀ q). With a
+// soft-cap S = c tanh(R / c) + mask of the raw scores R, so dR = dS (1 - (tanh(R / c))²), from the recomputed S. Here the
 // VJP of the value product recomputes S from q and k and the mask from its inputs, P from S and lse, and returns
 // dS to the probabilities, whose softmax nodes pass it straight to S. D is taken from P and dP, so the output O
 // is not kept either. Where the backend has a fused softmax (the pure-Go one) P is recomputed with it from S
@@ -290,7 +323,15 @@ func MemoryEfficient(q, k, v *graph.Node, heads, kvHeads int, mask Mask) *graph.
 	l := newLayout(q, k, v, heads, kvHeads)
 	qh, kh, vh := l.split(q, k, v)
 	qh, kh, vh = mask.keep("attn", qh, 1), mask.keep("attn", kh, 1), mask.keep("attn", vh, 1)
-	s := maskScores(scores(qh, kh), mask, l.n, l.m)
+	// A soft-cap's gradient is taken below from the recomputed scores: its nodes pass the gradient straight on.
+	capped, uncapped := scores(qh, kh), mask
+	if c := mask.SoftCap; c > 0 {
+		a := engine.PassThrough(graph.MulScalar(capped, 1/c), engine.KindAttention, 0)
+		t := engine.PassThrough(graph.Tanh(a), engine.KindAttention, 0)
+		capped = engine.PassThrough(graph.MulScalar(t, c), engine.KindAttention, 0)
+		uncapped.SoftCap = 0
+	}
+	s := maskScores(capped, uncapped, l.n, l.m)
 	var probs *graph.Node
 	var recompute func(s *graph.Node) *graph.Node // the probabilities again, from recomputed scores
 	if engine.Fused(s, compute.OpTypeFusedSoftmax) {
@@ -312,11 +353,16 @@ func MemoryEfficient(q, k, v *graph.Node, heads, kvHeads int, mask Mask) *graph.
 		// the forward ones (keeping those alive instead); int8 copies under Mesa.
 		qk := engine.Recompute(qh, kh)
 		vh := engine.Fresh(vh)
-		p := recompute(maskScores(scores(qk[0], qk[1]), mask.recomputed(), l.n, l.m))
+		y := softCap(scores(qk[0], qk[1]), mask.SoftCap)
+		p := recompute(maskScores(y, uncapped.recomputed(), l.n, l.m))
 		dv := engine.Product(p, []int{2, 3}, []int{0, 1}, g, []int{2, 3}, []int{0, 1}) // [B, Hkv, M, Dh]
 		dp := engine.Product(g, []int{4}, []int{0, 1}, vh, []int{3}, []int{0, 1})      // [B, Hkv, N, G, M]
 		d := graph.ReduceAndKeep(graph.Mul(p, dp), graph.ReduceSum, -1)
 		ds := graph.Mul(p, graph.Sub(dp, d))
+		if c := mask.SoftCap; c > 0 {
+			// y = c tanh(s / c): dy/ds = 1 - tanh²(s / c) = 1 - (y / c)², from the recomputed y.
+			ds = graph.Mul(ds, graph.OneMinus(graph.Square(graph.MulScalar(y, 1/c))))
+		}
 		return engine.OperandGrads(ctx, ds, dv)
 	})
 	return l.merge(ctx)

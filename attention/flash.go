@@ -29,6 +29,10 @@ func FlashSupported(q *graph.Node, heads, kvHeads int, mask Mask) (bool, string)
 		return false, "fused attention needs query heads a multiple of the kv heads"
 	case mask.Keep != nil:
 		return false, "Mesa int8 storage of the attention inputs needs the unfused attention"
+	case mask.SoftCap > 0:
+		return false, "soft-capped scores need the unfused attention"
+	case mask.Window > 0:
+		return false, "a sliding window needs a materialised mask, which the fused op (causal mask and sequence lengths only) cannot take"
 	case mask.Segments != nil:
 		return false, "packed sequences need a block-diagonal mask, which the fused op (causal mask and sequence lengths only) cannot take"
 	}

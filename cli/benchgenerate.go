@@ -68,6 +68,10 @@ core but one by default: node's own thread drives the decoding, and llama.cpp's 
 					return usagef("--batch-sizes %d: give 1 to 256 rows", b)
 				}
 			}
+			var err error
+			if model, _, err = hubModel(cmd, "--model", model, hubFiles); err != nil {
+				return err
+			}
 			reads := inputs{}.add("--model", model, modelReads...).add("--script", script).add("--gguf", ggufFile)
 			if err := outputFolder("--out", out, []string{"generate.txt", "generate.json", "processes/"}, reads.add("--work-dir", workDir), overwrite, true); err != nil {
 				return err

@@ -36,6 +36,13 @@ before and after.`,
 			if steps < 1 || rounds < 1 || batch < 1 {
 				return usagef("--steps, --rounds and --batch-size must be at least 1")
 			}
+			var err error
+			if model, _, err = hubModel(cmd, "--model", model, hubFiles); err != nil {
+				return err
+			}
+			if data, _, err = hubData(cmd, "--data", data, finetune.DataOptions{}); err != nil {
+				return err
+			}
 			backend, err := opts.NewBackend()
 			if err != nil {
 				return err

@@ -83,7 +83,7 @@ func TestTrainDataErrors(t *testing.T) {
 		{[]string{"--model", filepath.Join(tmp, "missing"), "--data", two}, 1, "missing"},
 		{[]string{"--model", model, "--data", empty}, 1, "holds no images"},
 		{[]string{"--model", model, "--data", two}, 1, "2 classes"},
-		{[]string{"--model", model, "--data", bad}, 1, "alpaca data needs a LLaMA model; this model is a ViT"},
+		{[]string{"--model", model, "--data", bad}, 1, "alpaca data needs a Gemma 2, Gemma 3, LLaMA, Mistral, Phi-3, Qwen2 or Qwen3 model; this model is a ViT"},
 		{[]string{"--model", model, "--data", two, "--data-format", "csv"}, 1, "unknown data format"},
 		{[]string{"--model", filepath.Join("..", "pretrained", "llama-tiny"), "--data", bad}, 1, "bad.jsonl:2: not a JSON object"},
 		{[]string{"--model", model, "--data", two, "--mesa", "gelu"}, 2, "unknown Mesa kind"},

@@ -15,3 +15,6 @@ var CountProgressForTest = countProgress
 
 // ResultPathForTest is where eval mmlu writes the results of the adapter (or model) at path without --out.
 func ResultPathForTest(path string) string { return resultPath("", "mmlu", "model", path, nil, nil) }
+
+// ModuleVersionForTest is moduleVersion.
+var ModuleVersionForTest = moduleVersion

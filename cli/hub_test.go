@@ -33,6 +33,16 @@ func standIn(t *testing.T) (*hubtest.Hub, string) {
 // no server prints the same; a name that is neither a folder nor a repository is one line naming both.
 func TestHubModelCommands(t *testing.T) {
 	hub, home := standIn(t)
+	// --dry-run resolves the revision to its commit and downloads nothing.
+	dry, errOut, code := run(t, "train", "--dry-run", "--model", "memfit-test/llama-tiny", "--data", filepath.Join(hfTestdata, "alpaca.jsonl"), "--out", filepath.Join(t.TempDir(), "dry"))
+	if main := hub.Repos()["model:memfit-test/llama-tiny"].Branches["main"]; code != 0 || !strings.Contains(dry, "model_hub:\n  commit: "+main) {
+		t.Errorf("--dry-run: exit %d:\n%s%s", code, dry, errOut)
+	}
+	for _, r := range hub.Requests() {
+		if strings.Contains(r, "/resolve/") {
+			t.Errorf("--dry-run requested %s", r)
+		}
+	}
 	local := []string{"generate", "--model", filepath.Join("..", "pretrained", "llama-tiny"), "--adapter", filepath.Join("..", "pretrained", "llama-tiny-alpaca"),
 		"--prompt", "Give three tips", "--chat", "--max-new-tokens", "6"}
 	want, errOut, code := run(t, local...)
@@ -82,6 +92,12 @@ func TestHubModelCommands(t *testing.T) {
 		t.Errorf("export by Hub id: exit %d: %s", code, errOut)
 	} else if got, errOut, code := run(t, "generate", "--model", out, "--prompt", "Give three tips", "--chat", "--max-new-tokens", "6"); code != 0 || got != want {
 		t.Errorf("the merged export generates %q (exit %d: %s), want %q", got, code, errOut, want)
+	}
+
+	// finetune download prints the snapshot folder.
+	if got, errOut, code := run(t, "download", "memfit-test/llama-tiny-alpaca"); code != 0 ||
+		strings.TrimSpace(got) != filepath.Join(home, "hub", "models--memfit-test--llama-tiny-alpaca", "snapshots", hub.Repos()["model:memfit-test/llama-tiny-alpaca"].Branches["main"]) {
+		t.Errorf("download: exit %d, %q: %s", code, got, errOut)
 	}
 
 	// Offline, no server: the same from the cache.

@@ -3,9 +3,11 @@ package cli_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -502,5 +504,106 @@ func TestGGUFAndEvalOutputs(t *testing.T) {
 	}
 	if got := cli.ResultPathForTest(filepath.Join(run1, "best")); got != filepath.Join(run1, "eval-mmlu-best.json") {
 		t.Errorf("results of a run's best checkpoint go to %s", got)
+	}
+}
+
+// TestPackingCountsSequences (pk07, walk-through): 24 short conversations packed at --seq-len 512 make 3
+// sequences, and --batch-size 8 said "batch size 8 must be in 1..4 (the dataset size)"; --eval-split held out
+// packed sequences but said "examples". Now the refusal names the packing, the hold-out says what it holds out,
+// and the evaluation counts the examples packed into its sequences.
+func TestPackingCountsSequences(t *testing.T) {
+	tmp := t.TempDir()
+	llama, _ := filepath.Abs(filepath.Join("..", "pretrained", "llama-tiny"))
+	var rows []string
+	for i := range 24 {
+		rows = append(rows, fmt.Sprintf(`{"messages": [{"role": "user", "content": "Say %d."}, {"role": "assistant", "content": "%d, as you asked."}]}`, i, i))
+	}
+	chats := filepath.Join(tmp, "chats.jsonl")
+	os.WriteFile(chats, []byte(strings.Join(rows, "\n")+"\n"), 0o644)
+	refusedOneLine(t, tmp, []string{"train", "--model", llama, "--data", chats, "--packing", "--seq-len", "512", "--batch-size", "8", "--out", filepath.Join(tmp, "a")},
+		"--packing made 24 examples into 3 sequences, fewer than --batch-size 8 (a batch is of packed sequences): lower --batch-size to 3 or less")
+	_, stderr, code := run(t, "train", "--model", llama, "--data", chats, "--packing", "--seq-len", "128", "--batch-size", "2",
+		"--eval-split", "0.25", "--eval-every", "1", "--steps", "1", "--out", filepath.Join(tmp, "b"))
+	if code != 0 {
+		t.Fatalf("train: exit %d\n%s", code, stderr)
+	}
+	var held, packed int
+	note, i := strings.Index(stderr, "note: --eval-split 0.25 holds out "), strings.Index(stderr, "packed sequences (")
+	if note < 0 || i < 0 {
+		t.Fatalf("no note of the hold-out saying it holds out packed sequences:\n%s", stderr)
+	}
+	fmt.Sscanf(stderr[note:], "note: --eval-split 0.25 holds out %d of the", &held)
+	fmt.Sscanf(stderr[i:], "packed sequences (%d of the 24 examples", &packed)
+	if packed <= held || !strings.Contains(stderr, fmt.Sprintf("(%d examples, ", packed)) {
+		t.Errorf("%d sequences holding %d examples; the evaluation line should count the examples:\n%s", held, packed, stderr)
+	}
+}
+
+// TestWalkThroughMessages: `finetune version` names the module version of an installed release (go install
+// ...@v0.4.0 stamps it; it printed "(devel)" for every build), or the commit of a development build; `train
+// --dry-run` refuses a model_type memfit cannot train (it printed the run and exited 0); `train --help` no longer
+// says --data is safetensors.
+func TestWalkThroughMessages(t *testing.T) {
+	for _, c := range []struct {
+		info debug.BuildInfo
+		want string
+	}{
+		{debug.BuildInfo{Main: debug.Module{Path: "github.com/memfit/memfit", Version: "v0.4.0"}}, "v0.4.0"},
+		{debug.BuildInfo{Main: debug.Module{Version: "v0.0.0-20261127092220-9f05182dddf8+dirty"}}, "v0.0.0-20261127092220-9f05182dddf8+dirty"},
+		{debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "9f05182dddf823ea803387fe65b38734bd90e1a6"},
+			{Key: "vcs.time", Value: "2026-11-27T09:22:20Z"}, {Key: "vcs.modified", Value: "true"}}}, "(devel) commit 9f05182dddf8 of 2026-11-27T09:22:20Z, with uncommitted changes"},
+		{debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, "(devel: built from a source tree without version information; go install github.com/memfit/memfit/cmd/finetune@VERSION names its version)"},
+	} {
+		if got := cli.ModuleVersionForTest(&c.info); got != c.want {
+			t.Errorf("version of %+v: %q, want %q", c.info.Main, got, c.want)
+		}
+	}
+	if out, _, code := run(t, "version"); code != 0 || !strings.HasPrefix(out, "memfit v") && !strings.HasPrefix(out, "memfit (devel") {
+		t.Errorf("version: %q", out)
+	}
+	tmp := t.TempDir()
+	gpt2 := filepath.Join(tmp, "gpt2")
+	os.Mkdir(gpt2, 0o755)
+	os.WriteFile(filepath.Join(gpt2, "config.json"), []byte(`{"model_type": "gpt2", "n_layer": 2}`), 0o644)
+	data := filepath.Join(tmp, "d.jsonl")
+	os.WriteFile(data, []byte(`{"instruction": "a", "input": "", "output": "b"}`+"\n"), 0o644)
+	refusedOneLine(t, tmp, []string{"train", "--model", gpt2, "--data", data, "--out", filepath.Join(tmp, "o"), "--dry-run"},
+		`field "model_type" is "gpt2": memfit supports`)
+	help, _, _ := run(t, "train", "--help")
+	if strings.Contains(help, "(safetensors)") || !strings.Contains(help, "training data: a file or folder in any format") {
+		t.Errorf("train --help on --data:\n%s", help)
+	}
+}
+
+// TestDocsGoCommandsCarryTheSettings (walk-through): the docs' `go run` lines lacked the README's toolchain
+// settings, so a reader's Go 1.26 refused them (GoMLX needs Go 1.27) or built without the vector kernels. Every
+// go run / build / install / test line of memfit's commands of a shell block in README.md and docs/ sets GOTOOLCHAIN and GOEXPERIMENT
+// on it, or exported earlier in its block.
+func TestDocsGoCommandsCarryTheSettings(t *testing.T) {
+	files, _ := filepath.Glob(filepath.Join("..", "docs", "*.md"))
+	more, _ := filepath.Glob(filepath.Join("..", "docs", "*", "*.md"))
+	files = append(append(files, filepath.Join("..", "README.md")), more...)
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inBlock, exported := false, false
+		for i, line := range strings.Split(string(raw), "\n") {
+			switch trimmed := strings.TrimSpace(line); {
+			case strings.HasPrefix(trimmed, "```"):
+				inBlock, exported = !inBlock && (trimmed == "```sh" || trimmed == "```bash"), false
+			case !inBlock:
+			case strings.HasPrefix(trimmed, "export GOTOOLCHAIN="):
+				exported = true
+			default:
+				memfit := strings.Contains(line, "./cmd/") || strings.Contains(line, "github.com/memfit/") || strings.Contains(line, "go test ./")
+				for _, cmd := range []string{"go run ", "go build ", "go install ", "go test "} {
+					if memfit && strings.Contains(line, cmd) && !exported && !(strings.Contains(line, "GOTOOLCHAIN=") && strings.Contains(line, "GOEXPERIMENT=simd")) {
+						t.Errorf("%s:%d: %s without the README's GOTOOLCHAIN=go1.27.3 GOEXPERIMENT=simd", f, i+1, trimmed)
+					}
+				}
+			}
+		}
 	}
 }

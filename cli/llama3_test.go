@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -154,7 +155,7 @@ func TestLlama3StyleConfig(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !slices.Equal(m.EOSIDs(), c.EOSIDs()) || m.RopeScaling == nil || *m.RopeScaling != *c.RopeScaling || m.RopeTheta != 500000 ||
+			if !slices.Equal(m.EOSIDs(), c.EOSIDs()) || m.RopeScaling == nil || !reflect.DeepEqual(*m.RopeScaling, *c.RopeScaling) || m.RopeTheta != 500000 ||
 				m.TieWordEmbeddings == untied {
 				t.Errorf("the merged export's config: eos %v, rope %+v theta %g, tied %v; want those of %s", m.EOSIDs(), m.RopeScaling, m.RopeTheta, m.TieWordEmbeddings, dir)
 			}

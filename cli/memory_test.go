@@ -104,7 +104,7 @@ func TestMemoryBadInput(t *testing.T) {
 		want string
 	}{
 		{[]string{"memory", "--model", "/nonexistent/model"}, 1, "neither a model folder nor a preset"},
-		{[]string{"memory", "--model", "tiny"}, 1, "write llama:tiny or vit:tiny"},
+		{[]string{"memory", "--model", "tiny"}, 1, "or llama:tiny or mistral:tiny"},
 		{[]string{"memory", "--model", "vit-b16", "--method", "full", "--lora-r", "8"}, 2, "lora_r"},
 		{[]string{"memory", "--model", "vit-b16", "--variants", "plain,fast"}, 2, "unknown variant"},
 		{[]string{"memory", "--model", "vit-b16", "--max-batch-size", "64"}, 2, "--budget"},

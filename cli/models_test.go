@@ -142,8 +142,8 @@ func TestLogitsBadInput(t *testing.T) {
 		}), "bytes"},
 		{"missing-config", variant("noconfig", func(d string) { os.Remove(filepath.Join(d, "config.json")) }), "no config.json"},
 		{"unknown-arch", variant("arch", func(d string) {
-			os.WriteFile(filepath.Join(d, "config.json"), bytes.Replace(config, []byte(`"llama"`), []byte(`"mistral"`), 1), 0o644)
-		}), `"model_type" is "mistral"`},
+			os.WriteFile(filepath.Join(d, "config.json"), bytes.Replace(config, []byte(`"llama"`), []byte(`"mamba"`), 1), 0o644)
+		}), `"model_type" is "mamba"`},
 		{"missing-weights", variant("noweights", func(d string) { os.Remove(filepath.Join(d, "model.safetensors")) }), "has no model.safetensors"},
 		{"missing-folder", filepath.Join(tmp, "nope"), "no config.json"},
 	}

@@ -196,6 +196,13 @@ gradients to the host; the loss is read back every --log-every steps.`,
 					return err
 				}
 			}
+			if _, err := os.Stat(filepath.Join(spec.Model, "config.json")); err == nil && dryRun && !resume {
+				// Nothing is loaded, but a model memfit cannot train (its config.json's model_type) is refused, as
+				// the run would refuse it (a Hub model is resolved, not downloaded, by a dry run: no config.json yet).
+				if _, err := finetune.FamilyOfFolder(spec.Model); err != nil {
+					return err
+				}
+			}
 			if dryRun {
 				resolved, _ := yaml.Marshal(spec)
 				_, err := cmd.OutOrStdout().Write(resolved)
@@ -236,7 +243,7 @@ gradients to the host; the loss is read back every --log-every steps.`,
 	f.Float64Var(&budgetMargin, "budget-margin", 0.05, "fraction of --budget kept free")
 	f.BoolVar(&calibrate, "calibrate", true, "with --budget: time the modes on a one- and a two-block model of the real width (seconds, cached); false: predict them with the cost model")
 	f.BoolVar(&budgetBatch, "budget-batch", false, "with --budget: also choose the micro-batch (a divisor of --batch-size x --accum-steps, with accumulation keeping that effective batch) that runs fastest")
-	f.BoolVar(&dryRun, "dry-run", false, "print the resolved run (run.yaml: flags over --config over defaults) and exit without loading anything")
+	f.BoolVar(&dryRun, "dry-run", false, "print the resolved run (run.yaml: flags over --config over defaults) and exit without loading the model or data (its config.json's model_type is checked)")
 	f.BoolVar(&overwrite, "overwrite", false, "start a new run in an --out that holds one, deleting its checkpoints, metrics and adapter")
 	f.StringVar(&dataOpts.Format, "data-format", "", "safetensors, images, image-tar, idx, alpaca, messages, text, glue or parquet (default: from the path)")
 	f.StringVar(&dataOpts.Split, "split", "", "subfolder of an image folder or tar (e.g. train), GLUE split (train, dev), or split of a parquet dataset folder (train, validation, test; default train)")

@@ -65,9 +65,7 @@ func newVersionCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			version, gomlx, goxla := "(devel)", "?", ""
 			if info, ok := debug.ReadBuildInfo(); ok {
-				if info.Main.Version != "" {
-					version = info.Main.Version
-				}
+				version = moduleVersion(info)
 				for _, dep := range info.Deps {
 					switch dep.Path {
 					case "github.com/gomlx/gomlx":
@@ -92,4 +90,37 @@ func newVersionCommand() *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// moduleVersion names the memfit a binary was built from: the module version of a `go install
+// github.com/memfit/memfit/cmd/finetune@v0.4.0` (or the pseudo-version go stamps from a git checkout, with
+// +dirty for uncommitted changes), else, for a build without a module version ("(devel)": `go build
+// -buildvcs=false`, or `go run`), the commit it records, or "(devel)" when it records none.
+func moduleVersion(info *debug.BuildInfo) string {
+	if v := info.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	var rev, when string
+	modified := false
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			when = s.Value
+		case "vcs.modified":
+			modified = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return "(devel: built from a source tree without version information; go install github.com/memfit/memfit/cmd/finetune@VERSION names its version)"
+	}
+	v := "(devel) commit " + rev[:min(12, len(rev))]
+	if when != "" {
+		v += " of " + when
+	}
+	if modified {
+		v += ", with uncommitted changes"
+	}
+	return v
 }

@@ -68,6 +68,11 @@ func NewLoader(data Examples, batchSize int, seed uint64, shuffle bool) (*Loader
 			return nil, fmt.Errorf("dataset tensor %q has shape %s: every tensor needs the %d examples on its first axis", name, t.Shape(), n)
 		}
 	}
+	if _, packed := data["position_ids"]; packed && batchSize > n {
+		// A batch is of packed sequences: say so, not "the dataset size" in examples the user does not see.
+		return nil, fmt.Errorf("--packing made %d examples into %d sequences, fewer than --batch-size %d (a batch is of packed sequences): lower --batch-size to %d or less, or --seq-len (fewer examples in each sequence)",
+			examples(Batch(data)), n, batchSize, n)
+	}
 	if batchSize <= 0 || batchSize > n {
 		return nil, fmt.Errorf("batch size %d must be in 1..%d (the dataset size)", batchSize, n)
 	}

@@ -204,10 +204,16 @@ const holdOutStream = 0x5eed_e7a1_0000_0000
 // (seed, N), so a resumed run holds out the same examples. In-memory data (a Loader) is split by example;
 // image folders, tars and IDX files by image, before anything is decoded.
 func HoldOut(it Iterator, frac float64, seed uint64, batchSize int) (Iterator, EvalSet, error) {
+	unit := "examples"
+	if l, ok := it.(*Loader); ok {
+		if _, packed := l.Data["position_ids"]; packed {
+			unit = "packed sequences" // --packing: the hold-out is of the sequences examples were packed into
+		}
+	}
 	split := func(n int) (train, eval []int, err error) {
 		k := max(1, int(math.Ceil(frac*float64(n))))
 		if n-k < batchSize {
-			return nil, nil, fmt.Errorf("--eval-split %g holds out %d of the %d examples, leaving %d to train on, fewer than a batch (%d): lower --eval-split or --batch-size, or give --eval-data", frac, k, n, n-k, batchSize)
+			return nil, nil, fmt.Errorf("--eval-split %g holds out %d of the %d %s, leaving %d to train on, fewer than a batch (%d): lower --eval-split or --batch-size, or give --eval-data", frac, k, n, unit, n-k, batchSize)
 		}
 		perm := rand.New(rand.NewPCG(seed, holdOutStream)).Perm(n)
 		eval, train = slices.Clone(perm[:k]), slices.Clone(perm[k:])
@@ -235,6 +241,10 @@ func HoldOut(it Iterator, frac float64, seed uint64, batchSize int) (Iterator, E
 			return nil, nil, err
 		}
 		nl.Notes = l.Notes
+		if unit != "examples" {
+			nl.Notes = append(slices.Clone(nl.Notes), fmt.Sprintf("--eval-split %g holds out %d of the %d %s (%d of the %d examples packed into them) for validation",
+				frac, len(eval), len(eval)+len(train), unit, examples(Batch(evalEx)), examples(Batch(l.Data))))
+		}
 		return nl, ExamplesEval{evalEx}, nil
 	case imageIterator:
 		src := l.l.Source

@@ -198,13 +198,14 @@ func (t *Trainer) Evaluate(set EvalSet) (EvalStats, error) {
 	}
 	params, set2 := t.Current()
 	var sum float64
-	var targets, correct, classified int
+	var targets, correct, classified, count int
 	classifier := false
 	err := set.Batches(max(1, t.Config.BatchSize), func(b Batch, first int) error {
 		labels, ok := b["labels"]
 		if !ok {
 			return fmt.Errorf("the validation data has no labels")
 		}
+		count += examples(b) // packed sequences count the examples packed into them
 		n, err := targetCount(labels)
 		if err != nil || n == 0 {
 			return err
@@ -252,7 +253,7 @@ func (t *Trainer) Evaluate(set EvalSet) (EvalStats, error) {
 	if targets == 0 {
 		return EvalStats{}, fmt.Errorf("the validation set has no target to score (every label is -100)")
 	}
-	s := EvalStats{Kind: "eval", Step: t.Step, Loss: sum / float64(targets), Examples: set.Len(),
+	s := EvalStats{Kind: "eval", Step: t.Step, Loss: sum / float64(targets), Examples: count,
 		Seconds: time.Since(start).Seconds()}
 	if classifier {
 		acc := float64(correct) / float64(max(1, classified))

@@ -3,6 +3,7 @@ package finetune
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 
 	"github.com/memfit/memfit/gguf"
 	"github.com/memfit/memfit/gguf/llamagguf"
@@ -98,7 +99,11 @@ func LoadGGUF(path string, opts ModelOptions) (Model, Family, error) {
 	if !ok {
 		var archs []string
 		for _, f := range Families() {
-			archs = append(archs, f.GGUFArchs...)
+			for _, a := range f.GGUFArchs {
+				if !slices.Contains(archs, a) {
+					archs = append(archs, a)
+				}
+			}
 		}
 		return nil, Family{}, fmt.Errorf("%s: general.architecture is %q: memfit reads GGUF files of the architectures %v", path, arch, archs)
 	}

@@ -34,6 +34,7 @@ type Client struct {
 	// Terminal draws progress bars (else one line per file and one every ProgressEvery).
 	Terminal      bool
 	ProgressEvery time.Duration
+	barDrawn      bool // a progress bar is on the log's current line
 }
 
 // New returns a client for env that writes its progress and notes to log (nil: silent).
@@ -275,6 +276,9 @@ func drain(resp *http.Response) {
 }
 
 func (c *Client) note(format string, args ...any) {
+	if c.barDrawn {
+		fmt.Fprintln(c.log) // off the progress bar's line
+	}
 	fmt.Fprintf(c.log, format+"\n", args...)
 }
 

@@ -26,6 +26,7 @@ func (c *Client) startProgress(r Repo, path string, total, have int64) *progress
 			progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionShowElapsedTimeOnFinish(),
 			progressbar.OptionOnCompletion(func() { fmt.Fprintln(c.log) }), progressbar.OptionSetRenderBlankState(true))
 		_ = p.bar.Set64(have)
+		c.barDrawn = true
 		return p
 	}
 	from := ""
@@ -66,6 +67,7 @@ func (p *progress) rate() string {
 
 func (p *progress) stop(ok bool) {
 	if p.bar != nil {
+		p.c.barDrawn = false
 		if ok {
 			_ = p.bar.Finish()
 		} else {

@@ -4,6 +4,10 @@
 package all
 
 import (
+	_ "github.com/memfit/memfit/family/gemma"
 	_ "github.com/memfit/memfit/family/llama"
+	_ "github.com/memfit/memfit/family/mistral"
+	_ "github.com/memfit/memfit/family/phi3"
+	_ "github.com/memfit/memfit/family/qwen"
 	_ "github.com/memfit/memfit/family/vit"
 )

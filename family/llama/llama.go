@@ -17,7 +17,8 @@ const (
 )
 
 // Spec is the LLaMA family.
-var Spec = &lm.Spec{Name: "llama", Title: "LLaMA", Decode: decode, JSON: JSON, Presets: Presets, GGUFArch: "llama"}
+var Spec = &lm.Spec{Name: "llama", Title: "LLaMA", Decode: decode, JSON: writeJSON, Presets: Presets, GGUFArch: "llama",
+	CausalLM: ArchCausalLM, Classifier: ArchClassification}
 
 func init() { lm.Register(Spec) }
 
@@ -34,7 +35,7 @@ func Load(dir string, opts decoder.Options) (*decoder.Model, error) { return Spe
 // (LABEL_i) when numLabels > 0 (pad token 0).
 func Preset(name string, numLabels int) (decoder.Config, error) { return Spec.Preset(name, numLabels) }
 
-func decode(f hfconfig.Fields) (decoder.Config, error) {
+func decode(s *lm.Spec, f hfconfig.Fields) (decoder.Config, error) {
 	d := hfconfig.NewDecoder(f)
 	if err := hfconfig.ModelType(d, "llama"); err != nil {
 		return decoder.Config{}, err
@@ -43,10 +44,7 @@ func decode(f hfconfig.Fields) (decoder.Config, error) {
 	decoder.ReadCommon(d, &c)
 	d.Get("attention_bias", &c.AttentionBias)
 	d.Get("mlp_bias", &c.MLPBias)
-	var act string
-	if d.Get("hidden_act", &act) && act != "silu" {
-		d.Fail("field \"hidden_act\" is %q: memfit's LLaMA supports only \"silu\"", act)
-	}
+	lm.Activation(d, &c, map[string]string{"silu": decoder.ActSiLU}, "hidden_act")
 	var tp int
 	if d.Get("pretraining_tp", &tp) && tp != 1 {
 		d.Fail("field \"pretraining_tp\" is %d: only 1 is supported", tp)
@@ -55,21 +53,15 @@ func decode(f hfconfig.Fields) (decoder.Config, error) {
 	if d.Get("partial_rotary_factor", &partial) && partial != 1 {
 		d.Fail("field \"partial_rotary_factor\" is %g: memfit rotates the whole head (1 only)", partial)
 	}
-	if hfconfig.Architecture(d, ArchCausalLM, ArchClassification) == ArchClassification {
-		c.Task = decoder.SequenceClassification
-	}
+	s.ReadHead(d, &c)
 	return c, decoder.Finish(d, &c)
 }
 
 // JSON returns c as a LLaMA config.json, as transformers writes it.
-func JSON(c decoder.Config) ([]byte, error) {
-	fields := c.CommonJSON()
-	arch := ArchCausalLM
-	if c.Classifier() {
-		arch = ArchClassification
-	}
-	fields["architectures"] = []string{arch}
-	fields["model_type"] = "llama"
+func JSON(c decoder.Config) ([]byte, error) { return Spec.ConfigJSON(c) }
+
+func writeJSON(s *lm.Spec, c decoder.Config) ([]byte, error) {
+	fields := s.Fields(c)
 	fields["hidden_act"] = "silu"
 	fields["attention_bias"] = c.AttentionBias
 	fields["mlp_bias"] = c.MLPBias

@@ -31,31 +31,138 @@ import (
 type Spec struct {
 	// Name is the config.json model_type (and the preset prefix: "llama:tiny"); Title its name in messages.
 	Name, Title string
-	// Decode reads a config.json of the family into the decoder's Config (decoder.ReadCommon reads the shared
-	// fields; the family reads its own and refuses what memfit does not build).
-	Decode func(f hfconfig.Fields) (decoder.Config, error)
+	// Decode reads a config.json of the family (s itself, so that one function serves several families of a
+	// package) into the decoder's Config (decoder.ReadCommon reads the shared fields; the family reads its own
+	// and refuses what memfit does not build).
+	Decode func(s *Spec, f hfconfig.Fields) (decoder.Config, error)
 	// JSON writes a Config of the family as its config.json, as transformers writes it.
-	JSON func(c decoder.Config) ([]byte, error)
+	JSON func(s *Spec, c decoder.Config) ([]byte, error)
 	// Presets are named shapes of the family's models for the planner and finetune init (causal LMs; Preset
 	// sets their token ids and task).
 	Presets map[string]decoder.Config
 	// GGUFArch is llama.cpp's general.architecture for the family ("" when llama.cpp has none: no GGUF export).
 	GGUFArch string
+	// CausalLM and Classifier are the family's transformers classes (config.json's "architectures"):
+	// "LlamaForCausalLM", "LlamaForSequenceClassification".
+	CausalLM, Classifier string
 }
+
+// ReadHead reads config.json's "architectures" into c's task (one of s's classes; none: a causal LM).
+func (s *Spec) ReadHead(d *hfconfig.Decoder, c *decoder.Config) {
+	if hfconfig.Architecture(d, s.CausalLM, s.Classifier) == s.Classifier {
+		c.Task = decoder.SequenceClassification
+	}
+}
+
+// Fields returns the config.json fields every family writes for c: the shared ones (Config.CommonJSON), its
+// model_type and its class in "architectures". A family's JSON adds its own and marshals them (hfconfig.Marshal).
+func (s *Spec) Fields(c decoder.Config) map[string]any {
+	f := c.CommonJSON()
+	f["model_type"] = s.Name
+	f["architectures"] = []string{s.CausalLM}
+	if c.Classifier() {
+		f["architectures"] = []string{s.Classifier}
+	}
+	return f
+}
+
+// Activation reads the MLP activation from the first of fields the config has (Gemma's "hidden_activation",
+// "hidden_act") into c (allowed holds the names a family takes and what they mean); any of them naming an
+// activation the family does not build is the decoder's error naming the field. Absent, c keeps its default.
+func Activation(d *hfconfig.Decoder, c *decoder.Config, allowed map[string]string, fields ...string) {
+	found := false
+	for _, f := range fields {
+		var act string
+		if !d.Get(f, &act) {
+			continue
+		}
+		a, ok := allowed[act]
+		switch {
+		case !ok:
+			names := slices.Sorted(maps.Keys(allowed))
+			d.Fail("field %q is %q: memfit builds this family with %v", f, act, names)
+			return
+		case !found:
+			c.Activation, found = a, true
+		}
+	}
+}
+
+// Nullable reads a number field that transformers' config class defaults to def when absent and that null turns
+// off (sliding_window, the soft-caps): absent gives def, null 0, a value itself.
+func Nullable[T int | float64](d *hfconfig.Decoder, field string, def T) T {
+	v := def
+	if d.IsNull(field) {
+		v = 0
+	}
+	d.Get(field, &v)
+	return v
+}
+
+// NoDropout refuses non-zero dropout probabilities in fields (memfit trains without dropout in the base model).
+func NoDropout(d *hfconfig.Decoder, fields ...string) {
+	for _, f := range fields {
+		var p float64
+		if d.Get(f, &p) && p != 0 {
+			d.Fail("field %q is %g: dropout is not supported, set it to 0", f, p)
+		}
+	}
+}
+
+// LayerTypes reads "layer_types" (transformers 4.5x and later: "full_attention" or "sliding_attention" per
+// layer) into c.Sliding, and reports whether the config has it.
+func LayerTypes(d *hfconfig.Decoder, c *decoder.Config) bool {
+	var types []string
+	if !d.Get("layer_types", &types) {
+		return false
+	}
+	c.Sliding = make([]bool, len(types))
+	for i, t := range types {
+		switch t {
+		case "sliding_attention":
+			c.Sliding[i] = true
+		case "full_attention":
+		default:
+			d.Fail("field \"layer_types\" holds %q: memfit builds full_attention and sliding_attention layers", t)
+			return true
+		}
+	}
+	return true
+}
+
+// SlidingFields returns the config.json fields of c's attention layout: sliding_window (null without sliding
+// layers) and layer_types.
+func SlidingFields(c decoder.Config) map[string]any {
+	types := make([]string, c.NumHiddenLayers)
+	var window any
+	for i := range types {
+		types[i] = "full_attention"
+		if c.IsSliding(i) {
+			types[i], window = "sliding_attention", c.SlidingWindow
+		}
+	}
+	return map[string]any{"sliding_window": window, "layer_types": types}
+}
+
+// decode is s.Decode of s.
+func (s *Spec) decode(f hfconfig.Fields) (decoder.Config, error) { return s.Decode(s, f) }
+
+// ConfigJSON writes c as the family's config.json (s.JSON).
+func (s *Spec) ConfigJSON(c decoder.Config) ([]byte, error) { return s.JSON(s, c) }
 
 // LoadConfig reads and decodes dir/config.json with s.Decode.
 func (s *Spec) LoadConfig(dir string) (decoder.Config, error) {
-	return hfconfig.LoadWith(dir, s.Decode)
+	return hfconfig.LoadWith(dir, s.decode)
 }
 
 // ParseConfig decodes config.json bytes with s.Decode.
 func (s *Spec) ParseConfig(data []byte) (decoder.Config, error) {
-	return hfconfig.ParseWith(data, s.Decode)
+	return hfconfig.ParseWith(data, s.decode)
 }
 
 // Load reads a model folder of the family in the modes of opts.
 func (s *Spec) Load(dir string, opts decoder.Options) (*decoder.Model, error) {
-	return decoder.Load(dir, s.Decode, opts)
+	return decoder.Load(dir, s.decode, opts)
 }
 
 // Preset returns the named preset as a causal LM (bos 1, eos 2, no pad), or as a sequence classifier with
@@ -65,8 +172,11 @@ func (s *Spec) Preset(name string, numLabels int) (decoder.Config, error) {
 	if err != nil {
 		return decoder.Config{}, err
 	}
-	c.PadTokenID, c.BOSTokenID, c.EOSTokenID = -1, 1, 2
+	c.PadTokenID, c.BOSTokenID, c.EOSTokenID, c.EOSTokenIDs = -1, 1, 2, []int{2}
 	c.Task = decoder.CausalLM
+	if c.Activation == "" {
+		c.Activation = decoder.ActSiLU
+	}
 	if numLabels > 0 {
 		c.Task = decoder.SequenceClassification
 		c.PadTokenID = 0
@@ -75,8 +185,12 @@ func (s *Spec) Preset(name string, numLabels int) (decoder.Config, error) {
 	return c, c.Validate()
 }
 
-// Register registers the family of s with finetune (call it from the family package's init function).
-func Register(s *Spec) { finetune.RegisterFamily(Family(s)) }
+// Register registers the families of specs with finetune (call it from the family package's init function).
+func Register(specs ...*Spec) {
+	for _, s := range specs {
+		finetune.RegisterFamily(Family(s))
+	}
+}
 
 // Family returns the finetune family of s.
 func Family(s *Spec) finetune.Family {
@@ -150,6 +264,9 @@ func Family(s *Spec) finetune.Family {
 			l := m.(Model)
 			c := l.Config
 			c.NumHiddenLayers = min(blocks, c.NumHiddenLayers)
+			if c.Sliding != nil {
+				c.Sliding = slices.Clone(c.Sliding[:c.NumHiddenLayers])
+			}
 			c.VocabSize = min(c.VocabSize, calibrationVocab)
 			for _, id := range []*int{&c.PadTokenID, &c.BOSTokenID, &c.EOSTokenID} {
 				if *id >= c.VocabSize {
@@ -180,16 +297,21 @@ func Family(s *Spec) finetune.Family {
 			// score.weight normal(0, 0.02), as transformers initialises a new head.
 			maps.Copy(params, models.RandomParams(map[string][]int{decoder.Score: {len(labels), c.HiddenSize}}, seed, 0x4ead,
 				func(string, []int) models.Init { return models.Init{Std: 0.02} }))
-			config, err := s.JSON(c)
+			config, err := s.ConfigJSON(c)
 			return config, params, err
 		},
 	}
-	if s.GGUFArch != "" {
+	// GGUF: the llama architecture's layout (gguf/llamagguf); the other architectures' names come with their
+	// writer.
+	if s.GGUFArch == llamagguf.Arch {
 		f.GGUFArchs = []string{s.GGUFArch}
 		f.GGUF = func(m finetune.Model, params models.Params, o llamagguf.Options) ([]gguf.KV, []gguf.Tensor, error) {
 			c := m.(Model).Config
 			if c.Classifier() {
 				return nil, nil, fmt.Errorf("GGUF export is for causal LMs; this model is a %s sequence classifier", s.Title)
+			}
+			if slices.Contains(c.Sliding, true) {
+				return nil, nil, fmt.Errorf("GGUF export of a %s with sliding-window layers (sliding_window %d): llama.cpp's %s architecture attends to the whole context", s.Title, c.SlidingWindow, s.GGUFArch)
 			}
 			if params == nil {
 				return nil, nil, nil
@@ -300,7 +422,7 @@ func (m Model) Loss(b models.Bound, batch map[string]*graph.Node) *graph.Node {
 func (m Model) Folded() models.Params { return m.Model.Folded }
 
 // ConfigJSON returns the model's config.json, as its family writes it.
-func (m Model) ConfigJSON() ([]byte, error) { return m.Spec.JSON(m.Config) }
+func (m Model) ConfigJSON() ([]byte, error) { return m.Spec.ConfigJSON(m.Config) }
 
 // BlockModes returns the model's per-block plan and its number of decoder layers.
 func (m Model) BlockModes() ([]models.BlockMode, int) {

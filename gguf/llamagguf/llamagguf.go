@@ -322,7 +322,7 @@ func read(f *gguf.File) (*Model, error) {
 		return nil, fmt.Errorf("general.architecture is %q: memfit reads GGUF files of the llama architecture", arch)
 	}
 	r := metaReader{f: f}
-	cfg := decoder.Config{Task: decoder.CausalLM, PadTokenID: -1, BOSTokenID: -1, EOSTokenID: -1}
+	cfg := decoder.Config{Task: decoder.CausalLM, Activation: decoder.ActSiLU, PadTokenID: -1, BOSTokenID: -1, EOSTokenID: -1}
 	cfg.HiddenSize = r.int("llama.embedding_length", true, 0)
 	cfg.NumHiddenLayers = r.int("llama.block_count", true, 0)
 	cfg.IntermediateSize = r.int("llama.feed_forward_length", true, 0)

@@ -74,6 +74,20 @@ func Load(t testing.TB, name string) *File {
 	return &File{Dir: dir, Fields: fields}
 }
 
+// LoadDir reads dir/golden.json (a reference made by a test, in the layout of the shared goldens).
+func LoadDir(t testing.TB, dir string) *File {
+	t.Helper()
+	data, err := readfile.Read(filepath.Join(dir, "golden.json"), readfile.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(data, &fields); err != nil {
+		t.Fatalf("%s/golden.json: %v", dir, err)
+	}
+	return &File{Dir: dir, Fields: fields}
+}
+
 // Raw returns the raw JSON at a path of object keys and list indices ("outputs", "hidden_states", "0").
 func (f *File) Raw(t testing.TB, path ...string) json.RawMessage {
 	t.Helper()

@@ -27,32 +27,60 @@ const (
 	SequenceClassification = models.TaskSeqCls
 )
 
-// Rope scaling kinds (rope_scaling's rope_type) memfit implements. transformers also knows "dynamic", "yarn" and
-// "longrope": a config with one of them is refused by name. "default" is plain RoPE (RopeScaling nil).
+// Rope scaling kinds (rope_scaling's rope_type) memfit implements. transformers also knows "dynamic" and "yarn":
+// a config with one of them is refused by name. "default" is plain RoPE (RopeScaling nil).
 const (
 	// RopeLinear divides every rotary frequency by Factor (position interpolation).
 	RopeLinear = "linear"
 	// RopeLlama3 is Llama 3.1's scaling: low frequencies divided by Factor, high ones kept, the band between
 	// interpolated.
 	RopeLlama3 = "llama3"
+	// RopeLongRope is Phi-3's (LongRoPE, Phi-3-128k, Phi-3.5, Phi-4-mini): each frequency divided by its own
+	// factor, ShortFactor for sequences up to OriginalMaxPositionEmbeddings and LongFactor beyond, and cos and
+	// sin multiplied by AttentionFactor.
+	RopeLongRope = "longrope"
 )
 
 // RopeTypes are the rope_type values memfit accepts, in the order its messages list them.
-var RopeTypes = []string{"default", RopeLinear, RopeLlama3}
+var RopeTypes = []string{"default", RopeLinear, RopeLlama3, RopeLongRope}
 
-// ropeTypeList is RopeTypes as a message lists them: "default, linear and llama3".
+// ropeTypeList is RopeTypes as a message lists them: "default, linear, llama3 and longrope".
 func ropeTypeList() string {
 	return strings.Join(RopeTypes[:len(RopeTypes)-1], ", ") + " and " + RopeTypes[len(RopeTypes)-1]
 }
 
-// RopeScaling is config.json's rope_scaling (or transformers 5's rope_parameters) of rope_type "linear" or
-// "llama3".
+// RopeScaling is config.json's rope_scaling (or transformers 5's rope_parameters) of rope_type "linear", "llama3"
+// or "longrope".
 type RopeScaling struct {
-	// Type is RopeLinear or RopeLlama3 ("" is read as RopeLlama3, what Go callers meant before Type existed).
+	// Type is RopeLinear, RopeLlama3 or RopeLongRope ("" is read as RopeLlama3, what Go callers meant before Type
+	// existed).
 	Type string
-	// Factor is both kinds' factor; the others are llama3's.
+	// Factor is linear's and llama3's factor (longrope's: max_position_embeddings over the original); the
+	// others are llama3's.
 	Factor, LowFreqFactor, HighFreqFactor float64
-	OriginalMaxPositionEmbeddings         int
+	// OriginalMaxPositionEmbeddings is llama3's and longrope's original context.
+	OriginalMaxPositionEmbeddings int
+	// ShortFactor and LongFactor are longrope's per-frequency divisors (rotary_dim / 2 each); AttentionFactor
+	// multiplies its cos and sin (0: sqrt(1 + ln(factor) / ln(original)), 1 when factor <= 1, as transformers
+	// computes it).
+	ShortFactor, LongFactor []float64
+	AttentionFactor         float64
+}
+
+// fields returns s as config.json's rope_scaling object.
+func (s *RopeScaling) fields() map[string]any {
+	switch s.kind() {
+	case RopeLinear:
+		return map[string]any{"rope_type": RopeLinear, "factor": s.Factor}
+	case RopeLongRope:
+		f := map[string]any{"rope_type": RopeLongRope, "short_factor": s.ShortFactor, "long_factor": s.LongFactor}
+		if s.AttentionFactor > 0 {
+			f["attention_factor"] = s.AttentionFactor
+		}
+		return f
+	}
+	return map[string]any{"rope_type": RopeLlama3, "factor": s.Factor, "low_freq_factor": s.LowFreqFactor,
+		"high_freq_factor": s.HighFreqFactor, "original_max_position_embeddings": s.OriginalMaxPositionEmbeddings}
 }
 
 // kind returns s's rope_type.
@@ -91,6 +119,44 @@ type Config struct {
 	EOSTokenIDs []int
 	// Task is CausalLM or SequenceClassification.
 	Task string
+
+	// The switches by which the families differ from LLaMA's graph (their zero values are LLaMA's).
+
+	// QKVBias gives q, k and v biases but not o_proj (Qwen2; AttentionBias gives all four).
+	QKVBias bool
+	// QKNorm normalises each head of q and k with RMSNorm (self_attn.q_norm / k_norm, [head_dim]) before RoPE
+	// (Qwen3, Gemma 3).
+	QKNorm bool
+	// NormPlusOne: every RMSNorm scales by 1 + weight (Gemma; the checkpoint stores weight around 0).
+	NormPlusOne bool
+	// EmbedScale multiplies the token embeddings by sqrt(hidden_size) before the first layer (Gemma; the tied
+	// head reads the unscaled table).
+	EmbedScale bool
+	// SandwichNorms: the attention and MLP outputs are normalised before they join the residual stream
+	// (post_attention_layernorm, post_feedforward_layernorm), and pre_feedforward_layernorm is the MLP's input
+	// norm (Gemma 2 and 3).
+	SandwichNorms bool
+	// Activation is the gated MLP's activation: ActSiLU ("" too: SwiGLU) or ActGELUTanh (GeGLU with
+	// gelu_pytorch_tanh, Gemma).
+	Activation string
+	// AttnSoftCap caps the attention scores as cap * tanh(s / cap) before the mask, FinalSoftCap the logits
+	// (Gemma 2); 0: none.
+	AttnSoftCap, FinalSoftCap float64
+	// QueryPreAttnScalar scales the scores by its inverse square root instead of head_dim's (Gemma); 0: head_dim.
+	QueryPreAttnScalar float64
+	// SlidingWindow is how many keys a query of a sliding layer sees, its own included (sliding_window); Sliding
+	// marks those layers (layer_types' "sliding_attention"; nil: none).
+	SlidingWindow int
+	Sliding       []bool
+	// LocalRopeTheta is the rope base of the sliding layers, which take no rope scaling (Gemma 3's
+	// rope_local_base_freq); 0: the sliding layers take the global rope.
+	LocalRopeTheta float64
+	// FusedQKV: q, k and v are one projection self_attn.qkv_proj (rows q, then k, then v); FusedGateUp: gate and
+	// up are one mlp.gate_up_proj (gate rows first) (Phi-3).
+	FusedQKV, FusedGateUp bool
+	// PartialRotary is the share of each head's dimensions RoPE rotates, the first ones (Phi-3's
+	// partial_rotary_factor); 0 or 1: all.
+	PartialRotary float64
 	// Labels are the class names of a sequence classifier.
 	Labels []string
 	// Unknown lists config fields memfit does not know; they are ignored (callers may warn).
@@ -116,18 +182,26 @@ func ReadCommon(d *hfconfig.Decoder, c *Config) {
 	if !d.Get("num_key_value_heads", &c.NumKeyValueHeads) {
 		c.NumKeyValueHeads = c.NumAttentionHeads
 	}
-	if d.Has("head_dim") {
-		// null means the default (hidden_size / heads), as Mistral's configs write it.
-		var hd *int
-		d.Get("head_dim", &hd)
-		if hd != nil {
-			c.HeadDim = *hd
-		}
+	if d.IsNull("head_dim") { // null means hidden_size / heads (Mistral's configs write it so)
+		c.HeadDim = 0
 	}
+	d.Get("head_dim", &c.HeadDim)
 	d.Get("max_position_embeddings", &c.MaxPositionEmbeddings)
 	d.Get("rms_norm_eps", &c.RMSNormEps)
 	d.Get("rope_theta", &c.RopeTheta)
 	d.Get("tie_word_embeddings", &c.TieWordEmbeddings)
+	// null is none (-1), not the family's default.
+	for _, f := range []struct {
+		name string
+		id   *int
+	}{{"pad_token_id", &c.PadTokenID}, {"bos_token_id", &c.BOSTokenID}, {"eos_token_id", &c.EOSTokenID}} {
+		if d.IsNull(f.name) {
+			*f.id = -1
+		}
+	}
+	if d.IsNull("eos_token_id") {
+		c.EOSTokenIDs = nil
+	}
 	if ids := d.TokenIDs("pad_token_id"); len(ids) > 1 {
 		d.Fail("field \"pad_token_id\" lists %d ids: give one (only eos_token_id takes a list)", len(ids))
 	} else if len(ids) == 1 {
@@ -176,6 +250,12 @@ func Finish(d *hfconfig.Decoder, c *Config) error {
 	if c.Task == "" {
 		c.Task = CausalLM
 	}
+	if c.Activation == "" {
+		c.Activation = ActSiLU
+	}
+	if c.PartialRotary == 1 {
+		c.PartialRotary = 0 // the whole head, as 0 says
+	}
 	if c.HeadDim == 0 && c.NumAttentionHeads > 0 {
 		// Without head_dim it is hidden_size / num_attention_heads, which must divide (with one, the attention's
 		// width may differ from hidden_size: transformers allows it).
@@ -209,18 +289,19 @@ func (c Config) CommonJSON() map[string]any {
 		"use_cache":               true,
 		"torch_dtype":             "float32",
 	}
-	if s := c.RopeScaling; s != nil && s.kind() == RopeLinear {
-		fields["rope_scaling"] = map[string]any{"rope_type": RopeLinear, "factor": s.Factor}
-	} else if s != nil {
-		fields["rope_scaling"] = map[string]any{"rope_type": RopeLlama3, "factor": s.Factor, "low_freq_factor": s.LowFreqFactor,
-			"high_freq_factor": s.HighFreqFactor, "original_max_position_embeddings": s.OriginalMaxPositionEmbeddings}
+	if s := c.RopeScaling; s != nil {
+		fields["rope_scaling"] = s.fields()
 	}
 	for key, id := range map[string]int{"pad_token_id": c.PadTokenID, "bos_token_id": c.BOSTokenID} {
 		if id >= 0 {
 			fields[key] = id
+		} else {
+			fields[key] = nil // none, where a family's class would default to an id
 		}
 	}
-	if eos := c.EOSIDs(); len(eos) == 1 {
+	if eos := c.EOSIDs(); len(eos) == 0 {
+		fields["eos_token_id"] = nil
+	} else if len(eos) == 1 {
 		fields["eos_token_id"] = eos[0]
 	} else if len(eos) > 1 {
 		fields["eos_token_id"] = eos // a list, as the config gave it
@@ -304,6 +385,35 @@ func decodeRopeScaling(d *hfconfig.Decoder, field string, raw json.RawMessage) (
 		if !bad && s.HighFreqFactor <= s.LowFreqFactor {
 			fail("high_freq_factor (%g) must be more than low_freq_factor (%g)", s.HighFreqFactor, s.LowFreqFactor)
 		}
+	case RopeLongRope, "su": // "su" is the name early Phi-3 configs use; transformers reads it as longrope
+		list := func(key string) []float64 {
+			v, ok := rs[key]
+			var x []float64
+			if !ok {
+				fail("%q is missing (rope_type %q needs it)", key, kind)
+			} else if json.Unmarshal(v, &x) != nil || len(x) == 0 {
+				fail("%q is %s: want a list of numbers", key, hfconfig.Excerpt(v))
+			}
+			for _, f := range x {
+				if !(f > 0) || math.IsInf(f, 0) {
+					fail("%q holds %g: every factor must be positive", key, f)
+					break
+				}
+			}
+			return x
+		}
+		opt := func(key string) float64 {
+			if _, ok := rs[key]; !ok || string(rs[key]) == "null" {
+				return 0
+			}
+			return num(key)
+		}
+		s = &RopeScaling{Type: RopeLongRope, ShortFactor: list("short_factor"), LongFactor: list("long_factor"),
+			Factor: opt("factor"), AttentionFactor: opt("attention_factor"), OriginalMaxPositionEmbeddings: int(opt("original_max_position_embeddings"))}
+		keys = append(keys, "short_factor", "long_factor", "factor", "attention_factor", "original_max_position_embeddings")
+		if !bad && len(s.ShortFactor) != len(s.LongFactor) {
+			fail("short_factor has %d factors and long_factor %d: they go together", len(s.ShortFactor), len(s.LongFactor))
+		}
 	default:
 		if !bad {
 			d.Fail("%s type %q is not supported by memfit: supported are %s", field, kind, ropeTypeList())
@@ -359,16 +469,28 @@ func (c Config) Validate() error {
 	if s := c.RopeScaling; s != nil {
 		switch s.kind() {
 		case RopeLinear, RopeLlama3:
+			if !(s.Factor > 0) || math.IsInf(s.Factor, 0) {
+				return fmt.Errorf("field \"rope_scaling\": factor must be positive, got %g", s.Factor)
+			}
+		case RopeLongRope:
+			if half := c.RotaryDim() / 2; len(s.ShortFactor) != half || len(s.LongFactor) != half {
+				return fmt.Errorf("field \"rope_scaling\": longrope needs %d short and long factors (rotary dimension / 2), got %d and %d",
+					half, len(s.ShortFactor), len(s.LongFactor))
+			}
+			if s.OriginalMaxPositionEmbeddings <= 0 || !(s.Factor > 0) || math.IsInf(s.Factor, 0) || s.AttentionFactor < 0 {
+				return fmt.Errorf("field \"rope_scaling\": longrope needs a positive original_max_position_embeddings and factor (got %d, %g)",
+					s.OriginalMaxPositionEmbeddings, s.Factor)
+			}
 		default:
 			return fmt.Errorf("rope_scaling type %q is not supported by memfit: supported are %s", s.Type, ropeTypeList())
-		}
-		if !(s.Factor > 0) || math.IsInf(s.Factor, 0) {
-			return fmt.Errorf("field \"rope_scaling\": factor must be positive, got %g", s.Factor)
 		}
 		if s.kind() == RopeLlama3 && (!(s.LowFreqFactor > 0) || !(s.HighFreqFactor > s.LowFreqFactor) || s.OriginalMaxPositionEmbeddings <= 0) {
 			return fmt.Errorf("field \"rope_scaling\": llama3 needs 0 < low_freq_factor < high_freq_factor and a positive original_max_position_embeddings (got %g, %g, %d)",
 				s.LowFreqFactor, s.HighFreqFactor, s.OriginalMaxPositionEmbeddings)
 		}
+	}
+	if err := c.validateSwitches(); err != nil {
+		return err
 	}
 	vocab := fmt.Sprintf("the vocabulary [0, %d) (vocab_size)", c.VocabSize)
 	if c.PadTokenID < -1 || c.PadTokenID >= c.VocabSize {
@@ -400,23 +522,104 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// InvFreq returns the rotary inverse frequencies (head_dim/2 of them), as transformers computes them in float32:
-// 1 / theta^(2i/head_dim), then adjusted by the linear or llama3 scaling when configured.
-func (c Config) InvFreq() []float32 {
-	half := c.HeadDim / 2
-	out := make([]float32, half)
+// validateSwitches checks the per-family switches: known activation, finite soft-caps and scalars, one
+// sliding flag per layer and a window for them, a rotated share that leaves an even number of dimensions.
+func (c Config) validateSwitches() error {
+	switch c.Activation {
+	case "", ActSiLU, ActGELUTanh:
+	default:
+		return fmt.Errorf("activation %q: the decoder's gated MLP takes %s or %s", c.Activation, ActSiLU, ActGELUTanh)
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"attn_logit_softcapping", c.AttnSoftCap}, {"final_logit_softcapping", c.FinalSoftCap}, {"query_pre_attn_scalar", c.QueryPreAttnScalar},
+		{"rope_local_base_freq", c.LocalRopeTheta}} {
+		if f.v < 0 || math.IsNaN(f.v) || math.IsInf(f.v, 0) {
+			return fmt.Errorf("field %q must be positive (or absent), got %g", f.name, f.v)
+		}
+	}
+	if c.Sliding != nil && len(c.Sliding) != c.NumHiddenLayers {
+		return fmt.Errorf("field \"layer_types\" lists %d layers, the model has %d (num_hidden_layers)", len(c.Sliding), c.NumHiddenLayers)
+	}
+	if c.SlidingWindow < 0 || (c.SlidingWindow == 0 && slices.Contains(c.Sliding, true)) {
+		return fmt.Errorf("field \"sliding_window\" is %d: sliding layers need a positive window", c.SlidingWindow)
+	}
+	if p := c.PartialRotary; p < 0 || p > 1 || math.IsNaN(p) {
+		return fmt.Errorf("field \"partial_rotary_factor\" is %g: give a share of the head in (0, 1]", p)
+	}
+	if rd := c.RotaryDim(); rd < 2 || rd%2 != 0 {
+		return fmt.Errorf("partial_rotary_factor %g rotates %d of the head's %d dimensions: rotary embeddings need an even, positive number", c.PartialRotary, rd, c.HeadDim)
+	}
+	return nil
+}
+
+// Activations of the gated MLP (Config.Activation, as config.json's hidden_act / hidden_activation names them).
+const (
+	ActSiLU     = "silu"
+	ActGELUTanh = "gelu_pytorch_tanh"
+)
+
+// RotaryDim returns how many of each head's dimensions RoPE rotates (the first ones): head_dim times
+// partial_rotary_factor, rounded down as transformers' int() does.
+func (c Config) RotaryDim() int {
+	if c.PartialRotary > 0 && c.PartialRotary < 1 {
+		return int(float64(c.HeadDim) * c.PartialRotary)
+	}
+	return c.HeadDim
+}
+
+// IsSliding reports whether layer i attends within the sliding window.
+func (c Config) IsSliding(i int) bool { return i < len(c.Sliding) && c.Sliding[i] }
+
+// Rope is the rotary embedding of a kind of layer: the inverse frequencies (RotaryDim / 2) and the factor that
+// multiplies cos and sin (transformers' attention_scaling; 1 but for longrope).
+type Rope struct {
+	InvFreq []float32
+	Scale   float32
+}
+
+// InvFreq returns the rotary inverse frequencies of the full-attention layers for sequences within the original
+// context (RotaryDim / 2 of them): RopeFor(false, 0).InvFreq.
+func (c Config) InvFreq() []float32 { return c.RopeFor(false, 0).InvFreq }
+
+// RopeFor returns the rotary embedding of a sliding (sliding: Gemma 3's local base, unscaled) or full-attention
+// layer for a sequence whose largest position is length-1 (longrope takes its long factors past the original
+// context, as transformers' dynamic update does), as transformers computes it in float32: 1 / theta^(2i/dim),
+// then adjusted by the linear, llama3 or longrope scaling when configured.
+func (c Config) RopeFor(sliding bool, length int) Rope {
+	theta, s := c.RopeTheta, c.RopeScaling
+	if sliding && c.LocalRopeTheta > 0 {
+		theta, s = c.LocalRopeTheta, nil
+	}
+	dim := c.RotaryDim()
+	out := make([]float32, dim/2)
+	pow := make([]float32, dim/2)
 	for i := range out {
 		// torch: 1.0 / (base ** (arange(0, dim, 2).float() / dim)), every step rounded to float32.
-		exp := float32(2*i) / float32(c.HeadDim)
-		p := float32(math.Pow(c.RopeTheta, float64(exp)))
-		out[i] = 1 / p
+		exp := float32(2*i) / float32(dim)
+		pow[i] = float32(math.Pow(theta, float64(exp)))
+		out[i] = 1 / pow[i]
 	}
-	if s := c.RopeScaling; s != nil && s.kind() == RopeLinear {
+	r := Rope{InvFreq: out, Scale: 1}
+	switch {
+	case s == nil:
+	case s.kind() == RopeLinear:
 		// transformers' linear scaling: inv_freq / factor, in float32.
 		for i := range out {
 			out[i] /= float32(s.Factor)
 		}
-	} else if s != nil {
+	case s.kind() == RopeLongRope:
+		// inv_freq = 1 / (ext * base^(2i/dim)) in float32, ext the short or the long factors.
+		ext := s.ShortFactor
+		if length > s.OriginalMaxPositionEmbeddings {
+			ext = s.LongFactor
+		}
+		for i := range out {
+			out[i] = 1 / (float32(ext[i]) * pow[i])
+		}
+		r.Scale = float32(s.longRopeScale())
+	default:
 		lowWavelen := float64(s.OriginalMaxPositionEmbeddings) / s.LowFreqFactor
 		highWavelen := float64(s.OriginalMaxPositionEmbeddings) / s.HighFreqFactor
 		for i, f := range out {
@@ -432,5 +635,17 @@ func (c Config) InvFreq() []float32 {
 			}
 		}
 	}
-	return out
+	return r
+}
+
+// longRopeScale is longrope's attention factor: AttentionFactor when given, else sqrt(1 + ln(factor) /
+// ln(original)) when factor > 1, else 1 (transformers' _compute_longrope_parameters).
+func (s *RopeScaling) longRopeScale() float64 {
+	switch {
+	case s.AttentionFactor > 0:
+		return s.AttentionFactor
+	case s.Factor <= 1:
+		return 1
+	}
+	return math.Sqrt(1 + math.Log(s.Factor)/math.Log(float64(s.OriginalMaxPositionEmbeddings)))
 }

@@ -77,12 +77,13 @@ func (m *Model) Decode(b models.Bound, ids, positions, start, keyMask *graph.Nod
 		}
 	}
 	start = graph.ConvertDType(start, dtypes.Int32)
-	x := embedTokens(b.Node(EmbedTokens), ids)
-	rope := newRotaryAt(g, cfg, length, x.DType(), positions)
-	mask := attention.Mask{Causal: true, Offset: start, KeyPadding: keyMask}
+	x := m.embed(b, ids)
+	ropes := newRotariesAt(g, cfg, length, x.DType(), positions)
+	mask := attention.Mask{Causal: true, Offset: start, KeyPadding: keyMask, SoftCap: cfg.AttnSoftCap}
 	out := make([]*graph.Node, len(want))
 	write := cacheWriter(g, cache, want, seq, start)
 	for i := 0; i < cfg.NumHiddenLayers; i++ {
+		rope, mask := ropes.layer(cfg, i), m.layerMask(mask, i)
 		attend := func(q, k, v *graph.Node) *graph.Node {
 			q, k = rope.apply(q, cfg.NumAttentionHeads), rope.apply(k, cfg.NumKeyValueHeads)
 			h, dh := cfg.NumKeyValueHeads, cfg.HeadDim
@@ -92,7 +93,7 @@ func (m *Model) Decode(b models.Bound, ids, positions, start, keyMask *graph.Nod
 			values := write(2*i+1, graph.TransposeAllDims(v4, 0, 2, 1, 3)) // [B, Hkv, T, Dh]
 			out[2*i], out[2*i+1] = keys, values
 			keys, values = graph.ConvertDType(keys, q.DType()), graph.ConvertDType(values, q.DType())
-			return attention.Cached(q, keys, values, cfg.NumAttentionHeads, cfg.NumKeyValueHeads, mask)
+			return attention.Cached(m.scaleQuery(q), keys, values, cfg.NumAttentionHeads, cfg.NumKeyValueHeads, mask)
 		}
 		x = m.layer(b, LayerPrefix(i), x, attend, false)
 	}
@@ -141,15 +142,27 @@ func cacheWriter(g *graph.Graph, cache []*graph.Node, want []shapes.Shape, seq i
 	}
 }
 
-// newRotaryAt returns the rotary tables at the given positions [B, T] (each below length): [B, T, 1, Dh], the
-// rows of newRotary's tables, so a token gets bit for bit the angles Forward gives it.
-func newRotaryAt(g *graph.Graph, cfg Config, length int, dtype dtypes.DType, positions *graph.Node) rotary {
-	r := newRotary(g, cfg, length, dtype)
-	b, t := positions.Shape().Dim(0), positions.Shape().Dim(1)
-	idx := graph.InsertAxes(graph.ConvertDType(positions, dtypes.Int32), -1)
-	at := func(table *graph.Node) *graph.Node {
-		rows := graph.Gather(graph.Reshape(table, length, r.dh), idx) // [B, T, Dh]
-		return graph.Reshape(rows, b, t, 1, r.dh)
+// newRotariesAt returns the rotary tables of cfg's layers at the given positions [B, T] (each below length):
+// [B, T, 1, Dr], the rows of newRotaries' tables, so a token gets bit for bit the angles Forward gives it. Under
+// longrope the tables are the long factors' when the call's largest position reaches past the original context,
+// as transformers' dynamic update chooses them per forward call (keys written earlier keep their angles).
+func newRotariesAt(g *graph.Graph, cfg Config, length int, dtype dtypes.DType, positions *graph.Node) rotaries {
+	pos := graph.ConvertDType(positions, dtypes.Int32)
+	short := newRotaries(g, cfg, length, 0, dtype).at(pos)
+	s := cfg.RopeScaling
+	if s == nil || s.kind() != RopeLongRope || length <= s.OriginalMaxPositionEmbeddings {
+		return short
 	}
-	return rotary{cos: at(r.cos), sin: at(r.sin), dh: r.dh}
+	long := newRotaries(g, cfg, length, length, dtype).at(pos)
+	useLong := graph.GreaterOrEqual(graph.ReduceAllMax(pos), graph.Scalar(g, dtypes.Int32, s.OriginalMaxPositionEmbeddings))
+	pick := func(a, b *rotary) *rotary {
+		if a == nil {
+			return nil
+		}
+		sel := func(x, y *graph.Node) *graph.Node {
+			return graph.Where(graph.BroadcastToShape(useLong, shapes.Make(dtypes.Bool, x.Shape().Dimensions...)), y, x)
+		}
+		return &rotary{cos: sel(a.cos, b.cos), sin: sel(a.sin, b.sin), dr: a.dr, dh: a.dh}
+	}
+	return rotaries{global: pick(short.global, long.global), local: pick(short.local, long.local)}
 }

@@ -78,6 +78,13 @@ func (d *Decoder) Has(name string) bool {
 	return ok && string(bytes.TrimSpace(raw)) != "null"
 }
 
+// IsNull reports whether the field is present with the value null (transformers' None: often not the same as
+// absent, which means the class's default).
+func (d *Decoder) IsNull(name string) bool {
+	raw, ok := d.f[name]
+	return ok && string(bytes.TrimSpace(raw)) == "null"
+}
+
 // Get decodes field name into out if present and not null; it reports whether it did. A type mismatch is
 // recorded as the Decoder's error, naming the field, its value and the type wanted in words (`field
 // "hidden_size" is "big": want a whole number`), never a Go type.
@@ -241,7 +248,7 @@ func (d *Decoder) Unknown() []string {
 
 // CommonIgnored are PretrainedConfig fields that describe tooling, generation or export, not the network.
 var CommonIgnored = []string{
-	"_name_or_path", "transformers_version", "torch_dtype", "use_cache", "return_dict", "output_hidden_states",
+	"_name_or_path", "transformers_version", "torch_dtype", "dtype", "use_cache", "return_dict", "output_hidden_states",
 	"output_attentions", "torchscript", "chunk_size_feed_forward", "is_encoder_decoder", "is_decoder",
 	"add_cross_attention", "tie_encoder_decoder", "tokenizer_class", "prefix", "task_specific_params",
 	"problem_type", "finetuning_task", "initializer_range", "initializer_factor", "bad_words_ids",
