@@ -77,7 +77,7 @@ func TestBadInputSweepGGUF(t *testing.T) {
 		{[]string{"generate", "--model", p("cut.gguf"), "--prompt", "Hi"}, "is truncated"},
 		{[]string{"generate", "--model", p("text.gguf"), "--prompt", "Hi"}, "not a GGUF file"},
 		{[]string{"generate", "--model", p("huge.gguf"), "--prompt", "Hi"}, "more than the file's"},
-		{[]string{"generate", "--model", p("other.gguf"), "--prompt", "Hi"}, `general.architecture is "mamba": memfit reads GGUF files of the architectures [llama]`},
+		{[]string{"generate", "--model", p("other.gguf"), "--prompt", "Hi"}, `general.architecture is "mamba": memfit reads GGUF files of the architectures [gemma2 gemma3 llama phi3 qwen2 qwen3]`},
 		{[]string{"logits", "--model", p("cut.gguf"), "--inputs", inputs}, "is truncated"},
 		{[]string{"logits", "--model", p("missing.gguf"), "--inputs", inputs}, "no such file"},
 		{[]string{"generate", "--model", p("run", "run.yaml"), "--prompt", "Hi"}, "a model is a folder (config.json and its safetensors)"},

@@ -169,7 +169,7 @@ func TestBadInputSweepChat(t *testing.T) {
 			`sharegpt.jsonl:1: message 2: "from" "bard": use system, human or gpt`},
 		{write("mixed.jsonl", good, alpacaRow), nil, 1, "mixed.jsonl:2: an Alpaca row (instruction, input, output) in a file of messages rows: one data kind per file"},
 		{write("mixed2.jsonl", alpacaRow, good), nil, 1, `mixed2.jsonl:2: a conversation ("messages": [{"role", "content"}, ...]) in a file of alpaca rows: one data kind per file`},
-		{write("neither.jsonl", `{"text": "Once upon a time"}`), nil, 1, "neither.jsonl:1: neither an Alpaca row (instruction, input, output) nor a conversation"},
+		{write("neither.jsonl", `{"text": "Once upon a time"}`), nil, 1, "neither.jsonl:1: neither an Alpaca row (instruction, input, output), a conversation"},
 		{write("ends-user.jsonl", `{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Bye"}]}`), nil, 1,
 			"ends-user.jsonl:1: the Alpaca template learns the reply that ends a conversation: its last message must be the assistant's"},
 		{write("llama3.jsonl", good), []string{"--chat-template", "llama3"}, 1, "the llama3 chat template needs special tokens this tokenizer lacks"},

@@ -173,7 +173,8 @@ func (g ggufExport) export(cmd *cobra.Command, opts *Options) error {
 	}
 	name := strings.TrimSuffix(filepath.Base(g.out), filepath.Ext(g.out))
 	progress := countProgress(stderr, "export: writing "+g.out+" ("+typ.String()+"), tensors")
-	if err := finetune.ExportGGUF(g.out, model, params, tok, llamagguf.Options{Type: typ, Name: name, Progress: progress}); err != nil {
+	note := func(n string) { notes = append(notes, n) }
+	if err := finetune.ExportGGUF(g.out, model, params, tok, llamagguf.Options{Type: typ, Name: name, Progress: progress, Note: note}); err != nil {
 		return err
 	}
 	var stops []string

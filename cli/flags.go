@@ -19,7 +19,7 @@ import (
 // changes no byte of the plan, and the
 // memory-saving options are the variants it compares (--variants); a --config file may still hold them all.
 var memorySettings = []string{"method", "lora_r", "lora_dropout", "lora_targets", "train_modules",
-	"optimizer", "batch_size", "compute_dtype", "attention"}
+	"optimizer", "batch_size", "compute_dtype", "attention", "objective", "precompute_ref"}
 
 // bindSettings registers a flag for each training setting of finetune.Settings named by keys (every setting when
 // keys is empty), in the table's order, with the setting's help and c's value as its default; the flags write

@@ -298,6 +298,11 @@ func writeJSON(w io.Writer, v any) error {
 func writeMemoryTable(out io.Writer, rep *plan.Report) error {
 	cols := terminalColumns(out)
 	shape := fmt.Sprintf("batch %d", rep.Shape.Batch)
+	method := rep.Method
+	if rep.Objective != "" {
+		shape = fmt.Sprintf("batch %d pairs (chosen + rejected: %d sequences)", rep.Shape.Batch, 2*rep.Shape.Batch)
+		method += ", objective " + rep.Objective
+	}
 	if rep.Shape.Seq > 0 {
 		shape += fmt.Sprintf(", sequence %d", rep.Shape.Seq)
 	}
@@ -305,7 +310,7 @@ func writeMemoryTable(out io.Writer, rep *plan.Report) error {
 		shape += " (packed)"
 	}
 	fmt.Fprintf(out, "%s\n\n", wrapText(fmt.Sprintf("%s (%s), method %s, %s, %s attention, %s, backend %s", rep.Model, rep.ModelType,
-		rep.Method, rep.ComputeDType, rep.Attention, shape, rep.Backend), cols))
+		method, rep.ComputeDType, rep.Attention, shape, rep.Backend), cols))
 	header := []string{"variant", "saved act."}
 	for _, k := range engine.Kinds {
 		header = append(header, k.String())

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/memfit/memfit/data"
+	"github.com/memfit/memfit/preference"
 	"github.com/memfit/memfit/pretrained"
 	"github.com/memfit/memfit/safetensors"
 	"github.com/memfit/memfit/tokenizer/bpetrain"
@@ -26,7 +27,7 @@ ships them (pretrained/): a byte-level BPE tokenizer trained on English text, a 
 Fashion-MNIST and a small LLaMA trained on English text. pretrained/README.md records the exact commands.`,
 	}
 	cmd.AddCommand(newPretrainTokenizerCommand(), newPretrainViTCommand(opts), newPretrainDemoDataCommand(),
-		newPretrainLlamaCommand(opts))
+		newPretrainLlamaCommand(opts), newPretrainPreferenceDataCommand())
 	return cmd
 }
 
@@ -315,5 +316,56 @@ tokenizer files. Prints the held-out loss and perplexity (every 50th block is he
 	f.Float64Var(&o.LR, "lr", 3e-3, "peak learning rate")
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the initialisation and the data order")
 	f.BoolVar(&overwrite, "overwrite", false, "replace the model in an --out that holds one")
+	return cmd
+}
+
+func newPretrainPreferenceDataCommand() *cobra.Command {
+	var in, out string
+	var n, perPrompt int
+	var seed uint64
+	var overwrite bool
+	cmd := &cobra.Command{
+		Use:   "preference-data --data ALPACA.jsonl --out PAIRS.jsonl [--prompts N] [--per-prompt K] [--seed S]",
+		Short: "Write a preference set (prompt, chosen, rejected JSONL) built from Alpaca instructions",
+		Long: `Builds DPO/ORPO training pairs from Alpaca-format instructions, reproducibly: each pair's prompt is a row's
+Alpaca prompt, chosen its own response and rejected another row's response (drawn by a shuffle seeded by --seed;
+--per-prompt K makes K pairs of each prompt, each rejecting a response of its own shuffle).
+Nothing but relevance to the prompt tells them apart, so a model that learns to prefer the chosen replies on pairs
+it never trained on has learned to answer the prompt. docs/preference.md trains on the set this writes from
+../shared/data/alpaca-libre.`,
+		Example: `  finetune pretrain preference-data --data ../shared/data/alpaca-libre/alpaca_libre_tasks_v1.jsonl --out /tmp/pairs.jsonl`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if in == "" || out == "" {
+				return usagef("--data and --out are required")
+			}
+			if n < 0 || perPrompt < 1 {
+				return usagef("--prompts must not be negative and --per-prompt must be at least 1 (got %d, %d)", n, perPrompt)
+			}
+			if err := outputFile("--out", out, inputs{}.add("--data", in), overwrite, true); err != nil {
+				return err
+			}
+			rows, err := data.ReadInstructions(in)
+			if err != nil {
+				return err
+			}
+			pairs, err := preference.FromInstructions(rows, n, perPrompt, seed)
+			if err != nil {
+				return fmt.Errorf("%s: %w", in, err)
+			}
+			if err := safetensors.WriteAtomic(out, func(w *bufio.Writer) error { return data.WritePreferences(w, pairs) }); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: %d pairs from %d instructions\n", out, len(pairs), len(rows))
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&in, "data", "", "Alpaca-format JSONL (instruction, input, output; rows whose status is not ok are skipped)")
+	f.StringVar(&out, "out", "", "the preference JSONL to write")
+	f.IntVar(&n, "prompts", 0, "prompts to make pairs of: the first rows with a response (0: all)")
+	f.IntVar(&perPrompt, "per-prompt", 1, "pairs per prompt, each rejecting another shuffled response")
+	f.Uint64Var(&seed, "seed", 1, "seed of the shuffle that draws each rejected response")
+	f.BoolVar(&overwrite, "overwrite", false, "replace an --out that exists")
 	return cmd
 }

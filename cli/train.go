@@ -54,8 +54,13 @@ func newTrainCommand(opts *Options) *cobra.Command {
                classification)
   parquet      a Hugging Face dataset: a .parquet file, or a dataset folder in the hub layout
                (data/train-00000-of-00002.parquet, train/*.parquet, or a config's folder CONFIG/train-*.parquet;
-               --split train|validation|test, default train); its columns say what it holds: instruction/input/output (Alpaca), text, GLUE's columns
-               with --task (sequence classification), image + label (ViT); --columns text=content renames
+               --split train|validation|test, default train); its columns say what it holds:
+               instruction/input/output (Alpaca), text, GLUE's columns with --task (sequence classification),
+               image + label (ViT), prompt/chosen/rejected (preference pairs); --columns text=content renames
+  preference   preference pairs for --objective dpo or orpo: JSONL (.jsonl whose rows are {"prompt", "chosen",
+               "rejected"}, strings or message lists with the chat template; the prompt may be implicit) or
+               parquet with those columns; truncated as TRL does (--max-prompt-len keeps a prompt's end,
+               --seq-len cuts the completion's end) (docs/preference.md)
 Hugging Face Hub ids work for both (docs/hub.md): --model ORG/NAME[@REVISION] (also --init-adapter), --data and
 --eval-data hf://datasets/ORG/NAME[@REVISION][/PATH], its config chosen by --data-config (the card's configs, its
 default when not given) and its split by --split; a dataset without parquet files is read from the Hub's parquet
@@ -89,6 +94,8 @@ gradients to the host; the loss is read back every --log-every steps.`,
   finetune train --model pretrained/llama-tiny --data my-hub-dataset --split train --columns output=response \
     --out runs/alpaca --steps 100
   finetune train --model HuggingFaceTB/SmolLM2-135M --data hf://datasets/tatsu-lab/alpaca --seq-len 512 --out runs/smol --steps 200
+  finetune train --model pretrained/llama-tiny --data pairs.jsonl --objective dpo --dpo-beta 0.1 --lora-targets all-linear \
+    --eval-split 0.1 --eval-every 20 --out runs/dpo --steps 100
   finetune train --out runs/vit --resume --steps 400`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -245,13 +252,14 @@ gradients to the host; the loss is read back every --log-every steps.`,
 	f.BoolVar(&budgetBatch, "budget-batch", false, "with --budget: also choose the micro-batch (a divisor of --batch-size x --accum-steps, with accumulation keeping that effective batch) that runs fastest")
 	f.BoolVar(&dryRun, "dry-run", false, "print the resolved run (run.yaml: flags over --config over defaults) and exit without loading the model or data (its config.json's model_type is checked)")
 	f.BoolVar(&overwrite, "overwrite", false, "start a new run in an --out that holds one, deleting its checkpoints, metrics and adapter")
-	f.StringVar(&dataOpts.Format, "data-format", "", "safetensors, images, image-tar, idx, alpaca, messages, text, glue or parquet (default: from the path)")
+	f.StringVar(&dataOpts.Format, "data-format", "", "safetensors, images, image-tar, idx, alpaca, messages, text, glue, parquet or preference (default: from the path)")
 	f.StringVar(&dataOpts.Split, "split", "", "subfolder of an image folder or tar (e.g. train), GLUE split (train, dev), or split of a parquet dataset folder (train, validation, test; default train)")
 	f.StringVar(&dataOpts.Config, "data-config", "", "config of a parquet dataset: one of its card's (README.md configs), or a config folder (default: the card's default, or the folder itself)")
 	f.StringVar(&dataOpts.Columns, "columns", "", "parquet columns to read under memfit's names, NAME=COLUMN,... (e.g. text=content,label=fine_label)")
 	f.StringVar(&dataOpts.Task, "task", "", "GLUE task: cola, sst2, mrpc, stsb, rte (with --data-format glue)")
 	f.StringVar(&dataOpts.Tokenizer, "tokenizer", "", "tokenizer of text data (default: the model folder)")
-	f.IntVar(&dataOpts.SeqLen, "seq-len", 0, "tokens per text example (default 256)")
+	f.IntVar(&dataOpts.SeqLen, "seq-len", 0, "tokens per text example (default 256); of preference pairs, the most tokens of prompt + completion")
+	f.IntVar(&dataOpts.MaxPromptLen, "max-prompt-len", 0, "preference pairs: the most tokens a prompt keeps, its last ones (default: no limit; a pair whose prompt fills --seq-len is left out)")
 	f.BoolVar(&dataOpts.Augment, "augment", false, "random crop and horizontal flip of training images")
 	f.StringVar(&evalData, "eval-data", "", "validation set, read as --data is (any format train takes): evaluated every --eval-every steps and at the end")
 	f.StringVar(&evalDataSplit, "eval-data-split", "", "the split of --eval-data (default: a hub folder's validation split (validation, valid, val, dev, test), GLUE's dev, an image folder's or tar's --split)")
@@ -265,7 +273,8 @@ gradients to the host; the loss is read back every --log-every steps.`,
 }
 
 // trainWrites are the files and folders train writes in its output folder.
-var trainWrites = []string{finetune.RunFile, finetune.MetricsFile, finetune.LatestFile, "checkpoint-*/", finetune.BestDir + "/", "adapter/", finetune.LockFile}
+var trainWrites = []string{finetune.RunFile, finetune.MetricsFile, finetune.LatestFile, "checkpoint-*/", finetune.BestDir + "/", "adapter/",
+	finetune.ReferenceFile, finetune.LockFile}
 
 // evalPaths are the paths of a validation set (none for ""; an IDX pair is two).
 func evalPaths(evalData string) []string {
@@ -319,6 +328,11 @@ func runTraining(cmd *cobra.Command, opts *Options, spec finetune.RunSpec, out s
 			},
 			OnMetricsTrimmed: func(path string, n, step int) {
 				fmt.Fprintf(stderr, "%s: dropped %d line(s) written after the checkpoint of step %d (or cut short)\n", path, n, step)
+			},
+			OnReference: func(done, total int) {
+				if done == total || done%max(1, total/10) < spec.Config.BatchSize {
+					fmt.Fprintf(stderr, "reference log-likelihoods (once, cached in %s): %d/%d pairs\n", finetune.ReferenceFile, done, total)
+				}
 			},
 			OnStart: func(tr *finetune.Trainer) error {
 				fmt.Fprintf(stderr, "training %d trainable parameters, step %d -> %d\n", tr.TrainableCount(), tr.Step, tr.Config.Steps)
@@ -421,6 +435,7 @@ func describeParts(s finetune.StepStats) []string {
 	parts = append(parts, fmt.Sprintf("lr %.2e", s.LR))
 	if s.Synced {
 		parts = append(parts, fmt.Sprintf("|g| %.3g", s.GradNorm))
+		parts = append(parts, preferenceFigures(s.Metrics)...)
 	}
 	parts = append(parts, rate, "saved "+memory.FormatBytes(s.SavedActivationBytes), "peak "+memory.FormatPeak(s.PeakBytes, s.PeakMethod))
 	if s.CompileSeconds > 0 {
@@ -438,6 +453,9 @@ func describeEval(e finetune.EvalStats, w io.Writer) string {
 	}
 	if e.Accuracy != nil {
 		line += fmt.Sprintf(" acc %.4f", *e.Accuracy)
+	}
+	for _, f := range preferenceFigures(e.Metrics) {
+		line += " " + f
 	}
 	line += fmt.Sprintf(" (%d examples, %.1fs)", e.Examples, e.Seconds)
 	if e.Best {
@@ -491,4 +509,14 @@ func signalName(s os.Signal) string {
 		return "cancellation"
 	}
 	return s.String()
+}
+
+// preferenceFigures are the progress line's figures of a preference objective's metrics (none without): the
+// reward accuracy and margin, and the chosen and rejected rewards (TRL's rewards/*).
+func preferenceFigures(m map[string]float64) []string {
+	if len(m) == 0 {
+		return nil
+	}
+	return []string{fmt.Sprintf("rewards: acc %.3f margin %.4f chosen %.4f rejected %.4f", m["rewards/accuracies"],
+		m["rewards/margins"], m["rewards/chosen"], m["rewards/rejected"])}
 }

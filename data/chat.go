@@ -19,6 +19,9 @@ const (
 	// KindMessages rows are conversations: {"messages": [{"role", "content"}, ...]} (the OpenAI form), or
 	// ShareGPT's {"conversations": [{"from", "value"}, ...]}.
 	KindMessages = "messages"
+	// KindPreference rows are preference pairs: {"prompt", "chosen", "rejected"} (TRL's preference form, the
+	// prompt optional; see ReadPreferences).
+	KindPreference = "preference"
 )
 
 // Message is one turn of a conversation: Role is system, user or assistant. It has the fields of
@@ -66,6 +69,11 @@ func rowKind(keys map[string]json.RawMessage) string {
 	if _, ok := keys["conversations"]; ok {
 		return KindMessages
 	}
+	_, chosen := keys["chosen"]
+	_, rejected := keys["rejected"]
+	if chosen || rejected {
+		return KindPreference
+	}
 	_, in := keys["instruction"]
 	_, out := keys["output"]
 	if in || out {
@@ -76,8 +84,9 @@ func rowKind(keys map[string]json.RawMessage) string {
 
 // kindNames says what a row of each kind looks like, for messages.
 var kindNames = map[string]string{
-	KindAlpaca:   "an Alpaca row (instruction, input, output)",
-	KindMessages: `a conversation ("messages": [{"role", "content"}, ...])`,
+	KindAlpaca:     "an Alpaca row (instruction, input, output)",
+	KindMessages:   `a conversation ("messages": [{"role", "content"}, ...])`,
+	KindPreference: `a preference pair ("prompt", "chosen", "rejected")`,
 }
 
 // decodeRow reads one JSONL line as one JSON object (its keys), or says what is wrong with it: not an object (a
@@ -139,7 +148,7 @@ func duplicateKey(text string) error {
 	return fmt.Errorf("key %q is given twice%s: keep one", name, where)
 }
 
-// JSONLKind returns the kind of the JSONL training file at path (KindAlpaca or KindMessages), from its first
+// JSONLKind returns the kind of the JSONL training file at path (KindAlpaca, KindMessages or KindPreference), from its first
 // non-blank line: the kind of every other row must be the same (ReadInstructions and ReadConversations refuse
 // a row of the other kind). A first row of neither kind is an error naming the file and line.
 func JSONLKind(path string) (string, error) {
@@ -154,7 +163,7 @@ func JSONLKind(path string) (string, error) {
 			return fmt.Errorf("%s:%d: %v", path, line, err)
 		}
 		if kind = rowKind(keys); kind == "" {
-			return fmt.Errorf("%s:%d: neither %s nor %s", path, line, kindNames[KindAlpaca], kindNames[KindMessages])
+			return fmt.Errorf("%s:%d: neither %s, %s nor %s", path, line, kindNames[KindAlpaca], kindNames[KindMessages], kindNames[KindPreference])
 		}
 		return errStop
 	})
@@ -217,7 +226,7 @@ func parseConversation(text string) ([]Message, error) {
 		return nil, err
 	}
 	kind := rowKind(keys)
-	if kind == KindAlpaca {
+	if kind == KindAlpaca || kind == KindPreference {
 		return nil, kindError{kind}
 	}
 	if kind == "" {

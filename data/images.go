@@ -214,7 +214,7 @@ func splitsNotClasses(where string, rels []string) error {
 // ("train", "test", ...) selects a subtree, "" takes the top level. The encoded image bytes stay in memory
 // (compressed, as in the tar); images are decoded when asked for.
 func ImageTar(tarPath, prefix string) (ImageSource, error) {
-	f, err := os.Open(tarPath)
+	f, err := readfile.Open(tarPath)
 	if err != nil {
 		return nil, err
 	}

@@ -41,8 +41,8 @@ func ReadInstructions(path string) ([]Instruction, error) {
 		if err != nil {
 			return fmt.Errorf("%s:%d: %v", path, line, err)
 		}
-		if rowKind(keys) == KindMessages {
-			return mixedKind(path, line, KindMessages, KindAlpaca)
+		if k := rowKind(keys); k == KindMessages || k == KindPreference {
+			return mixedKind(path, line, k, KindAlpaca)
 		}
 		field := func(key string, optional bool) (string, bool, error) {
 			raw, ok := keys[key]

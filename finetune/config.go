@@ -92,6 +92,20 @@ type Config struct {
 	// Mesa lists the saved-activation kinds stored as int8 (act, norm, softmax, attn, linear; "all"), with
 	// running per-group ranges kept in the trainer's state.
 	Mesa []string `json:"mesa,omitempty" yaml:"mesa,omitempty"`
+	// Objective is what training minimises: "" the model's own loss (language modelling, classification), or a
+	// preference objective on prompt/chosen/rejected pairs (package preference): dpo (against a frozen reference,
+	// the model as it starts) or orpo (reference-free).
+	Objective string `json:"objective,omitempty" yaml:"objective,omitempty"`
+	// DPOBeta, DPOLoss (sigmoid or ipo) and DPOLabelSmoothing are DPO's settings, ORPOLambda ORPO's weight of the
+	// odds-ratio term (Resolve gives them TRL's defaults for the objective: 0.1, sigmoid, 0; 0.1).
+	DPOBeta           float64 `json:"dpo_beta,omitempty" yaml:"dpo_beta,omitempty"`
+	DPOLoss           string  `json:"dpo_loss,omitempty" yaml:"dpo_loss,omitempty"`
+	DPOLabelSmoothing float64 `json:"dpo_label_smoothing,omitempty" yaml:"dpo_label_smoothing,omitempty"`
+	ORPOLambda        float64 `json:"orpo_lambda,omitempty" yaml:"orpo_lambda,omitempty"`
+	// PrecomputeRef computes DPO's reference log-likelihoods once per example before the first step (cached in
+	// the output folder) instead of running the reference model in every step.
+	PrecomputeRef bool `json:"precompute_ref,omitempty" yaml:"precompute_ref,omitempty"`
+
 	// BlockPlan is a per-block memory plan (models.ParseBlockPlan: "grad-ckpt*4,approx-act+mesa-softmax*8", one
 	// mode per transformer block in order) applied instead of ApproxAct, GradCkpt and Mesa; MSNorm stays global.
 	BlockPlan string `json:"block_plan,omitempty" yaml:"block_plan,omitempty"`
@@ -172,6 +186,9 @@ func (c Config) Validate() error {
 				break
 			}
 		}
+	}
+	if problem := c.checkObjective(); problem != "" {
+		bad("%s", problem)
 	}
 	if c.EvalSplit >= 0.5 {
 		bad("eval_split is the fraction of the training data held out for validation: it must be below 0.5, got %g", c.EvalSplit)

@@ -22,6 +22,7 @@ const (
 	FormatText        = "text"        // plain text for causal LM, packed into SeqLen blocks
 	FormatGLUE        = "glue"        // GLUE task folder root (../shared/data/glue layout); DataOptions.Task
 	// FormatParquet ("parquet", data_parquet.go): a Hugging Face parquet file or hub dataset folder.
+	// FormatPreference ("preference", pairs.go): prompt/chosen/rejected pairs (JSONL or parquet).
 )
 
 // DataOptions say how to read a run's data (RunSpec.Data).
@@ -44,8 +45,11 @@ type DataOptions struct {
 	Task string `json:"task,omitempty"`
 	// Tokenizer is the tokenizer of text data (default: the model folder).
 	Tokenizer string `json:"tokenizer,omitempty"`
-	// SeqLen is the tokens per text example (default 256).
+	// SeqLen is the tokens per text example (default 256); of preference pairs, the most tokens of prompt +
+	// completion.
 	SeqLen int `json:"seq_len,omitempty"`
+	// MaxPromptLen is the most tokens a preference pair's prompt keeps, its last ones (0: no limit).
+	MaxPromptLen int `json:"max_prompt_len,omitempty"`
 	// Augment turns on random crops (padding of 1/8 of the image side) and horizontal flips for images.
 	Augment bool `json:"augment,omitempty"`
 	// ChatTemplate renders conversations (FormatMessages): auto (""), model, llama3, chatml or alpaca
@@ -125,12 +129,23 @@ func OpenData(path string, opts DataOptions, model Model, modelDir string, batch
 	if err := checkDataPath(path, format, opts); err != nil {
 		return nil, err
 	}
+	preference := isPreferenceData(path, format, opts)
+	kind := format
+	if preference {
+		kind = FormatPreference
+	}
 	if opts.Columns != "" && format != FormatParquet {
-		return nil, fmt.Errorf("--columns renames the columns of parquet data, but %s is %s data: leave it out", path, format)
+		return nil, fmt.Errorf("--columns renames the columns of parquet data, but %s is %s data: leave it out", path, kind)
 	}
 	if opts.Split != "" && !slices.Contains(splitFormats, format) {
 		return nil, fmt.Errorf("%s picks a split of an image folder or tar, GLUE data or a parquet dataset folder, but %s is %s data, one file: leave it out",
-			opts.splitFlag(), path, format)
+			opts.splitFlag(), path, kind)
+	}
+	if preference {
+		return openPairs(DataSource{Path: path, Format: FormatPreference, Options: opts, Model: model, ModelDir: modelDir, BatchSize: batchSize, Seed: seed})
+	}
+	if opts.MaxPromptLen != 0 {
+		return nil, fmt.Errorf("--max-prompt-len cuts the prompts of preference pairs; %s holds %s data: leave it out", path, format)
 	}
 	if opts.Packing && format != FormatAlpaca && format != FormatMessages && format != FormatParquet { // parquet: checked once its columns tell its kind
 		return nil, fmt.Errorf("--packing packs instruction and conversation examples (alpaca, messages data), not %s data: leave it out", format)
@@ -155,8 +170,8 @@ func OpenData(path string, opts DataOptions, model Model, modelDir string, batch
 		}
 		return fam.OpenData(DataSource{Path: path, Format: format, Options: opts, Model: model, ModelDir: modelDir, BatchSize: batchSize, Seed: seed})
 	}
-	return nil, fmt.Errorf("unknown data format %q (%s, %s, %s, %s, %s, %s, %s, %s, %s)", format, FormatSafetensors, FormatImages,
-		FormatImageTar, FormatIDX, FormatAlpaca, FormatMessages, FormatText, FormatGLUE, FormatParquet)
+	return nil, fmt.Errorf("unknown data format %q (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", format, FormatSafetensors, FormatImages,
+		FormatImageTar, FormatIDX, FormatAlpaca, FormatMessages, FormatText, FormatGLUE, FormatParquet, FormatPreference)
 }
 
 // absData makes the data path absolute (both parts of an IDX pair).

@@ -65,7 +65,8 @@ type stepProgram struct {
 	frozenNames []string
 	trainNames  []string
 	mesa        int
-	accIn       bool // takes the accumulators and the accumulated loss
+	metrics     int  // the objective's metrics, stacked (0: none)
+	accIn       bool // takes the accumulators and the accumulated loss (and metrics)
 	saved       *memory.SavedReport
 	peak        *memory.Peak
 	peakDonated bool // peak was taken on a run that donated the trainer's state
@@ -76,14 +77,16 @@ type stepProgram struct {
 // buildStepProgram builds and compiles one program of the device-resident step.
 //
 // Parameters, in order: those of buildGrad (batch, RNG, frozen, trainable, Mesa states); with accIn the
-// accumulators ("acc.<name>", float32, sorted by trainable name) and the accumulated loss ("loss_acc"); for
+// accumulators ("acc.<name>", float32, sorted by trainable name), the accumulated loss ("loss_acc") and, when the
+// objective has metrics, the accumulated metrics ("metrics_acc" [M]); for
 // progFinal then the first moments ("m.<name>"), the second moments ("v.<name>", AdamW only), "ok" (bool
 // scalar), "lr", "bias_correction1" and "bias_correction2" (float32 scalars).
 //
-// Outputs: progFirst and progMid return the accumulators, the accumulated loss, the next RNG state and the
-// Mesa states; progFinal returns the new trainable tensors, the new first moments, the new second moments
-// (AdamW), the next RNG state, the Mesa states, ok', the step's loss (mean over its micro-batches) and the
-// gradient's global norm before clipping.
+// Outputs: progFirst and progMid return the accumulators, the accumulated loss, the next RNG state, the
+// Mesa states and the accumulated metrics (if any); progFinal returns the new trainable tensors, the new first
+// moments, the new second moments (AdamW), the next RNG state, the Mesa states, ok', the step's loss (mean over
+// its micro-batches), the gradient's global norm before clipping and the step's metrics (mean over its
+// micro-batches; if any).
 //
 // With K micro-batches each gradient g_k and loss l_k enters as g_k / K and l_k / K, so the step sees the mean
 // gradient and mean loss, as torch does when each micro-batch's loss is divided by K. Clipping and the update
@@ -103,7 +106,7 @@ func buildStepProgram(backend compute.Backend, cfg Config, spec stepSpec, kind p
 		mesaShapes = p.mesaShapes
 		f32 := func(name string) *graph.Node { return graph.Parameter(g, name, shapes.Make(dtypes.Float32)) }
 		total := make([]*graph.Node, len(p.grads))
-		loss := p.loss
+		loss, metrics := p.loss, p.metrics
 		for i, gr := range p.grads {
 			total[i] = gr
 			if accum > 1 {
@@ -112,15 +115,26 @@ func buildStepProgram(backend compute.Backend, cfg Config, spec stepSpec, kind p
 		}
 		if accum > 1 {
 			loss = graph.DivScalar(loss, float64(accum))
+			if metrics != nil {
+				metrics = graph.DivScalar(metrics, float64(accum))
+			}
 		}
 		if sp.accIn {
 			for i, n := range sp.trainNames {
 				total[i] = graph.Add(graph.Parameter(g, "acc."+n, spec.train[n]), total[i])
 			}
 			loss = graph.Add(f32("loss_acc"), loss)
+			if metrics != nil {
+				metrics = graph.Add(graph.Parameter(g, "metrics_acc", metrics.Shape()), metrics)
+			}
+		}
+		var extra []*graph.Node
+		if metrics != nil {
+			sp.metrics = metrics.Shape().Size()
+			extra = []*graph.Node{metrics}
 		}
 		if kind != progFinal {
-			outs := append(append(append(total, loss), p.rng), p.mesaOut...)
+			outs := append(append(append(append(total, loss), p.rng), p.mesaOut...), extra...)
 			if err := g.Compile(outs...); err != nil {
 				panic(err) // engine.Try returns it: the backend's cause, not a later "not compiled"
 			}
@@ -152,7 +166,7 @@ func buildStepProgram(backend compute.Backend, cfg Config, spec stepSpec, kind p
 			}
 		}
 		outs := append(append(append(newP, newM...), newV...), p.rng)
-		outs = append(append(outs, p.mesaOut...), okOut, loss, norm)
+		outs = append(append(append(outs, p.mesaOut...), okOut, loss, norm), extra...)
 		if err := g.Compile(outs...); err != nil {
 			panic(err)
 		}
@@ -267,6 +281,7 @@ func (t *Trainer) stepSpec(b Batch) stepSpec {
 	}
 	spec.mesa, _ = quant.ParseMesa(t.Config.Mesa)
 	spec.blockMesa = usesBlockMesa(t.Model)
+	spec.config, spec.reference = t.Config, t.ref
 	return spec
 }
 
@@ -289,6 +304,7 @@ type pendingStep struct {
 	step       int
 	lr         float64
 	loss, norm *tensors.Tensor
+	metrics    *tensors.Tensor // the objective's metrics, stacked (nil: none)
 }
 
 // args collects a program's inputs; a tensor the trainer owns (an output of an earlier program, held nowhere
@@ -360,7 +376,7 @@ func (t *Trainer) run(sp *stepProgram, a *args) ([]*tensors.Tensor, error) {
 func (t *Trainer) deviceStep(batches []Batch, stats *StepStats) error {
 	k := len(batches)
 	var acc []*tensors.Tensor
-	var lossAcc *tensors.Tensor
+	var lossAcc, metricsAcc *tensors.Tensor
 	for i, b := range batches {
 		kind := progMid
 		switch {
@@ -396,6 +412,9 @@ func (t *Trainer) deviceStep(batches []Batch, stats *StepStats) error {
 				a.own(x)
 			}
 			a.own(lossAcc)
+			if metricsAcc != nil {
+				a.own(metricsAcc)
+			}
 		}
 		if kind == progFinal {
 			for _, n := range sp.trainNames {
@@ -434,6 +453,10 @@ func (t *Trainer) deviceStep(batches []Batch, stats *StepStats) error {
 			if sp.mesa > 0 {
 				t.Mesa = outs[nt+2 : nt+2+sp.mesa]
 			}
+			if sp.metrics > 0 {
+				metricsAcc = outs[nt+2+sp.mesa]
+				t.adopt(metricsAcc)
+			}
 			continue
 		}
 		j := 0
@@ -459,7 +482,11 @@ func (t *Trainer) deviceStep(batches []Batch, stats *StepStats) error {
 		}
 		t.ok = next()
 		t.adopt(t.ok)
-		t.pending = append(t.pending, pendingStep{step: stats.Step, lr: stats.LR, loss: next(), norm: next()})
+		ps := pendingStep{step: stats.Step, lr: stats.LR, loss: next(), norm: next()}
+		if sp.metrics > 0 {
+			ps.metrics = next()
+		}
+		t.pending = append(t.pending, ps)
 	}
 	t.Step++
 	return nil
@@ -505,6 +532,9 @@ func (t *Trainer) Sync() (loss, gradNorm float64, err error) {
 		for _, p := range pending {
 			p.loss.MustFinalizeAll()
 			p.norm.MustFinalizeAll()
+			if p.metrics != nil {
+				p.metrics.MustFinalizeAll()
+			}
 		}
 	}()
 	var failed error
@@ -512,6 +542,7 @@ func (t *Trainer) Sync() (loss, gradNorm float64, err error) {
 		if scalar(t.ok) != 0 {
 			last := pending[len(pending)-1]
 			loss, gradNorm = scalar(last.loss), scalar(last.norm)
+			t.lastMetrics = metricValues(metricsOf(t.Config), last.metrics)
 			return
 		}
 		for _, p := range pending {

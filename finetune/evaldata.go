@@ -123,6 +123,9 @@ func (s RunSpec) WithValidation(it Iterator, model Model, batchSize int, seed ui
 	if err := CheckData(model, it, "--data "+s.Data); err != nil {
 		return nil, nil, err
 	}
+	if err := checkObjectiveData(s.Config, it, "--data "+s.Data); err != nil {
+		return nil, nil, err
+	}
 	if f := s.Config.EvalSplit; f > 0 {
 		return HoldOut(it, f, seed, batchSize)
 	}
@@ -136,6 +139,9 @@ func (s RunSpec) WithValidation(it Iterator, model Model, batchSize int, seed ui
 		return nil, nil, fmt.Errorf("--eval-data: %w", err)
 	}
 	if err := CheckData(model, ev, "--eval-data "+s.EvalData); err != nil {
+		return nil, nil, err
+	}
+	if err := checkObjectiveData(s.Config, ev, "--eval-data "+s.EvalData); err != nil {
 		return nil, nil, err
 	}
 	set, err := EvalSetOf(ev)
@@ -185,7 +191,7 @@ func withNotes(it Iterator, notes []string) Iterator {
 func EvalSetOf(it Iterator) (EvalSet, error) {
 	switch l := it.(type) {
 	case *Loader:
-		if _, ok := l.Data["labels"]; !ok {
+		if _, ok := l.Data["labels"]; !ok && !isPairData(l) {
 			return nil, errors.New("the data has no labels to score")
 		}
 		return ExamplesEval{l.Data}, nil
@@ -278,6 +284,14 @@ func CheckData(model Model, it Iterator, what string) error {
 // within the vocabulary, labels within the classes, masks of 0 and 1, sequences within the model's positions,
 // images of its size. The error names the first bad example by its index (0-based).
 func CheckExamples(model Model, ex Examples) error {
+	if isPairBatch(Batch(ex)) {
+		for i, half := range pairHalves(Batch(ex)) {
+			if err := CheckExamples(model, Examples(half)); err != nil {
+				return fmt.Errorf("the %s completions: %w", [2]string{"chosen", "rejected"}[i], err)
+			}
+		}
+		return nil
+	}
 	if ids, ok := ex["input_ids"]; ok {
 		dims := ids.Shape().Dimensions
 		if m, ok := ex["attention_mask"]; ok && !slices.Equal(m.Shape().Dimensions, dims) {

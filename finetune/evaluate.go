@@ -183,6 +183,16 @@ type EvalStats struct {
 	BadEvals int     `json:"evals_without_improvement"`
 	// EarlyStop says that this evaluation ends the run (Config.EarlyStoppingPatience).
 	EarlyStop bool `json:"early_stop,omitempty"`
+	// Metrics are the objective's own figures over the whole set (a preference objective's rewards/chosen,
+	// logps/chosen, ...: means over its pairs); in metrics.jsonl they are keys of their own, prefixed "eval_" as
+	// TRL logs them.
+	Metrics map[string]float64 `json:"-"`
+}
+
+// MarshalJSON writes the evaluation's fields and, as keys of their own, its Metrics ("eval_rewards/chosen").
+func (s EvalStats) MarshalJSON() ([]byte, error) {
+	type plain EvalStats // without this method
+	return withMetrics(plain(s), s.Metrics, "eval_")
 }
 
 // Evaluate computes the trained model's loss (and a classifier's accuracy) over the whole of set, in batches of
@@ -192,6 +202,9 @@ func (t *Trainer) Evaluate(set EvalSet) (EvalStats, error) {
 	start := time.Now()
 	if _, _, err := t.Sync(); err != nil {
 		return EvalStats{}, err
+	}
+	if _, ok := t.Config.Preference(); ok {
+		return t.evaluatePairs(set, start)
 	}
 	if t.evalRunner == nil {
 		t.evalRunner = runner.NewOutputsRunner(t.Backend, t.Model, evalOutputs(t.Model))

@@ -91,11 +91,16 @@ func LoadGGUF(path string, opts ModelOptions) (Model, Family, error) {
 		return nil, Family{}, err
 	}
 	arch, _, err := f.String("general.architecture")
+	modelType := llamagguf.ModelType(f)
 	f.Close()
 	if err != nil {
 		return nil, Family{}, fmt.Errorf("%s: %w", path, err)
 	}
-	fam, ok := FamilyOfGGUFArch(arch)
+	// A file memfit wrote names its family (a Mistral is written as llama.cpp's llama); others go by architecture.
+	fam, ok := FamilyByName(modelType)
+	if !ok || fam.LoadGGUF == nil || !slices.Contains(fam.GGUFArchs, arch) {
+		fam, ok = FamilyOfGGUFArch(arch)
+	}
 	if !ok {
 		var archs []string
 		for _, f := range Families() {

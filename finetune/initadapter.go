@@ -76,7 +76,7 @@ func (s *initAdapterSource) copyInto(dst string) (map[string]string, error) {
 
 // copyFile copies a file's bytes to a new file.
 func copyFile(from, to string) error {
-	in, err := os.Open(from)
+	in, err := readfile.Open(from)
 	if err != nil {
 		return err
 	}

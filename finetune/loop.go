@@ -95,7 +95,7 @@ func (t *Trainer) Fit(ctx context.Context, data Iterator, outDir string, metrics
 			if stats.Loss, stats.GradNorm, err = t.Sync(); err != nil {
 				return err
 			}
-			stats.Synced = true
+			stats.Synced, stats.Metrics = true, t.lastMetrics
 			stats.setSeconds(time.Since(start).Seconds() - stats.CompileSeconds)
 			if firstLoss == 0 {
 				firstLoss, minLoss = stats.Loss, stats.Loss

@@ -95,6 +95,9 @@ type RunHooks struct {
 	// OnMetricsTrimmed is called on a resume that dropped lines of metrics.jsonl written after the checkpoint
 	// of step (or cut short).
 	OnMetricsTrimmed func(path string, lines, step int)
+	// OnReference follows the scoring of the pairs by the reference model (precompute_ref), once per batch: the
+	// pairs done and the total.
+	OnReference func(done, total int)
 	// OnNote receives what a resume chose or repaired in the output folder, in a line (resumed from best/ of a
 	// run without another checkpoint; best/ restored from the resumed checkpoint after a kill).
 	OnNote func(note string)
@@ -225,11 +228,22 @@ func (r Recipe) Run(ctx context.Context) (res *Result, err error) {
 			return res, err
 		}
 	}
+	if spec.Config.PrecomputeRef && r.Resume {
+		// Before the trainer restores the data position: the data's fingerprint covers them.
+		if err := attachReference(out, data, validation); err != nil {
+			return res, err
+		}
+	}
 	tr, err := r.trainer(spec, model, backend, data)
 	if err != nil {
 		return res, err
 	}
 	res.Trainer = tr
+	if spec.Config.PrecomputeRef && !r.Resume {
+		if err := precomputeReference(tr, out, data, validation, r.Hooks.OnReference); err != nil {
+			return res, err
+		}
+	}
 	tr.Validation = validation
 	if err := tr.CheckValidationSet(); err != nil {
 		flag := "--eval-data " + spec.EvalData

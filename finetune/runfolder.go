@@ -52,7 +52,8 @@ func LockRun(out string) (unlock func(), err error) {
 	return func() { unlockFile(f); f.Close() }, nil
 }
 
-// runFiles lists what a memfit run left in its output folder: run.yaml, metrics.jsonl, latest, its checkpoints
+// runFiles lists what a memfit run left in its output folder: run.yaml, metrics.jsonl, latest, a DPO run's cached
+// reference log-likelihoods (ReferenceFile), its checkpoints
 // (checkpoint-N folders and the best one, BestDir, holding trainer_state.json: another tool's checkpoint-500 is
 // not ours) and, when any of
 // those is there, the exported adapter. hasCheckpoint says whether a checkpoint is among them.
@@ -68,7 +69,7 @@ func runFiles(out string) (found []string, hasCheckpoint bool, err error) {
 	for _, e := range entries {
 		n := e.Name()
 		switch {
-		case n == RunFile || n == MetricsFile || n == LatestFile:
+		case n == RunFile || n == MetricsFile || n == LatestFile || n == ReferenceFile:
 			found = append(found, n)
 		case n == "adapter":
 			adapter = true

@@ -58,6 +58,18 @@ var Settings = []Setting{
 		Field: func(c *Config) any { return &c.BlockPlan }},
 	{Key: "attention", Help: "standard, memory-efficient or flash (the backend's fused attention; memory-efficient where it has none)",
 		GPUDefault: "flash", Field: func(c *Config) any { return &c.Attention }},
+	{Key: "objective", Help: "dpo or orpo: preference tuning on prompt/chosen/rejected pairs (default: the model's own loss)",
+		Field: func(c *Config) any { return &c.Objective }},
+	{Key: "dpo_beta", Help: "DPO's beta: how far the policy may move from the reference (default 0.1 with --objective dpo)",
+		Field: func(c *Config) any { return &c.DPOBeta }},
+	{Key: "dpo_loss", Help: "DPO's loss: sigmoid (the DPO paper's) or ipo (default sigmoid with --objective dpo)",
+		Field: func(c *Config) any { return &c.DPOLoss }},
+	{Key: "dpo_label_smoothing", Help: "DPO's label smoothing: the probability that a pair's preference is flipped (conservative DPO, sigmoid loss)",
+		Field: func(c *Config) any { return &c.DPOLabelSmoothing }},
+	{Key: "orpo_lambda", Help: "ORPO's weight of the odds-ratio term against the SFT loss (default 0.1 with --objective orpo)",
+		Field: func(c *Config) any { return &c.ORPOLambda }},
+	{Key: "precompute_ref", Help: "DPO: compute the reference log-likelihoods once per example before training (cached in --out) instead of in every step",
+		Field: func(c *Config) any { return &c.PrecomputeRef }},
 	{Key: "optimizer", Help: "adamw or sgd", Choices: []string{"adamw", "sgd"}, Field: func(c *Config) any { return &c.Optimizer }},
 	{Key: "lr", Help: "learning rate", Field: func(c *Config) any { return &c.LR }},
 	{Key: "weight_decay", Help: "weight decay (decoupled for adamw)", Range: NonNegative, Field: func(c *Config) any { return &c.WeightDecay }},
@@ -203,6 +215,7 @@ func Resolve(src Sources) (Config, error) {
 	if src.MSNormByDefault && !given("ms_norm") {
 		cfg.MSNorm = true
 	}
+	cfg = objectiveDefaults(cfg, given)
 	if cfg.Method == MethodFull && !given("lora_r") && !given("lora_targets") {
 		cfg.LoRARank, cfg.LoRATarget = 0, nil // the LoRA defaults do not apply to full fine-tuning
 	}

@@ -111,6 +111,8 @@ func (s StepShapes) spec() (stepSpec, error) {
 	}
 	spec.mesa, _ = quant.ParseMesa(cfg.Mesa)
 	spec.blockMesa = usesBlockMesa(model)
+	spec.config = cfg
+	referenceShapes(&spec) // a DPO step's frozen copies of the reference
 	return spec, nil
 }
 

@@ -70,7 +70,7 @@ func (t *Trainer) adapterConfig() (map[string]any, error) {
 
 // fileSHA256 returns the hex SHA-256 of a file's bytes.
 func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
+	f, err := readfile.Open(path)
 	if err != nil {
 		return "", err
 	}

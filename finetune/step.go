@@ -30,6 +30,10 @@ type stepSpec struct {
 	// blockMesa is set when a per-block plan stores some block's activations with Mesa (its own kinds, on a view
 	// of the step's Mesa), so the step has a Mesa even when mesa is empty.
 	blockMesa bool
+	// config is the training config: its objective (objective.go) picks the loss.
+	config Config
+	// reference is how a DPO step computes its reference model (its frozen copies are among frozen).
+	reference reference
 }
 
 // gradParts is the gradient computation of a stepSpec built into a graph.
@@ -40,6 +44,8 @@ type gradParts struct {
 	rng        *graph.Node   // the next RNG state
 	mesaOut    []*graph.Node // the updated Mesa states
 	mesaShapes []shapes.Shape
+	// metrics are the objective's metrics (metricsOf), stacked [M] float32; nil for none.
+	metrics *graph.Node
 }
 
 // buildGrad builds the forward pass, loss and gradients of spec into g (inside engine.Try: it panics on
@@ -81,12 +87,14 @@ func buildGrad(g *graph.Graph, spec stepSpec) gradParts {
 	}
 	if spec.compute != dtypes.Float32 {
 		for n, node := range batch {
-			if node.DType() == dtypes.Float32 {
+			if node.DType() == dtypes.Float32 && !isReferenceInput(n) {
 				batch[n] = graph.ConvertDType(node, spec.compute)
 			}
 		}
 	}
-	p.loss = spec.model.Loss(bound, batch)
+	var metrics []*graph.Node
+	p.loss, metrics = objectiveLoss(spec, bound, batch)
+	p.metrics = stackMetrics(metrics)
 	p.grads = engine.Gradient(p.loss, p.train...)
 	p.rng = rng.State()
 	if mesa != nil {
@@ -106,9 +114,10 @@ func (p gradParts) outputs() []*graph.Node {
 
 // checkBatch reports a batch input the model needs that spec lacks.
 func checkBatch(spec stepSpec) error {
-	for _, name := range spec.model.BatchInputs() {
+	want := batchInputs(spec.model, spec.config)
+	for _, name := range want {
 		if _, ok := spec.batch[name]; !ok {
-			return fmt.Errorf("batch has no %q (the model needs %v)", name, spec.model.BatchInputs())
+			return fmt.Errorf("batch has no %q (the step needs %v)", name, want)
 		}
 	}
 	return nil

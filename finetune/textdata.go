@@ -60,23 +60,9 @@ func textExamplesNoted(path string, opts DataOptions, model Model, modelDir stri
 		return nil, fmt.Errorf("text data needs a model over token ids; %s", familyTitle(model))
 	}
 	spec := tm.TextSpec()
-	tokPath := opts.Tokenizer
-	if tokPath == "" {
-		tokPath = modelDir
-	}
-	tok, err := tokenizer.Load(tokPath)
+	tok, seqLen, err := textTokenizer(opts, model, spec, modelDir, "text data")
 	if err != nil {
-		return nil, fmt.Errorf("text data needs a tokenizer (--tokenizer, or tokenizer files in the model folder): %w", err)
-	}
-	if err := CheckTokenizer(tok, model); err != nil {
-		return nil, fmt.Errorf("%s: %w", tokPath, err)
-	}
-	seqLen := opts.SeqLen
-	if seqLen == 0 {
-		seqLen = min(256, spec.MaxPositions)
-	}
-	if seqLen < 2 || seqLen > spec.MaxPositions {
-		return nil, fmt.Errorf("--seq-len %d: a sequence needs 2 to %d tokens (the model's max_position_embeddings)", seqLen, spec.MaxPositions)
+		return nil, err
 	}
 	pad, ok := tok.Pad()
 	if !ok {
@@ -227,4 +213,29 @@ func CheckTextTokenizer(tok *tokenizer.Tokenizer, model Model) error {
 		return fmt.Errorf("the tokenizer has %d tokens but the model's vocabulary has %d (vocab_size): they do not belong together; use the model's own tokenizer", n, vocab)
 	}
 	return nil
+}
+
+// textTokenizer loads the tokenizer of text data for model (opts.Tokenizer, else the model folder's), checks it
+// against the model, and returns it with the sequence length (opts.SeqLen; default 256, at most the model's
+// positions). what names the data in the errors.
+func textTokenizer(opts DataOptions, model Model, spec models.TextSpec, modelDir, what string) (*tokenizer.Tokenizer, int, error) {
+	tokPath := opts.Tokenizer
+	if tokPath == "" {
+		tokPath = modelDir
+	}
+	tok, err := tokenizer.Load(tokPath)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s needs a tokenizer (--tokenizer, or tokenizer files in the model folder): %w", what, err)
+	}
+	if err := CheckTokenizer(tok, model); err != nil {
+		return nil, 0, fmt.Errorf("%s: %w", tokPath, err)
+	}
+	seqLen := opts.SeqLen
+	if seqLen == 0 {
+		seqLen = min(256, spec.MaxPositions)
+	}
+	if seqLen < 2 || seqLen > spec.MaxPositions {
+		return nil, 0, fmt.Errorf("--seq-len %d: a sequence needs 2 to %d tokens (the model's max_position_embeddings)", seqLen, spec.MaxPositions)
+	}
+	return tok, seqLen, nil
 }

@@ -57,6 +57,11 @@ type Trainer struct {
 	ok                 *tensors.Tensor
 	pending            []pendingStep
 	lastLoss, lastNorm float64
+	lastMetrics        map[string]float64
+	// ref is how a DPO run's steps compute the reference model, refStart the starting values (float32) of the
+	// tensors it keeps frozen copies of, by their copies' names (objective.go).
+	ref      reference
+	refStart models.Params
 	// initAdapter is where the next checkpoint takes its copy of the init_adapter (nil without one).
 	initAdapter *initAdapterSource
 
@@ -102,6 +107,10 @@ type StepStats struct {
 	PeakMethod string `json:"peak_method"`
 	// SkippedBatches counts the batches without a target token that Fit has skipped so far (Hooks.OnSkip).
 	SkippedBatches int `json:"skipped_batches,omitempty"`
+	// Metrics are the objective's own figures of the step (a preference objective's rewards/chosen,
+	// logps/chosen, ... as TRL logs them: means over the step's pairs), read back with Loss; in metrics.jsonl they
+	// are keys of the step's line.
+	Metrics map[string]float64 `json:"-"`
 	// Synced says whether Loss and GradNorm were read back for this step (TrainStep, and Fit at its logging,
 	// checkpoint and last steps); otherwise they are zero and still on the backend.
 	Synced bool `json:"-"`
@@ -120,7 +129,7 @@ func (t *Trainer) TrainStep(batches []Batch) (StepStats, error) {
 	if stats.Loss, stats.GradNorm, err = t.Sync(); err != nil {
 		return stats, err
 	}
-	stats.Synced = true
+	stats.Synced, stats.Metrics = true, t.lastMetrics
 	stats.setSeconds(time.Since(start).Seconds() - stats.CompileSeconds)
 	return stats, nil
 }
@@ -134,7 +143,7 @@ func (t *Trainer) TrainStepAsync(batches []Batch) (StepStats, error) {
 	}
 	if c, ok := t.Model.(runner.BatchChecker); ok {
 		for _, b := range batches {
-			if err := c.CheckBatch(b); err != nil {
+			if err := checkModelBatch(c.CheckBatch, b); err != nil {
 				return StepStats{}, fmt.Errorf("batch for step %d: %w", t.Step+1, err)
 			}
 		}
@@ -281,6 +290,9 @@ func New(model Model, cfg Config, backend compute.Backend, opts ...Option) (*Tra
 		}
 		t.Frozen[name] = p
 	}
+	if err := t.initReference(); err != nil {
+		return nil, err
+	}
 	rng, err := graph.RNGStateFromSeed(int64(cfg.Seed))
 	if err != nil {
 		return nil, err
@@ -363,6 +375,9 @@ func convert(p *tensors.Tensor, dtype dtypes.DType) (*tensors.Tensor, error) {
 }
 
 func tokens(b Batch) int {
+	if isPairBatch(b) {
+		return pairTokens(b)
+	}
 	t := b["attention_mask"]
 	if t == nil {
 		t = b["input_ids"]

@@ -7,7 +7,8 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
+
+	"github.com/memfit/memfit/internal/readfile"
 )
 
 // Limits on what a header may declare, beyond the file's size.
@@ -38,7 +39,7 @@ type File struct {
 
 // Open reads the header of the GGUF file at path.
 func Open(path string) (*File, error) {
-	f, err := os.Open(path)
+	f, err := readfile.Open(path)
 	if err != nil {
 		return nil, err
 	}

@@ -222,13 +222,47 @@ type Result struct {
 // Run sends req to the script in a new node process and returns its result; an error carries the script's
 // message (llama.cpp's, when it refuses the file).
 func (t *Tool) Run(ctx context.Context, req Request) (*Result, error) {
-	var err error
-	if req.Model, err = filepath.Abs(req.Model); err != nil { // the script runs in t.Dir
+	var res Result
+	if err := t.run(ctx, []*Request{&req}, false, &res); err != nil {
 		return nil, err
 	}
-	in, err := json.Marshal(req)
-	if err != nil {
+	return &res, nil
+}
+
+// RunAll sends the requests to one node process, which answers them in turn with one llama.cpp (each model
+// loaded, run and disposed of before the next): what a check of several GGUF files pays once for node and
+// llama.cpp. An error is the first request's that failed, as Run's.
+func (t *Tool) RunAll(ctx context.Context, reqs []Request) ([]*Result, error) {
+	ptrs := make([]*Request, len(reqs))
+	for i := range reqs {
+		ptrs[i] = &reqs[i]
+	}
+	var out struct{ Results []*Result }
+	if err := t.run(ctx, ptrs, true, &out); err != nil {
 		return nil, err
+	}
+	if len(out.Results) != len(reqs) {
+		return nil, fmt.Errorf("llama.cpp (node-llama-cpp %s): %d results for %d requests", Version, len(out.Results), len(reqs))
+	}
+	return out.Results, nil
+}
+
+// run sends the requests (one, or several as {"requests": [...]} when many) and decodes the answer into out.
+func (t *Tool) run(ctx context.Context, reqs []*Request, many bool, out any) error {
+	for _, req := range reqs {
+		abs, err := filepath.Abs(req.Model) // the script runs in t.Dir
+		if err != nil {
+			return err
+		}
+		req.Model = abs
+	}
+	var body any = reqs[0]
+	if many {
+		body = map[string]any{"requests": reqs}
+	}
+	in, err := json.Marshal(body)
+	if err != nil {
+		return err
 	}
 	cmd := exec.CommandContext(ctx, t.Node, filepath.Join(t.Dir, "llamacpp.mjs"))
 	cmd.Dir = t.Dir
@@ -243,13 +277,12 @@ func (t *Tool) Run(ctx context.Context, req Request) (*Result, error) {
 		if msg == "" {
 			msg = err.Error()
 		}
-		return nil, fmt.Errorf("llama.cpp (node-llama-cpp %s): %s", Version, firstLine(msg))
+		return fmt.Errorf("llama.cpp (node-llama-cpp %s): %s", Version, firstLine(msg))
 	}
-	var res Result
-	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
-		return nil, fmt.Errorf("llama.cpp (node-llama-cpp %s): its output is not the expected JSON: %v", Version, err)
+	if err := json.Unmarshal(stdout.Bytes(), out); err != nil {
+		return fmt.Errorf("llama.cpp (node-llama-cpp %s): its output is not the expected JSON: %v", Version, err)
 	}
-	return &res, nil
+	return nil
 }
 
 func firstLine(s string) string {

@@ -82,6 +82,20 @@ func TestRun(t *testing.T) {
 		t.Errorf("score %+v: the greedy token after the whole prompt should be generate's first, %d", res.Score, g.Tokens[0])
 	}
 
+	// Several requests in one process answer as each alone does, in order; a failing one fails them all.
+	all, err := tl.RunAll(ctx, []llamacpp.Request{{Model: file, VocabOnly: true, Tokenize: []llamacpp.TokenizeRequest{{Text: text, AddSpecial: true}}},
+		{Model: file, Generate: &llamacpp.GenerateRequest{Prompt: tok.Encode(text, true), Tokens: 4}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 2 || len(all[0].Tokenize) != 1 || !equal(all[0].Tokenize[0], res.Tokenize[0]) || all[1].Generate == nil || !equal(all[1].Generate.Tokens, g.Tokens) {
+		t.Errorf("RunAll: %+v, %+v; want the tokenization %v and the tokens %v", all[0], all[1], res.Tokenize[0], g.Tokens)
+	}
+	if _, err := tl.RunAll(ctx, []llamacpp.Request{{Model: file, VocabOnly: true}, {Model: filepath.Join(tmp, "missing.gguf")}}); err == nil ||
+		!strings.Contains(err.Error(), "missing.gguf: llama.cpp cannot load it") {
+		t.Errorf("RunAll with a missing file: %v", err)
+	}
+
 	truncated := filepath.Join(tmp, "truncated.gguf")
 	b, _ := os.ReadFile(file)
 	os.WriteFile(truncated, b[:3000], 0o644)

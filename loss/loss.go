@@ -24,32 +24,51 @@ const IgnoreIndex = -100
 // Backward: d lse / d logits = softmax(logits) (see logSumExp and fusedLogSumExp for what each keeps); the label
 // pick is a Gather whose gradient scatters -mask/count into the labelled classes. The labels are kept too.
 func CrossEntropy(logits, labels *graph.Node, ignoreIndex int) *graph.Node {
+	lse, picked, mask := labelTerms(logits, labels, ignoreIndex, "CrossEntropy")
+	g := logits.Graph()
+	total := graph.ReduceAllSum(graph.Mul(graph.Sub(lse, picked), mask))
+	count := graph.Max(graph.ReduceAllSum(mask), graph.ScalarOne(g, logits.DType()))
+	return graph.Div(total, graph.StopGradient(count))
+}
+
+// TokenLogProbs returns the log-probability that logits [..., C] give each label of labels [...] (class
+// indices), log softmax(logits)[label], and 0 where the label is ignoreIndex: a float tensor shaped as labels, of
+// the logits' dtype. Summed over a sequence's positions it is the sequence's log-likelihood (what preference
+// objectives compare, package preference); CrossEntropy is minus its mean over the positions not ignored.
+//
+// Forward: mask * (picked - lse), with lse and picked as in CrossEntropy.
+//
+// Backward: with v = dL/d(output), d/dlogits = v * mask * (onehot(label) - softmax(logits)): the lse part as in
+// CrossEntropy (logSumExp or fusedLogSumExp, which keep the logits and two [..., 1] statistics, or the
+// probabilities and their maximum), the pick as a Gather whose gradient scatters v * mask into the labelled
+// classes. The labels are kept too.
+func TokenLogProbs(logits, labels *graph.Node, ignoreIndex int) *graph.Node {
+	lse, picked, mask := labelTerms(logits, labels, ignoreIndex, "TokenLogProbs")
+	return graph.Mul(graph.Sub(picked, lse), mask)
+}
+
+// labelTerms returns, for logits [..., C] and integer labels [...], lse = log(sum(exp(logits))) over the classes
+// (fusedLogSumExp where the backend has a fused softmax, logSumExp otherwise), picked = logits[label] (0 where
+// ignored) and mask = 1 where the label is not ignoreIndex, 0 where it is (in the logits' dtype). It panics with
+// who's name on logits or labels of the wrong kind.
+func labelTerms(logits, labels *graph.Node, ignoreIndex int, who string) (lse, picked, mask *graph.Node) {
 	if logits.Rank() < 1 || !logits.DType().IsFloat() {
-		panic(fmt.Sprintf("loss.CrossEntropy: logits must be float [..., classes], got %s", logits.Shape()))
+		panic(fmt.Sprintf("loss.%s: logits must be float [..., classes], got %s", who, logits.Shape()))
 	}
 	lead := logits.Shape().Dimensions[:logits.Rank()-1]
 	if !labels.DType().IsInt() || !equalDims(labels.Shape().Dimensions, lead) {
-		panic(fmt.Sprintf("loss.CrossEntropy: labels must be integers shaped %v, got %s", lead, labels.Shape()))
+		panic(fmt.Sprintf("loss.%s: labels must be integers shaped %v, got %s", who, lead, labels.Shape()))
 	}
 	g := logits.Graph()
-	dtype := logits.DType()
 	labels = graph.ConvertDType(labels, dtypes.Int32)
-
-	var lse *graph.Node
 	if engine.Fused(logits, compute.OpTypeFusedSoftmax) {
 		lse = fusedLogSumExp(logits)
 	} else {
 		lse = logSumExp(logits)
 	}
-
 	valid := graph.NotEqual(labels, graph.Scalar(g, dtypes.Int32, ignoreIndex))
-
 	safe := graph.Where(valid, labels, graph.ZerosLike(labels))
-	picked := pick(logits, safe)
-	mask := graph.ConvertDType(valid, dtype)
-	total := graph.ReduceAllSum(graph.Mul(graph.Sub(lse, picked), mask))
-	count := graph.Max(graph.ReduceAllSum(mask), graph.ScalarOne(g, dtype))
-	return graph.Div(total, graph.StopGradient(count))
+	return lse, pick(logits, safe), graph.ConvertDType(valid, logits.DType())
 }
 
 // logSumExp returns log(sum(exp(logits))) over the last axis, [...]: with m = max(logits) (no gradient),

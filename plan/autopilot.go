@@ -464,6 +464,9 @@ func Autopilot(o AutopilotOptions) (*Autoplan, error) {
 	if err := CheckAutopilot(cfg, o.Margin); err != nil {
 		return nil, err
 	}
+	if err := o.Cache.Check(); err != nil {
+		return nil, err
+	}
 	blocks, err := finetune.BlockCount(model)
 	if err != nil {
 		return nil, err
@@ -600,7 +603,7 @@ func fullCalibration(o AutopilotOptions, costs []ModeCost) error {
 		o.Model = m
 	}
 	if o.Batch == nil {
-		o.Batch = finetune.RandomBatch(o.Model, o.Shape, 1)
+		o.Batch = finetune.StepRandomBatch(o.Model, o.Config, o.Shape, 1)
 	}
 	return CalibrateModes(o, costs)
 }
@@ -634,6 +637,9 @@ func (o AutopilotOptions) calibSettings(method Calibration) string {
 func AutopilotBatch(o AutopilotOptions) (*Autoplan, error) {
 	backend, model, cfg := o.Backend, o.Model, o.Config
 	if err := CheckAutopilot(cfg, o.Margin); err != nil {
+		return nil, err
+	}
+	if err := o.Cache.Check(); err != nil {
 		return nil, err
 	}
 	effective := cfg.BatchSize * cfg.AccumSteps
@@ -692,6 +698,23 @@ func DefaultCalibrationCache() *CalibrationCache {
 		return nil
 	}
 	return &CalibrationCache{Path: filepath.Join(dir, "memfit", "calibration.json")}
+}
+
+// Check refuses a cache path that is something no cache can be: a device, a named pipe or a socket (a link to
+// /dev/zero was read without end: memory --plan hung), or a file larger than readfile.Config. A cache that is
+// missing, damaged (re-timed and rewritten) or cannot be written (a folder at its path, a cache folder that
+// cannot be created) is no error: the plan is made without it, with a warning.
+func (c *CalibrationCache) Check() error {
+	if c == nil {
+		return nil
+	}
+	if st, err := os.Stat(c.Path); err != nil || st.IsDir() {
+		return nil
+	}
+	if _, err := c.read(); err != nil {
+		return fmt.Errorf("the calibration cache cannot be used: %v: remove it (memfit writes a new one), or set XDG_CACHE_HOME to another folder", err)
+	}
+	return nil
 }
 
 // read returns the cache's calibrations: none when there is no cache or no file yet, or when the file does not
@@ -803,6 +826,9 @@ type Budget struct {
 func (b Budget) Plan(s finetune.Setup) (finetune.Config, error) {
 	batch, in, err := peekBatch(s.Data)
 	if err != nil {
+		return s.Config, err
+	}
+	if err := b.Cache.Check(); err != nil {
 		return s.Config, err
 	}
 	if b.OnStart != nil {

@@ -188,7 +188,7 @@ func CalibrateFast(o AutopilotOptions, costs []ModeCost) (CalibrationRun, error)
 	// rounds over the modes, in alternate orders, so that a change of the machine's load falls on every mode
 	// alike. It returns each mode's timed steps, sorted.
 	timed := func(cut finetune.Model, n int, modes []string) ([][]float64, error) {
-		batch := finetune.RandomBatch(cut, cs, 1)
+		batch := finetune.StepRandomBatch(cut, o.Config, cs, 1)
 		trainers := make([]*finetune.Trainer, len(modes))
 		defer func() {
 			for _, tr := range trainers {

@@ -178,6 +178,9 @@ func CostModel(costs []ModeCost, blocks int, w BlockWork, p DeviceProfile) error
 // blockWork returns the cost model's figures of one of model's blocks at shape in: its forward FLOPs, plain's
 // saved activations per block (from costs[0]) and, for QLoRA, its NF4 weights.
 func blockWork(model finetune.Model, cfg finetune.Config, in finetune.Shape, costs []ModeCost, blocks int) (BlockWork, error) {
+	if _, pairs := cfg.Preference(); pairs {
+		in.Batch *= 2 // a preference step's policy runs the chosen and the rejected sequences: 2B of them
+	}
 	f, err := finetune.BlockFLOPs(model, in)
 	if err != nil {
 		return BlockWork{}, err

@@ -65,6 +65,7 @@ type Report struct {
 	Model        string         `json:"model"`
 	ModelType    string         `json:"model_type"`
 	Method       string         `json:"method"`
+	Objective    string         `json:"objective,omitempty"`
 	ComputeDType string         `json:"compute_dtype"`
 	Attention    string         `json:"attention"`
 	Shape        finetune.Shape `json:"shape"`
@@ -181,7 +182,7 @@ func stepShapes(model finetune.Model, paramShapes map[string][]int, cfg finetune
 	if fam.Sequence && (in.Seq <= 0 || in.Seq > MaxSeq) {
 		return fail(fmt.Errorf("a %s step plan needs a sequence length from 1 to %d tokens (got %d)", fam.Title, MaxSeq, in.Seq))
 	}
-	batch, err := fam.BatchShapes(model, in)
+	batch, err := finetune.StepBatchShapes(model, cfg, in)
 	if err != nil {
 		return fail(err)
 	}
@@ -265,7 +266,7 @@ func Memory(backend compute.Backend, r MemoryRequest) (*Report, error) {
 		variants = finetune.Variants
 	}
 	cfg := r.Config
-	rep := &Report{Model: r.Model, Method: cfg.Method, ComputeDType: cfg.ComputeDType, Attention: cfg.Attention,
+	rep := &Report{Model: r.Model, Method: cfg.Method, Objective: cfg.Objective, ComputeDType: cfg.ComputeDType, Attention: cfg.Attention,
 		Shape: r.Shape, Backend: backend.Name(), Ties: engine.Ties()}
 	if r.Beside != nil {
 		rep.Beside = r.Beside.Name()

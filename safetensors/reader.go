@@ -8,12 +8,12 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
-	"os"
 	"sort"
 
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/shapes"
 	"github.com/gomlx/gomlx/core/tensors"
+	"github.com/memfit/memfit/internal/readfile"
 )
 
 // MaxHeaderSize bounds the JSON header (safetensors itself allows 100 MB).
@@ -45,7 +45,7 @@ type File struct {
 
 // Open maps and validates a safetensors file.
 func Open(path string) (*File, error) {
-	f, err := os.Open(path)
+	f, err := readfile.Open(path)
 	if err != nil {
 		return nil, err
 	}

@@ -24,10 +24,11 @@ const (
 	kNumber               // a number (FLOAT, DOUBLE, or an integer)
 	kImage                // struct{bytes, path} as `datasets` stores an Image feature, or plain bytes
 	kMessages             // list of struct{role, content}, or ShareGPT's struct{from, value}
+	kText                 // a string or a list of messages (a preference pair's prompt and completions)
 )
 
 func (k kind) String() string {
-	return [...]string{"a string", "an integer", "a number", "an image struct{bytes, path} (as datasets stores it) or binary", "a list of struct{role, content} (or ShareGPT's struct{from, value})"}[k]
+	return [...]string{"a string", "an integer", "a number", "an image struct{bytes, path} (as datasets stores it) or binary", "a list of struct{role, content} (or ShareGPT's struct{from, value})", "a string or a list of struct{role, content}"}[k]
 }
 
 // spec is a column memfit reads: its name (before --columns renames), the type it needs, whether rows may lack
@@ -210,9 +211,17 @@ func (d *Dataset) resolve(f *file, specs []spec) ([]resolved, error) {
 			return nil, fmt.Errorf("%s: no column %q (%s); the file has %s: name the column that holds it with --columns %s=COLUMN",
 				f.path, col, s.what, quoteList(names), s.name)
 		}
+		needed := s.kind
 		wrong := func() error {
 			return fmt.Errorf("%s: column %q is %s, but memfit reads %s as %s (%s): name a column of that type with --columns %s=COLUMN",
-				f.path, col, describe(top), s.name, s.kind, s.what, strings.Split(rename, "=")[0])
+				f.path, col, describe(top), s.name, needed, s.what, strings.Split(rename, "=")[0])
+		}
+		if s.kind == kText { // read as what the column holds
+			s.kind = kMessages
+			if isString(top) && !top.Repeated() {
+				s.kind = kString
+			}
+			out[i].spec = s
 		}
 		lookup := func(path ...string) (leaf, bool) {
 			lc, ok := schema.Lookup(path...)

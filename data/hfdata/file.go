@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/memfit/memfit/internal/readfile"
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/encoding/thrift"
 	"github.com/parquet-go/parquet-go/format"
@@ -44,7 +45,7 @@ type file struct {
 // openFile opens path as parquet, checking the magic bytes, the footer's length and every row group's and column
 // chunk's declared sizes (and each page header's) before parquet-go reads them.
 func openFile(path string) (*file, error) {
-	f, err := os.Open(path)
+	f, err := readfile.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("data %s: %v", path, err)
 	}

@@ -266,3 +266,49 @@ func (m *Images) Bytes(i int) []byte { return m.images[i] }
 
 // Image decodes image i (its size bounded as for image folders, data.DecodeImage).
 func (m *Images) Image(i int) (image.Image, error) { return data.DecodeImage(m.names[i], m.images[i]) }
+
+// Preferences reads preference pairs in TRL's preference format: "prompt", "chosen" and "rejected" columns, each
+// a string (the standard form) or a list of {role, content} (the conversational form). Without a "prompt" column
+// the prompt is implicit in chosen and rejected (data.ExtractPrompt). Each pair is checked as the JSONL reader
+// checks one (data.CheckPreference); a bad one, or a null, is an error naming its row.
+func (d *Dataset) Preferences() ([]data.Preference, error) {
+	specs := []spec{
+		{name: "prompt", kind: kText, optional: true, what: "the prompt of a preference pair"},
+		{name: "chosen", kind: kText, what: "the preferred completion of a preference pair"},
+		{name: "rejected", kind: kText, what: "the dispreferred completion of a preference pair"},
+	}
+	var out []data.Preference
+	hasPrompt, err := d.Has("prompt")
+	if err != nil {
+		return nil, err
+	}
+	index := 0
+	_, err = d.each(specs, func(where string, r row) error {
+		p := data.Preference{Line: index}
+		index++
+		for i, to := range []*data.Text{&p.Prompt, &p.Chosen, &p.Rejected} {
+			switch v := r[i].(type) {
+			case string:
+				*to = data.Text{String: v}
+			case []Message:
+				*to = data.Text{Messages: v}
+			default:
+				if i > 0 || hasPrompt {
+					return fmt.Errorf("%s: %q is null", where, specs[i].name)
+				}
+			}
+		}
+		if !hasPrompt {
+			var err error
+			if p, err = data.ExtractPrompt(p); err != nil {
+				return fmt.Errorf("%s: %w", where, err)
+			}
+		}
+		if err := data.CheckPreference(p); err != nil {
+			return fmt.Errorf("%s: %w", where, err)
+		}
+		out = append(out, p)
+		return nil
+	})
+	return out, err
+}

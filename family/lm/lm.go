@@ -301,21 +301,20 @@ func Family(s *Spec) finetune.Family {
 			return config, params, err
 		},
 	}
-	// GGUF: the llama architecture's layout (gguf/llamagguf); the other architectures' names come with their
-	// writer.
-	if s.GGUFArch == llamagguf.Arch {
+	if s.GGUFArch != "" {
 		f.GGUFArchs = []string{s.GGUFArch}
 		f.GGUF = func(m finetune.Model, params models.Params, o llamagguf.Options) ([]gguf.KV, []gguf.Tensor, error) {
 			c := m.(Model).Config
 			if c.Classifier() {
 				return nil, nil, fmt.Errorf("GGUF export is for causal LMs; this model is a %s sequence classifier", s.Title)
 			}
-			if slices.Contains(c.Sliding, true) {
-				return nil, nil, fmt.Errorf("GGUF export of a %s with sliding-window layers (sliding_window %d): llama.cpp's %s architecture attends to the whole context", s.Title, c.SlidingWindow, s.GGUFArch)
+			if err := llamagguf.Check(c, s.GGUFArch); err != nil {
+				return nil, nil, fmt.Errorf("%s: %w", s.Title, err)
 			}
 			if params == nil {
 				return nil, nil, nil
 			}
+			o.Arch, o.ModelType = s.GGUFArch, s.Name
 			return llamagguf.Plan(c, params, o)
 		}
 		f.LoadGGUF = func(path string, opts finetune.ModelOptions) (finetune.Model, error) {

@@ -76,6 +76,17 @@ func kind(m fs.FileMode) string {
 	return "not a regular file (" + m.Type().String() + ")"
 }
 
+// Open opens the regular file at path for reading, as os.Open does, refusing before it is opened a path that is
+// not a regular file (Check): for the files memfit reads through to their end in pieces (checksums, copies,
+// parquet, GGUF, safetensors, image tars), which bound what they read by the size the file reports, and which a
+// named pipe would block and a device would feed without end.
+func Open(path string) (*os.File, error) {
+	if err := Check(path); err != nil {
+		return nil, err
+	}
+	return os.Open(path)
+}
+
 // Read returns the bytes of the regular file at path, which must hold at most limit bytes: a path that is not a
 // regular file is refused before it is opened (Check), and a larger file with a *TooLargeError once limit + 1
 // bytes have been read (the size a file reports is not trusted: files under /proc report 0). Errors of opening

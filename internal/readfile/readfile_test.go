@@ -25,15 +25,18 @@ func TestReadIsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	for path, want := range map[string]string{zero: "is a character device", dir: "is a folder", pipe: "is a named pipe"} {
-		done := make(chan error, 1)
+		done := make(chan error, 2)
 		go func() { _, err := Read(path, Config); done <- err }()
-		select {
-		case err := <-done:
-			if !errors.Is(err, ErrNotRegular) || !strings.Contains(err.Error(), want) {
-				t.Errorf("%s: %v, want %q", path, err, want)
+		go func() { _, err := Open(path); done <- err }()
+		for range 2 {
+			select {
+			case err := <-done:
+				if !errors.Is(err, ErrNotRegular) || !strings.Contains(err.Error(), want) {
+					t.Errorf("%s: %v, want %q", path, err, want)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s: Read or Open did not return", path)
 			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%s: Read did not return", path)
 		}
 	}
 	file := filepath.Join(dir, "f")

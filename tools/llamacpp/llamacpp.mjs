@@ -3,6 +3,9 @@
 //
 //   node tools/llamacpp/llamacpp.mjs < request.json
 //
+// or several requests in one process (one llama.cpp, each model loaded in turn): {"requests": [request, ...]}
+// answered by {"results": [result, ...]}.
+//
 // Request (every part but "model" optional):
 //   {"model": "FILE.gguf", "threads": 2, "context_size": 512, "vocab_only": false, "kv_cache_type": "F32",
 //    "tokenize": [{"text": "...", "special": true, "add_special": false}, ...],
@@ -158,18 +161,11 @@ async function bench(model, req, threads, vocab, top) {
     return out;
 }
 
-async function main() {
-    let req;
-    try {
-        req = JSON.parse(await readStdin());
-    } catch (e) {
-        fail(`the request on stdin is not JSON: ${e.message}`);
-    }
+// runOne answers one request (its model loaded and disposed of within).
+async function runOne(llama, req) {
     if (typeof req.model !== "string" || req.model === "")
         fail(`give "model": the path of a GGUF file`);
     const threads = req.threads ?? 2;
-    const llama = await getLlama({gpu: false, build: "never", maxThreads: 0, logLevel: LlamaLogLevel.error,
-        logger: (level, message) => process.stderr.write(message.endsWith("\n") ? message : message + "\n")});
     let model;
     try {
         model = await llama.loadModel({modelPath: req.model, gpuLayers: 0, vocabOnly: !!req.vocab_only});
@@ -217,8 +213,28 @@ async function main() {
     if (req.bench)
         result.bench = await bench(model, req.bench, threads, vocab, req);
     await model.dispose();
+    return result;
+}
+
+async function main() {
+    let req;
+    try {
+        req = JSON.parse(await readStdin());
+    } catch (e) {
+        fail(`the request on stdin is not JSON: ${e.message}`);
+    }
+    const llama = await getLlama({gpu: false, build: "never", maxThreads: 0, logLevel: LlamaLogLevel.error,
+        logger: (level, message) => process.stderr.write(message.endsWith("\n") ? message : message + "\n")});
+    let out;
+    if (Array.isArray(req.requests)) {
+        const results = [];
+        for (const r of req.requests)
+            results.push(await runOne(llama, r));
+        out = {results};
+    } else
+        out = await runOne(llama, req);
     await llama.dispose();
-    process.stdout.write(JSON.stringify(result) + "\n");
+    process.stdout.write(JSON.stringify(out) + "\n");
 }
 
 main().catch((e) => fail(e?.message ?? String(e)));
