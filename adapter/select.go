@@ -10,20 +10,21 @@ import (
 	"github.com/memfit/memfit/models"
 )
 
-// shorthands maps short target names to the module-name suffixes of ViT and the decoder families; where a family
-// fuses projections (Phi-3's qkv_proj and gate_up_proj) q, k and v name the fused qkv_proj and gate and up the
-// fused gate_up_proj, the layers that compute them.
+// shorthands maps short target names to the module-name suffixes of ViT, the decoder families and the encoders
+// (BERT, RoBERTa); where a family fuses projections (Phi-3's qkv_proj and gate_up_proj) q, k and v name the fused
+// qkv_proj and gate and up the fused gate_up_proj, the layers that compute them.
 var shorthands = map[string][]string{
-	"q":     {"attention.attention.query", "self_attn.q_proj", "self_attn.qkv_proj"},
-	"k":     {"attention.attention.key", "self_attn.k_proj", "self_attn.qkv_proj"},
-	"v":     {"attention.attention.value", "self_attn.v_proj", "self_attn.qkv_proj"},
-	"o":     {"attention.output.dense", "self_attn.o_proj"},
-	"gate":  {"mlp.gate_proj", "mlp.gate_up_proj"},
-	"up":    {"intermediate.dense", "mlp.up_proj", "mlp.gate_up_proj"},
-	"down":  {"output.dense", "mlp.down_proj"},
-	"mlp":   {"intermediate.dense", "output.dense", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "mlp.gate_up_proj"},
-	"attn":  {"attention.attention.query", "attention.attention.key", "attention.attention.value", "attention.output.dense", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.qkv_proj", "self_attn.o_proj"},
-	"heads": {"classifier", "score", "lm_head"},
+	"q":    {"attention.attention.query", "self_attn.q_proj", "self_attn.qkv_proj", "attention.self.query"},
+	"k":    {"attention.attention.key", "self_attn.k_proj", "self_attn.qkv_proj", "attention.self.key"},
+	"v":    {"attention.attention.value", "self_attn.v_proj", "self_attn.qkv_proj", "attention.self.value"},
+	"o":    {"attention.output.dense", "self_attn.o_proj"},
+	"gate": {"mlp.gate_proj", "mlp.gate_up_proj"},
+	"up":   {"intermediate.dense", "mlp.up_proj", "mlp.gate_up_proj"},
+	"down": {"output.dense", "mlp.down_proj"},
+	"mlp":  {"intermediate.dense", "output.dense", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "mlp.gate_up_proj"},
+	"attn": {"attention.attention.query", "attention.attention.key", "attention.attention.value", "attention.output.dense", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.qkv_proj", "self_attn.o_proj",
+		"attention.self.query", "attention.self.key", "attention.self.value"},
+	"heads": {"classifier", "score", "lm_head", "classifier.dense", "classifier.out_proj"},
 }
 
 // SelectLayers picks the layers named by targets, each of which is:

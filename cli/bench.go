@@ -64,7 +64,7 @@ its ratio to GELU+LN.`,
 	alias(f, "batch-size", "batch")
 	alias(f, "seq-len", "tokens")
 	cmd.AddCommand(blocks, newBenchMemoryCommand(opts), newBenchGridCommand(opts), newBenchStepCommand(opts), newBenchCompareCommand(), newBenchCPUCommand(opts), newBenchAutopilotCommand(opts), newBenchGenerateCommand(opts), newBenchPackingCommand(opts),
-		newBenchMemoryModesCommand(), newBenchXLADigestCommand())
+		newBenchMemoryModesCommand(), newBenchXLADigestCommand(), newBenchGlueCommand(opts))
 	return cmd
 }
 

@@ -21,12 +21,14 @@ func newInitCommand(_ *Options) *cobra.Command {
 	var overwrite, configOnly bool
 	var shardMB int64
 	cmd := &cobra.Command{
-		Use:   "init --arch vit|llama --preset NAME --out DIR",
+		Use:   "init --arch vit|llama|bert|roberta --preset NAME --out DIR",
 		Short: "Write a random-init Hugging Face checkpoint with real model shapes",
 		Long: `Writes config.json and model.safetensors (sharded with an index above --max-shard-mb) for a randomly
 initialised model, initialised as transformers does. Presets: vit: tiny, vit-b16; llama: tiny, llama-1b
-(TinyLlama-1.1B shapes), llama-7b. --num-labels makes a classifier (ViTForImageClassification,
-LlamaForSequenceClassification); without it ViT is a ViTModel and LLaMA a causal LM. --from DIR instead copies a
+(TinyLlama-1.1B shapes), llama-7b; bert: bert-base; roberta: roberta-mini (tests), roberta-base. --num-labels makes a classifier
+(ViTForImageClassification, LlamaForSequenceClassification, ...ForSequenceClassification); without it ViT is a
+ViTModel, LLaMA a causal LM, and an encoder (bert, roberta) a 2-class sequence classifier, what encoders are
+fine-tuned as (its masked LM comes from pretraining: finetune pretrain roberta). --from DIR instead copies a
 model and gives it a new classification head of --num-labels classes (1: a regression head), as transformers does
 when a checkpoint is loaded with a new num_labels; tokenizer files come along.`,
 		Example: `  finetune init --arch vit --preset tiny --num-labels 10 --out /tmp/vit-tiny
@@ -84,7 +86,7 @@ when a checkpoint is loaded with a new num_labels; tokenizer files come along.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&arch, "arch", "", "architecture: vit or llama")
+	f.StringVar(&arch, "arch", "", "architecture: a model_type (vit, llama, bert, roberta, xlm-roberta, ...)")
 	f.StringVar(&preset, "preset", "tiny", "shape preset")
 	f.StringVar(&out, "out", "", "output folder")
 	f.Uint64Var(&seed, "seed", 0, "random seed")

@@ -9,9 +9,11 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/gomlx/compute"
 	"github.com/spf13/cobra"
 
 	"github.com/memfit/memfit/data"
+	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/preference"
 	"github.com/memfit/memfit/pretrained"
 	"github.com/memfit/memfit/safetensors"
@@ -21,13 +23,14 @@ import (
 func newPretrainCommand(opts *Options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "pretrain",
-		Short: "Make the small pretrained checkpoints memfit ships (tokenizer, ViT, LLaMA) from real data",
-		Long: `No real ViT or LLaMA checkpoint is reachable from memfit's build machines, so memfit makes small ones itself and
-ships them (pretrained/): a byte-level BPE tokenizer trained on English text, a small ViT trained on
-Fashion-MNIST and a small LLaMA trained on English text. pretrained/README.md records the exact commands.`,
+		Short: "Make the small pretrained checkpoints memfit ships (tokenizers, ViT, LLaMA, RoBERTa) from real data",
+		Long: `No real ViT, LLaMA or RoBERTa checkpoint is reachable from memfit's build machines, so memfit makes small ones
+itself and ships them (pretrained/): byte-level BPE tokenizers trained on English text, a small ViT trained on
+Fashion-MNIST, a small LLaMA and a small RoBERTa (masked LM) trained on English text. pretrained/README.md
+records the exact commands.`,
 	}
 	cmd.AddCommand(newPretrainTokenizerCommand(), newPretrainViTCommand(opts), newPretrainDemoDataCommand(),
-		newPretrainLlamaCommand(opts), newPretrainPreferenceDataCommand())
+		newPretrainLlamaCommand(opts), newPretrainRobertaCommand(opts), newPretrainPreferenceDataCommand())
 	return cmd
 }
 
@@ -140,18 +143,22 @@ original IDX format, gzip-compressed, for finetune demo.`,
 
 func newPretrainTokenizerCommand() *cobra.Command {
 	var texts []string
-	var out string
+	var out, layout string
 	var overwrite bool
 	var vocab, maxLen int
 	cmd := &cobra.Command{
-		Use:   "tokenizer --text FILE [--text FILE...] --vocab N --out DIR",
-		Short: "Train a byte-level BPE tokenizer (Llama-3 pre-tokenizer) and write tokenizer.json",
+		Use:   "tokenizer --text FILE [--text FILE...] --vocab N --out DIR [--layout roberta]",
+		Short: "Train a byte-level BPE tokenizer (Llama-3 or RoBERTa layout) and write tokenizer.json",
 		Long: `Trains a byte-level BPE tokenizer on the given files (.txt: the whole file; .jsonl: each row's string fields,
 e.g. Alpaca instruction/input/output, rows whose "status" is present and not "ok" are skipped) and writes
-tokenizer.json and tokenizer_config.json (special tokens <|begin_of_text|> as BOS, <|end_of_text|> as EOS and
-<|pad|>) into --out. Training is deterministic.`,
+tokenizer.json and tokenizer_config.json into --out. Training is deterministic. The llama3 layout (default) has
+the Llama-3 pre-tokenizer and special tokens <|begin_of_text|> as BOS, <|end_of_text|> as EOS and <|pad|> after
+the vocabulary; the roberta layout has GPT-2's pre-tokenizer (RoBERTa's ByteLevel), <s> <pad> </s> <unk> <mask>
+as ids 0-4 and RoBERTa's <s> A </s></s> B </s> template.`,
 		Example: `  finetune pretrain tokenizer --text ../shared/data/text/war-and-peace.txt \
-    --text ../shared/data/alpaca-libre/alpaca_libre_tasks_v1.jsonl --vocab 4096 --out pretrained/llama-tiny`,
+    --text ../shared/data/alpaca-libre/alpaca_libre_tasks_v1.jsonl --vocab 4096 --out pretrained/llama-tiny
+  finetune pretrain tokenizer --text ../shared/data/text/war-and-peace.txt --vocab 4096 --layout roberta \
+    --max-length 128 --out pretrained/roberta-tiny`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(texts) == 0 || out == "" {
@@ -172,8 +179,11 @@ tokenizer.json and tokenizer_config.json (special tokens <|begin_of_text|> as BO
 				}
 				corpus = append(corpus, docs...)
 			}
-			m, err := bpetrain.Train(corpus, bpetrain.Options{VocabSize: vocab,
-				Special: []string{"<|begin_of_text|>", "<|end_of_text|>", "<|pad|>"}})
+			bo := bpetrain.Options{VocabSize: vocab, Layout: layout}
+			if layout != bpetrain.LayoutRoBERTa {
+				bo.Special = []string{"<|begin_of_text|>", "<|end_of_text|>", "<|pad|>"}
+			}
+			m, err := bpetrain.Train(corpus, bo)
 			if err != nil {
 				return usageError{err}
 			}
@@ -203,6 +213,7 @@ tokenizer.json and tokenizer_config.json (special tokens <|begin_of_text|> as BO
 	f.StringVar(&out, "out", "", "output folder")
 	f.IntVar(&vocab, "vocab", 4096, "vocabulary size, special tokens included")
 	f.IntVar(&maxLen, "max-length", 512, "model_max_length written to tokenizer_config.json")
+	f.StringVar(&layout, "layout", bpetrain.LayoutLlama3, "tokenizer.json layout: llama3 or roberta")
 	f.BoolVar(&overwrite, "overwrite", false, "replace the tokenizer in an --out that holds one (a model's tokenizer no longer matches its vocabulary)")
 	return cmd
 }
@@ -278,32 +289,11 @@ tokenizer files. Prints the held-out loss and perplexity (every 50th block is he
     --text ../shared/data/alpaca-libre/alpaca_libre_tasks_v1.jsonl --out pretrained/llama-tiny`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if tok == "" || out == "" || len(texts) == 0 {
-				return usagef("--tokenizer, --text and --out are required")
-			}
-			ins := inputs{}.add("--tokenizer", tok, tokenizerReads...)
-			for _, t := range texts {
-				ins = ins.add("--text", t)
-			}
-			writes := []string{"config.json", "*.safetensors", "model.safetensors.index.json"}
-			if !same(tok, out) { // the documented pipeline trains the tokenizer into the model's folder first
-				writes = append(writes, "tokenizer.json", "tokenizer_config.json")
-			}
-			if err := outputFolder("--out", out, writes, ins, overwrite, true); err != nil {
-				return err
-			}
-			backend, err := opts.NewBackend()
-			if err != nil {
-				return err
-			}
-			defer backend.Finalize()
-			o.OnStep = newProgress(cmd.ErrOrStderr(), o.Steps, 0)
-			loss, ppl, err := pretrained.PretrainLlama(cmd.Context(), backend, tok, texts, out, o)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: held-out loss %.4f, perplexity %.2f\n", out, loss, ppl)
-			return nil
+			return runPretrainText(cmd, opts, tok, out, "", texts, overwrite, o.Steps, "held-out loss",
+				func(backend compute.Backend, onStep func(finetune.StepStats)) (float64, float64, error) {
+					o.OnStep = onStep
+					return pretrained.PretrainLlama(cmd.Context(), backend, tok, texts, out, o)
+				})
 		},
 	}
 	f := cmd.Flags()
@@ -317,6 +307,81 @@ tokenizer files. Prints the held-out loss and perplexity (every 50th block is he
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the initialisation and the data order")
 	f.BoolVar(&overwrite, "overwrite", false, "replace the model in an --out that holds one")
 	return cmd
+}
+
+func newPretrainRobertaCommand(opts *Options) *cobra.Command {
+	var tok, out string
+	var texts []string
+	var overwrite bool
+	var o pretrained.PretrainRobertaOptions
+	cmd := &cobra.Command{
+		Use:   "roberta --tokenizer DIR --text FILE... --out DIR",
+		Short: "Train the shipped tiny RoBERTa (masked LM) from random init on English text",
+		Long: `Trains pretrained.RobertaConfig (hidden 128, 4 layers of 4 heads, GELU MLP 512, post-LN, 128-token sequences)
+from random initialisation as a masked LM on the given texts (.txt split into paragraphs), encoded with the
+RoBERTa-layout tokenizer in --tokenizer (finetune pretrain tokenizer --layout roberta) into rows of --seq-len
+tokens, masked afresh each batch (15%: 80% <mask>, 10% random, 10% kept), and writes a Hugging Face folder
+(RobertaForMaskedLM) with the tokenizer files. Prints the held-out masked-LM loss and perplexity (every 50th row
+is held out).`,
+		Example: `  finetune pretrain roberta --tokenizer pretrained/roberta-tiny --text ../shared/data/text/war-and-peace.txt \
+    --out pretrained/roberta-tiny`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runPretrainText(cmd, opts, tok, out, o.From, texts, overwrite, o.Steps, "held-out masked-LM loss",
+				func(backend compute.Backend, onStep func(finetune.StepStats)) (float64, float64, error) {
+					o.OnStep = onStep
+					return pretrained.PretrainRoberta(cmd.Context(), backend, tok, texts, out, o)
+				})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&tok, "tokenizer", "", "folder with a RoBERTa-layout tokenizer.json (and tokenizer_config.json)")
+	f.StringArrayVar(&texts, "text", nil, "training text: .txt (repeatable)")
+	f.StringVar(&out, "out", "", "output folder")
+	f.IntVar(&o.Steps, "steps", 1200, "optimizer steps")
+	f.IntVar(&o.BatchSize, "batch-size", 32, "sequences per step")
+	f.IntVar(&o.SeqLen, "seq-len", 128, "tokens per sequence (at most 128)")
+	f.Float64Var(&o.LR, "lr", 1e-3, "peak learning rate")
+	f.Uint64Var(&o.Seed, "seed", 1, "seed of the initialisation, the data order and the masking")
+	f.StringVar(&o.From, "from", "", "continue from this RoBERTa masked LM (a further stage with its own schedule) instead of random initialisation")
+	f.BoolVar(&overwrite, "overwrite", false, "replace the model in an --out that holds one")
+	return cmd
+}
+
+// runPretrainText is what the text pretraining commands (llama, roberta) share: the required flags, the output
+// folder's checks (its model files; the tokenizer files too unless --tokenizer is --out, as the documented
+// pipeline trains the tokenizer into the model's folder first; --from read unless it is --out), the backend, the
+// progress line and the result line (what names the loss).
+func runPretrainText(cmd *cobra.Command, opts *Options, tok, out, from string, texts []string, overwrite bool, steps int, what string,
+	train func(backend compute.Backend, onStep func(finetune.StepStats)) (loss, ppl float64, err error)) error {
+	if tok == "" || out == "" || len(texts) == 0 {
+		return usagef("--tokenizer, --text and --out are required")
+	}
+	ins := inputs{}.add("--tokenizer", tok, tokenizerReads...)
+	for _, t := range texts {
+		ins = ins.add("--text", t)
+	}
+	if from != "" && !same(from, out) {
+		ins = ins.add("--from", from, modelReads...)
+	}
+	writes := []string{"config.json", "*.safetensors", "model.safetensors.index.json"}
+	if !same(tok, out) {
+		writes = append(writes, "tokenizer.json", "tokenizer_config.json")
+	}
+	if err := outputFolder("--out", out, writes, ins, overwrite, true); err != nil {
+		return err
+	}
+	backend, err := opts.NewBackend()
+	if err != nil {
+		return err
+	}
+	defer backend.Finalize()
+	loss, ppl, err := train(backend, newProgress(cmd.ErrOrStderr(), steps, 0))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: %s %.4f, perplexity %.2f\n", out, what, loss, ppl)
+	return nil
 }
 
 func newPretrainPreferenceDataCommand() *cobra.Command {

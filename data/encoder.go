@@ -55,21 +55,11 @@ func EncoderExamples(encs []tokenizer.Encoding, classes []int, scores []float32,
 	if types {
 		out["token_type_ids"] = tensors.FromFlatDataAndDimensions(tt, n, length)
 	}
-	switch {
-	case scores != nil:
-		if len(scores) != n {
-			return nil, fmt.Errorf("%d scores for %d sequences", len(scores), n)
+	if scores != nil || classes != nil {
+		var err error
+		if out["labels"], err = classLabels(classes, scores, n); err != nil {
+			return nil, err
 		}
-		out["labels"] = tensors.FromFlatDataAndDimensions(append([]float32(nil), scores...), n)
-	case classes != nil:
-		if len(classes) != n {
-			return nil, fmt.Errorf("%d labels for %d sequences", len(classes), n)
-		}
-		lab := make([]int32, n)
-		for i, c := range classes {
-			lab[i] = int32(c)
-		}
-		out["labels"] = tensors.FromFlatDataAndDimensions(lab, n)
 	}
 	return out, nil
 }

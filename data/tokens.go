@@ -60,22 +60,26 @@ func ClassExamples(ids [][]int, classes []int, scores []float32, length, pad int
 	if err != nil {
 		return nil, err
 	}
-	n := len(ids)
-	switch {
-	case scores != nil:
+	if ex["labels"], err = classLabels(classes, scores, len(ids)); err != nil {
+		return nil, err
+	}
+	return ex, nil
+}
+
+// classLabels returns the labels [n] of n sequences: float32 scores when scores is not nil, else int32 classes.
+func classLabels(classes []int, scores []float32, n int) (*tensors.Tensor, error) {
+	if scores != nil {
 		if len(scores) != n {
 			return nil, fmt.Errorf("%d scores for %d sequences", len(scores), n)
 		}
-		ex["labels"] = tensors.FromFlatDataAndDimensions(append([]float32(nil), scores...), n)
-	default:
-		if len(classes) != n {
-			return nil, fmt.Errorf("%d labels for %d sequences", len(classes), n)
-		}
-		lab := make([]int32, n)
-		for i, c := range classes {
-			lab[i] = int32(c)
-		}
-		ex["labels"] = tensors.FromFlatDataAndDimensions(lab, n)
+		return tensors.FromFlatDataAndDimensions(append([]float32(nil), scores...), n), nil
 	}
-	return ex, nil
+	if len(classes) != n {
+		return nil, fmt.Errorf("%d labels for %d sequences", len(classes), n)
+	}
+	lab := make([]int32, n)
+	for i, c := range classes {
+		lab[i] = int32(c)
+	}
+	return tensors.FromFlatDataAndDimensions(lab, n), nil
 }

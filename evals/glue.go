@@ -114,27 +114,44 @@ func DevHash(root, task string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// PredictGLUE runs a sequence classifier (models.TextModel) over examples (encoded by data.GLUEExample.TokenIDs, cut at seqLen,
-// padded with the model's pad token) and returns the predicted class indices, or the scores of a one-label
-// regression model. A NaN or infinite logit is an error naming the example.
+// GLUEEncoder is a sequence classifier that encodes GLUE examples itself: an encoder (BERT, RoBERTa) reads each
+// sentence or pair with its tokenizer's template and token type ids, truncated as transformers' truncation=True
+// does. PredictGLUE asks it for each batch's inputs (without labels); other classifiers get
+// data.GLUEExample.TokenIDs cut at seqLen and padded with their pad id.
+type GLUEEncoder interface {
+	GLUEInputs(tok *tokenizer.Tokenizer, examples []data.GLUEExample, seqLen int) (runner.Batch, error)
+}
+
+// PredictGLUE runs a sequence classifier (models.TextModel) over examples (encoded by the model when it is a
+// GLUEEncoder, else by data.GLUEExample.TokenIDs, cut at seqLen, padded with the model's pad token) and returns
+// the predicted class indices, or the scores of a one-label regression model. A NaN or infinite logit is an error
+// naming the example.
 func PredictGLUE(lr *runner.LogitsRunner, tok *tokenizer.Tokenizer, examples []data.GLUEExample, seqLen, batchSize int, progress func(done, total int)) ([]float64, error) {
 	m, ok := lr.Model.(models.TextModel)
 	if !ok || m.TextSpec().Task != models.TaskSeqCls {
 		return nil, fmt.Errorf("GLUE prediction needs a sequence classifier over token ids")
 	}
 	pad := max(m.TextSpec().PadID, 0)
+	enc, encodes := lr.Model.(GLUEEncoder)
 	var out []float64
 	for start := 0; start < len(examples); start += batchSize {
 		chunk := examples[start:min(len(examples), start+batchSize)]
-		ids := make([][]int, len(chunk))
-		for i, e := range chunk {
-			ids[i] = tokenizer.Truncate(e.TokenIDs(tok), seqLen, tokenizer.Right)
-		}
 		// Full batches keep one graph shape; the last one is padded with copies of its first row.
-		for len(ids) < batchSize {
-			ids = append(ids, ids[0])
+		rows := append([]data.GLUEExample(nil), chunk...)
+		for len(rows) < batchSize {
+			rows = append(rows, rows[0])
 		}
-		ex, err := data.TokenExamples(ids, nil, seqLen, pad)
+		var ex map[string]*tensors.Tensor
+		var err error
+		if encodes {
+			ex, err = enc.GLUEInputs(tok, rows, seqLen)
+		} else {
+			ids := make([][]int, len(rows))
+			for i, e := range rows {
+				ids[i] = tokenizer.Truncate(e.TokenIDs(tok), seqLen, tokenizer.Right)
+			}
+			ex, err = data.TokenExamples(ids, nil, seqLen, pad)
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -69,6 +69,9 @@ func (t *Trainer) ExportAdapterAt(dir, baseModel, revision string) error {
 	if t.Adapters == nil {
 		return fmt.Errorf("this run has no adapters (method %q): use the merged export", t.Config.Method)
 	}
+	if err := t.sharedNormsExportable(); err != nil {
+		return err
+	}
 	out := map[string]*tensors.Tensor{}
 	suffixes := map[string]bool{}
 	var peft map[string]any
@@ -158,6 +161,29 @@ func writeJSON(path string, v any) error {
 		_, err := w.Write(append(data, '\n'))
 		return err
 	})
+}
+
+// sharedNormsExportable refuses a PEFT export that cannot be exact: under MS-norm, a post-LN norm whose affine
+// the residual stream still uses (a Shared fold) trained while a layer folded with its starting affine did not.
+// The run's model computes that layer from the starting affine; PEFT's base model would apply the trained norm
+// to it. The merged export unfolds with the trained norm and has no such limit.
+func (t *Trainer) sharedNormsExportable() error {
+	for _, f := range t.Model.Folds() {
+		if !f.Shared {
+			continue
+		}
+		_, gamma := t.Train[f.Gamma]
+		_, beta := t.Train[f.Beta]
+		if !gamma && !beta {
+			continue
+		}
+		for _, l := range f.Linears {
+			if _, ok := t.Train[l.Weight]; !ok {
+				return fmt.Errorf("%s trained under ms_norm while %s, which ms_norm folded it into, did not: a PEFT adapter cannot hold that exactly; use the merged export, or train without ms_norm", strings.TrimSuffix(f.Gamma, ".weight"), strings.TrimSuffix(l.Weight, ".weight"))
+			}
+		}
+	}
+	return nil
 }
 
 // trainedBaseUnfolded returns the trained base tensors (not adapters) in the original basis: a folded linear
@@ -420,8 +446,12 @@ func ReadAdapter(dir string, model Model) (*PEFTAdapter, error) {
 		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, AdapterConfig), err)
 	}
 	if missing := targeting.Unmatched(model.LinearLayers()); len(missing) > 0 {
-		return nil, fmt.Errorf("%s: target_modules names %s, which match no linear layer of this model (module names end in: %s)",
-			filepath.Join(dir, AdapterConfig), strings.Join(missing, ", "), strings.Join(adapter.ModuleNames(model.LinearLayers()), ", "))
+		named := strings.Join(missing, ", ")
+		if len(missing) > 3 { // an adapter of another family misses every module: name a few
+			named = fmt.Sprintf("%s and %d more", strings.Join(missing[:3], ", "), len(missing)-3)
+		}
+		return nil, fmt.Errorf("%s: target_modules names %s, which match no linear layer of this model (module names end in: %s): the adapter belongs to another model",
+			filepath.Join(dir, AdapterConfig), named, strings.Join(adapter.ModuleNames(model.LinearLayers()), ", "))
 	}
 	if ignored := targeting.LayerFilterIgnored(model.LinearLayers()); len(ignored) > 0 {
 		return nil, fmt.Errorf("%s: layers_to_transform %v leaves out %s, which target_modules names by its whole path (PEFT adapts it anyway): the config contradicts itself; name the modules by their last components (e.g. q_proj) or list only the layers wanted",

@@ -54,6 +54,50 @@ func textExamples(path string, opts DataOptions, model Model, modelDir string) (
 	return ex, notes, chat, err
 }
 
+// CheckTokenInputs checks a text batch's input_ids ([batch, sequence], within the vocabulary, at most positions
+// long) and attention_mask (0 and 1) against a model of vocab tokens; positionsWhy names where the positions come
+// from in the message ("max_position_embeddings").
+func CheckTokenInputs(b Batch, vocab, positions int, positionsWhy string) error {
+	if ids, ok := b["input_ids"]; ok {
+		if ids.Rank() != 2 {
+			return fmt.Errorf("input_ids has shape %v; the model takes [batch, sequence]", ids.Shape().Dimensions)
+		}
+		if n := ids.Shape().Dim(1); n > positions {
+			return fmt.Errorf("sequences of %d tokens are longer than the model's %d positions (%s): lower the sequence length", n, positions, positionsWhy)
+		}
+		if err := models.CheckRange(ids, "input_ids", 0, vocab, fmt.Sprintf(
+			"the model's vocabulary has %d tokens (vocab_size): the tokenizer does not belong to this model", vocab)); err != nil {
+			return err
+		}
+	}
+	if mask, ok := b["attention_mask"]; ok {
+		return models.CheckRange(mask, "attention_mask", 0, 2, "a mask holds 0 (padding) or 1")
+	}
+	return nil
+}
+
+// LoadTextTokenizer reads the tokenizer of text data for model (opts.Tokenizer, else the model folder's) and checks
+// that it belongs to the model (its family's CheckTokenizer); it returns the path it read too. Errors name it.
+func LoadTextTokenizer(opts DataOptions, modelDir string, model Model) (*tokenizer.Tokenizer, string, error) {
+	return loadTokenizer(opts, modelDir, model, "text data")
+}
+
+// loadTokenizer is LoadTextTokenizer for data that what names in its message.
+func loadTokenizer(opts DataOptions, modelDir string, model Model, what string) (*tokenizer.Tokenizer, string, error) {
+	path := opts.Tokenizer
+	if path == "" {
+		path = modelDir
+	}
+	tok, err := tokenizer.Load(path)
+	if err != nil {
+		return nil, path, fmt.Errorf("%s needs a tokenizer (--tokenizer, or tokenizer files in the model folder): %w", what, err)
+	}
+	if err := CheckTokenizer(tok, model); err != nil {
+		return nil, path, fmt.Errorf("%s: %w", path, err)
+	}
+	return tok, path, nil
+}
+
 func textExamplesNoted(path string, opts DataOptions, model Model, modelDir string, note func(string, ...any), chat *string) (Examples, error) {
 	tm, ok := model.(models.TextModel)
 	if !ok {
@@ -219,16 +263,9 @@ func CheckTextTokenizer(tok *tokenizer.Tokenizer, model Model) error {
 // against the model, and returns it with the sequence length (opts.SeqLen; default 256, at most the model's
 // positions). what names the data in the errors.
 func textTokenizer(opts DataOptions, model Model, spec models.TextSpec, modelDir, what string) (*tokenizer.Tokenizer, int, error) {
-	tokPath := opts.Tokenizer
-	if tokPath == "" {
-		tokPath = modelDir
-	}
-	tok, err := tokenizer.Load(tokPath)
+	tok, _, err := loadTokenizer(opts, modelDir, model, what)
 	if err != nil {
-		return nil, 0, fmt.Errorf("%s needs a tokenizer (--tokenizer, or tokenizer files in the model folder): %w", what, err)
-	}
-	if err := CheckTokenizer(tok, model); err != nil {
-		return nil, 0, fmt.Errorf("%s: %w", tokPath, err)
+		return nil, 0, err
 	}
 	seqLen := opts.SeqLen
 	if seqLen == 0 {

@@ -18,8 +18,8 @@ const maxInputValues = 1 << 24
 // maxInputRows bounds the examples of one ReadInputs call (their logits are computed in one batch and printed).
 const maxInputRows = 4096
 
-// ReadInputs reads a batch of model inputs from a JSON file: an object with input_ids / attention_mask
-// (integers [batch, tokens]) and pixel_values (floats [batch, channels, height, width]) as nested lists, or an
+// ReadInputs reads a batch of model inputs from a JSON file: an object with input_ids / attention_mask /
+// token_type_ids (integers [batch, tokens]; token types for BERT) and pixel_values (floats [batch, channels, height, width]) as nested lists, or an
 // object whose "inputs" field is one (as the golden files are).
 func ReadInputs(path string) (Batch, error) {
 	data, err := readfile.Read(path, readfile.Data)
@@ -52,7 +52,7 @@ func ReadInputs(path string) (Batch, error) {
 			return nil, fmt.Errorf("%s: %q holds %d values, more than the %d one call takes: split the inputs into several files", path, key, len(values), maxInputValues)
 		}
 		switch key {
-		case "input_ids", "attention_mask":
+		case "input_ids", "attention_mask", "token_type_ids":
 			ints := make([]int32, len(values))
 			for i, v := range values {
 				if v != float64(int32(v)) {
@@ -74,11 +74,13 @@ func ReadInputs(path string) (Batch, error) {
 			}
 			in[key] = tensors.FromFlatDataAndDimensions(fs, dims...)
 		default:
-			return nil, fmt.Errorf("%s: unknown input %q (expected input_ids, attention_mask or pixel_values)", path, key)
+			return nil, fmt.Errorf("%s: unknown input %q (expected input_ids, attention_mask, token_type_ids or pixel_values)", path, key)
 		}
 	}
-	if mask, ok := in["attention_mask"]; ok && (in["input_ids"] == nil || !slices.Equal(mask.Shape().Dimensions, in["input_ids"].Shape().Dimensions)) {
-		return nil, fmt.Errorf("%s: attention_mask must have the shape of input_ids", path)
+	for _, name := range []string{"attention_mask", "token_type_ids"} {
+		if t, ok := in[name]; ok && (in["input_ids"] == nil || !slices.Equal(t.Shape().Dimensions, in["input_ids"].Shape().Dimensions)) {
+			return nil, fmt.Errorf("%s: %s must have the shape of input_ids", path, name)
+		}
 	}
 	return in, nil
 }

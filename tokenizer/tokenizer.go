@@ -474,3 +474,16 @@ func (t *Tokenizer) EOS() (int, bool) { return t.eos, t.eos >= 0 }
 
 // Pad returns the padding token's id.
 func (t *Tokenizer) Pad() (int, bool) { return t.pad, t.pad >= 0 }
+
+// ModelKind returns the kind of the tokenization model as tokenizer.json names it: "BPE" (byte-level as GPT-2,
+// RoBERTa and Llama-3, or SentencePiece-style), "WordPiece" (BERT) or "Unigram" (SentencePiece unigram, as
+// XLM-RoBERTa). Families use it to refuse another family's tokenizer by name.
+func (t *Tokenizer) ModelKind() string {
+	switch t.model.(type) {
+	case *wordPiece:
+		return "WordPiece"
+	case *unigram:
+		return "Unigram"
+	}
+	return "BPE"
+}

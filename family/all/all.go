@@ -4,6 +4,7 @@
 package all
 
 import (
+	_ "github.com/memfit/memfit/family/bert"
 	_ "github.com/memfit/memfit/family/gemma"
 	_ "github.com/memfit/memfit/family/llama"
 	_ "github.com/memfit/memfit/family/mistral"

@@ -449,22 +449,8 @@ func (m Model) rebuild(params models.Params, msNorm bool) (finetune.Model, error
 // (sequence classification).
 func (m Model) CheckBatch(b finetune.Batch) error {
 	c := m.Config
-	if ids, ok := b["input_ids"]; ok {
-		if ids.Rank() != 2 {
-			return fmt.Errorf("input_ids has shape %v; the model takes [batch, sequence]", ids.Shape().Dimensions)
-		}
-		if n := ids.Shape().Dim(1); n > c.MaxPositionEmbeddings {
-			return fmt.Errorf("sequences of %d tokens are longer than the model's %d positions (max_position_embeddings): lower the sequence length", n, c.MaxPositionEmbeddings)
-		}
-		if err := models.CheckRange(ids, "input_ids", 0, c.VocabSize, fmt.Sprintf(
-			"the model's vocabulary has %d tokens (vocab_size): the tokenizer does not belong to this model", c.VocabSize)); err != nil {
-			return err
-		}
-	}
-	if mask, ok := b["attention_mask"]; ok {
-		if err := models.CheckRange(mask, "attention_mask", 0, 2, "a mask holds 0 (padding) or 1"); err != nil {
-			return err
-		}
+	if err := finetune.CheckTokenInputs(b, c.VocabSize, c.MaxPositionEmbeddings, "max_position_embeddings"); err != nil {
+		return err
 	}
 	if pos, ok := b["position_ids"]; ok {
 		if c.Classifier() {

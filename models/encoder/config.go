@@ -342,8 +342,8 @@ func (c Config) JSON() ([]byte, error) {
 
 // Presets are named encoder shapes (`finetune init --arch bert|roberta`, `finetune memory --model NAME`).
 var Presets = map[string]Config{
-	// tiny: for tests (the shape of the golden roberta_a model).
-	"tiny": {ModelType: TypeRoBERTa, VocabSize: 320, HiddenSize: 64, NumHiddenLayers: 2, NumAttentionHeads: 4,
+	// roberta-mini: for tests (the shape of the golden roberta_a model: hidden 64, 2 layers, vocabulary 320).
+	"roberta-mini": {ModelType: TypeRoBERTa, VocabSize: 320, HiddenSize: 64, NumHiddenLayers: 2, NumAttentionHeads: 4,
 		IntermediateSize: 128, MaxPositionEmbeddings: 40, TypeVocabSize: 1, LayerNormEps: 1e-5},
 	// roberta-base: FacebookAI/roberta-base shapes.
 	"roberta-base": {ModelType: TypeRoBERTa, VocabSize: 50265, HiddenSize: 768, NumHiddenLayers: 12, NumAttentionHeads: 12,

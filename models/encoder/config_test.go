@@ -86,7 +86,7 @@ func TestConfigDefaults(t *testing.T) {
 			t.Errorf("%s: %+v, %v", j[:40], c, err)
 		}
 	}
-	for _, name := range []string{"roberta-base", "bert-base", "tiny"} {
+	for _, name := range []string{"roberta-base", "bert-base", "roberta-mini"} {
 		if _, err := encoder.Preset(name, 2); err != nil {
 			t.Errorf("preset %s: %v", name, err)
 		}

@@ -18,20 +18,10 @@ import (
 	"github.com/memfit/memfit/safetensors"
 )
 
-// Options choose the memory-saving modes a model is built in. The same checkpoint runs in every combination.
-type Options struct {
-	// ApproxActivation uses ReGELU2 (exact GELU forward, 2-bit backward) in the MLP.
-	ApproxActivation bool
-	// MSNorm uses MS-LN: every LayerNorm is folded into the linear layers that read it (fold.go).
-	MSNorm bool
-	// Attention is the attention kind.
-	Attention attention.Kind
-	// GradCheckpoint recomputes each encoder layer in the backward pass instead of keeping its activations.
-	GradCheckpoint bool
-	// Blocks, when not nil, is a per-block memory plan (one mode per encoder layer) that replaces
-	// ApproxActivation, GradCheckpoint and the step's Mesa kinds inside the layers.
-	Blocks []models.BlockMode
-}
+// Options choose the memory-saving modes a model is built in (models.Options, as every graph takes them): ReGELU2
+// in the MLP (ApproxActivation), MS-LN (MSNorm: every LayerNorm folded into the linear layers that read it,
+// fold.go), the attention kind, gradient checkpointing per encoder layer and a per-block plan.
+type Options = models.Options
 
 // Model is a BERT, RoBERTa or XLM-RoBERTa encoder with its head, ready to be built into graphs.
 type Model struct {
@@ -53,20 +43,12 @@ func New(cfg Config, params models.Params, opts Options) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if err := models.CheckShapes(params, Shapes(cfg)); err != nil {
+	arch := models.Architecture{Shapes: Shapes(cfg), Folds: Folds(cfg), Blocks: cfg.NumHiddenLayers}
+	graphParams, folded, err := models.Prepare(arch, params, opts.Blocks, opts.MSNorm)
+	if err != nil {
 		return nil, err
 	}
-	if opts.Blocks != nil && len(opts.Blocks) != cfg.NumHiddenLayers {
-		return nil, fmt.Errorf("the per-block memory plan has %d blocks, the model %d", len(opts.Blocks), cfg.NumHiddenLayers)
-	}
-	m := &Model{Config: cfg, Options: opts, Params: params, Folded: models.Params{}}
-	if opts.MSNorm {
-		var err error
-		if m.Params, m.Folded, err = models.ApplyFolds(params, Folds(cfg), Shapes(cfg)); err != nil {
-			return nil, err
-		}
-	}
-	return m, nil
+	return &Model{Config: cfg, Options: opts, Params: graphParams, Folded: folded}, nil
 }
 
 // Outputs are the nodes a forward pass produces; unused ones cost nothing.

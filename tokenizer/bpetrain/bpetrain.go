@@ -28,52 +28,31 @@ const SplitPattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N
 var splitRE = regexp.MustCompile(`^(?:(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+)`)
 
 // Split cuts text into the Llama-3 pre-tokenizer's chunks.
-func Split(text string) []string {
-	var out []string
-	for i := 0; i < len(text); {
-		loc := splitRE.FindStringIndex(text[i:])
-		n := 0
-		if loc != nil {
-			n = loc[1]
-		}
-		if n == 0 { // invalid UTF-8 or a character no branch takes: one rune on its own
-			_, n = utf8.DecodeRuneInString(text[i:])
-		}
-		chunk := text[i : i+n]
-		// `\s+(?!\S)`: a whitespace run (no newline) followed by a non-space leaves its last character to the
-		// next chunk, which then starts with it (" word").
-		if i+n < len(text) && isSpaceRun(chunk) {
-			if r, _ := utf8.DecodeRuneInString(text[i+n:]); !unicode.IsSpace(r) {
-				if _, last := utf8.DecodeLastRuneInString(chunk); last < len(chunk) {
-					chunk = chunk[:len(chunk)-last]
-					n = len(chunk)
-				}
-			}
-		}
-		out = append(out, chunk)
-		i += n
-	}
-	return out
-}
+func Split(text string) []string { return splitWith(text, splitRE, isSpaceRun) }
 
 // gpt2RE is GPT-2's split regex (ByteLevel's use_regex), anchored, without its `\s+(?!\S)` lookahead, which
 // SplitGPT2 reproduces by hand as Split does.
 var gpt2RE = regexp.MustCompile(`^(?:'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+)`)
 
 // SplitGPT2 cuts text into the chunks of GPT-2's pre-tokenizer (RoBERTa's ByteLevel pre-tokenizer).
-func SplitGPT2(text string) []string {
+func SplitGPT2(text string) []string { return splitWith(text, gpt2RE, isWhitespace) }
+
+// splitWith cuts text into the matches of the anchored regex re, one at a time from the left, and reproduces the
+// patterns' `\s+(?!\S)` branch, which Go's regexp cannot express: a whitespace run (as lookahead tells it: any
+// whitespace for GPT-2's pattern, one without a newline for Llama-3's, whose newline runs an earlier branch takes)
+// followed by a non-space leaves its last character to the next chunk, which then starts with it (" word").
+func splitWith(text string, re *regexp.Regexp, lookahead func(string) bool) []string {
 	var out []string
 	for i := 0; i < len(text); {
 		n := 0
-		if loc := gpt2RE.FindStringIndex(text[i:]); loc != nil {
+		if loc := re.FindStringIndex(text[i:]); loc != nil {
 			n = loc[1]
 		}
-		if n == 0 {
+		if n == 0 { // invalid UTF-8 or a character no branch takes: one rune on its own
 			_, n = utf8.DecodeRuneInString(text[i:])
 		}
 		chunk := text[i : i+n]
-		// `\s+(?!\S)`: a whitespace run followed by a non-space leaves its last character to the next chunk.
-		if i+n < len(text) && isWhitespace(chunk) {
+		if i+n < len(text) && lookahead(chunk) {
 			if r, _ := utf8.DecodeRuneInString(text[i+n:]); !unicode.IsSpace(r) {
 				if _, last := utf8.DecodeLastRuneInString(chunk); last < len(chunk) {
 					chunk = chunk[:len(chunk)-last]

@@ -84,3 +84,23 @@ func TestTrain(t *testing.T) {
 		t.Error("a vocabulary below 256 bytes was accepted")
 	}
 }
+
+// GPT-2's split (RoBERTa's ByteLevel pre-tokenizer) of these strings, worked out from the regex's branches; the
+// RoBERTa layout's encodings are checked against Hugging Face tokenizers in the tokenizer package's tests.
+func TestSplitGPT2(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []string
+	}{
+		{"hello  world", []string{"hello", " ", " world"}},
+		{"I'm 12345 ok", []string{"I", "'m", " 12345", " ok"}},
+		{"a\n\n b", []string{"a", "\n\n", " b"}},
+		{"end.  ", []string{"end", ".", "  "}},
+		{"x = y+1;", []string{"x", " =", " y", "+", "1", ";"}},
+		{"Don'T", []string{"Don", "'", "T"}},
+	} {
+		if got := SplitGPT2(tc.in); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("SplitGPT2(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
