@@ -137,7 +137,7 @@ gradients to the host; the loss is read back every --log-every steps.`,
 				if t := dataOpts.ChatTemplate; t != "" && !slices.Contains(generate.Templates, t) {
 					return usagef("--chat-template %q: use one of %s", t, strings.Join(generate.Templates, ", "))
 				}
-				cfg, err := resolveConfig(cmd, flagCfg, configFile, opts, budget != "")
+				cfg, initHub, err := resolveConfig(cmd, flagCfg, configFile, opts, budget != "")
 				if err != nil {
 					return err
 				}
@@ -149,11 +149,8 @@ gradients to the host; the loss is read back every --log-every steps.`,
 				if dryRun {
 					wants = hubResolve
 				}
-				var hub hubSources
+				hub := hubSources{initAdapter: initHub} // resolveConfig fetched a Hub init adapter: its settings come from it
 				if model, hub.model, err = hubModel(cmd, "--model", model, wants); err != nil {
-					return err
-				}
-				if cfg.InitAdapter, hub.initAdapter, err = hubModel(cmd, "--init-adapter", cfg.InitAdapter, wants); err != nil {
 					return err
 				}
 				if data, hub.data, err = hubData(cmd, "--data", data, dataOpts); err != nil {

@@ -141,6 +141,9 @@ func OpenData(path string, opts DataOptions, model Model, modelDir string, batch
 		return nil, fmt.Errorf("%s picks a split of an image folder or tar, GLUE data or a parquet dataset folder, but %s is %s data, one file: leave it out",
 			opts.splitFlag(), path, kind)
 	}
+	if opts.Config != "" && format != FormatParquet {
+		return nil, fmt.Errorf("--data-config picks a config of a parquet dataset (a Hub dataset's card or config folders), but %s is %s data: leave it out", path, kind)
+	}
 	if preference {
 		return openPairs(DataSource{Path: path, Format: FormatPreference, Options: opts, Model: model, ModelDir: modelDir, BatchSize: batchSize, Seed: seed})
 	}

@@ -47,6 +47,9 @@ func (s RunSpec) evalOptions() DataOptions {
 	format := DataFormat(s.EvalData, opts)
 	if format != FormatParquet {
 		opts.Columns = "" // --columns renames the training parquet's columns
+		if !strings.HasPrefix(s.EvalData, "hf://") {
+			opts.Config = "" // --data-config is the training dataset's (a Hub dataset's is read with it)
+		}
 	}
 	switch {
 	case s.EvalDataSplit != "":
