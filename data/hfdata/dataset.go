@@ -32,7 +32,7 @@ type Dataset struct {
 }
 
 // Names memfit reads from parquet columns (the targets of --columns).
-var knownColumns = []string{"text", "instruction", "input", "output", "status", "messages", "image", "label",
+var knownColumns = []string{"text", "instruction", "input", "output", "status", "messages", "prompt", "chosen", "rejected", "image", "label",
 	"sentence", "sentence1", "sentence2"}
 
 var splitName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.]*$`)
