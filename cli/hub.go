@@ -167,7 +167,16 @@ func dataSelector(opts finetune.DataOptions, config *string) hfhub.Selector {
 				return nil, fmt.Errorf("%s holds several configs (%s): choose one with --data-config", name, strings.Join(names, ", "))
 			}
 		}
-		files, chosen, err := hfdata.SelectListing(fsys, name, *config, opts.Split)
+		split := opts.Split
+		if split == "" && opts.ValidationSplit { // validation data: the first validation split the dataset has
+			for _, s := range hfdata.EvalSplits {
+				if _, _, err := hfdata.SelectListing(fsys, name, *config, s); err == nil {
+					split = s
+					break
+				}
+			}
+		}
+		files, chosen, err := hfdata.SelectListing(fsys, name, *config, split)
 		*config = chosen
 		if errors.Is(err, hfdata.ErrNotParquet) {
 			return nil, fmt.Errorf("%w: %v", hfhub.ErrNotParquet, err)
