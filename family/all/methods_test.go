@@ -12,9 +12,9 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/internal/adaptertest"
 	"github.com/memfit/memfit/internal/golden"
 	"github.com/memfit/memfit/internal/gtest"
-	"github.com/memfit/memfit/models"
 )
 
 // tokenExamples are 8 rows of 12 tokens from a small recurrence (below every golden's vocabulary): text a model
@@ -107,22 +107,7 @@ func TestFamilyMethods(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				imported, err := finetune.ReadAdapter(adapterDir, fresh)
-				if err != nil {
-					t.Fatal(err)
-				}
-				params := models.Params{}
-				for n, v := range fresh.Params() {
-					params[n] = v
-				}
-				for n, v := range imported.Modules {
-					params[n] = v
-				}
-				got, err := finetune.Logits(gtest.Backend(t), fresh, params, imported.Set, batch)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if d := gtest.MaxRelDiff(gtest.Float32s(got), wantV, 1); d > 1e-5 {
+				if d := gtest.MaxRelDiff(adaptertest.Logits(t, fresh, adapterDir, batch), wantV, 1); d > 1e-5 {
 					t.Errorf("PEFT adapter read into a fresh model: logits differ by %g", d)
 				}
 				if targets := peftTargets(t, adapterDir); tc.golden == "phi3_a" && (!endsIn(targets, ".self_attn.qkv_proj") ||
