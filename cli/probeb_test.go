@@ -154,6 +154,16 @@ func TestProbeBPreference(t *testing.T) {
 		"objective dpo trains a causal language model; this model is a ViT")
 	refusedB(t, []string{"memory", "--model", "llama-1b", "--objective", "ipo"}, `objective must be dpo or orpo, got "ipo": IPO is a DPO loss (objective dpo, dpo_loss ipo)`)
 
+	// pb01: the memory autopilot of a DPO run planned sequences of 0 tokens and stopped ("a LLaMA step plan needs a
+	// sequence length from 1 ..."); pb08: the machine check passed a DPO step over without planning it.
+	dpo := write("dpo.jsonl", good, good, good, good)
+	if _, stderr, code := run(t, train(dpo, "--budget", "80MiB")...); code != 0 || !strings.Contains(stderr, "memory autopilot: budget 80.000 MiB") {
+		t.Errorf("DPO with --budget: exit %d:\n%s", code, stderr)
+	}
+	t.Setenv("MEMFIT_MEMORY_LIMIT", "1MiB")
+	refusedB(t, train(dpo, "--out", filepath.Join(tmp, "too-big")), "the training step needs")
+	t.Setenv("MEMFIT_MEMORY_LIMIT", "")
+
 	// kp2: a damaged reference cache was blamed on the data ("resume with the data the run started with").
 	pairs := write("pairs.jsonl", good, `{"prompt": "Grass is", "chosen": " green.", "rejected": " blue."}`, good, `{"prompt": "Snow is", "chosen": " white.", "rejected": " black."}`)
 	out := filepath.Join(tmp, "dpo-ref")
