@@ -128,8 +128,11 @@ func holdsAny(dir string, names ...string) bool {
 // hubError is a Hub error for a flag's value: for a name that is neither a local path nor a repository the Hub
 // knows, both are said (it may be a mistyped folder).
 func hubError(flag, value string, err error) error {
-	if flag != "download" && (errors.Is(err, hfhub.ErrNotFound) || errors.Is(err, hfhub.ErrOffline)) {
+	if strings.HasPrefix(flag, "--") && (errors.Is(err, hfhub.ErrNotFound) || errors.Is(err, hfhub.ErrOffline)) {
 		return fmt.Errorf("%s %s: no such file or folder here, and %v", flag, value, err)
+	}
+	if !strings.HasPrefix(flag, "--") && flag != "download" { // a run's recorded source (restoreHub): no local path was given
+		return fmt.Errorf("%s: %w", flag, err)
 	}
 	if errors.Is(err, context.Canceled) {
 		return interrupted(flag, value)

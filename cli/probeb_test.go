@@ -48,6 +48,19 @@ func TestProbeBHub(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "init_adapter_hub:\n  commit: "+commit+"\n  repo: memfit-test/llama-tiny-alpaca") || !strings.Contains(out, "init_adapter: "+snap) {
 		t.Errorf("--init-adapter by Hub id: exit %d:\n%s%s", code, out, errOut)
 	}
+	// hr2: a run's base model gone from the cache, resumed offline: it said "no such file or folder here, and ...",
+	// of a path the user never gave.
+	runDir := filepath.Join(t.TempDir(), "hubrun")
+	if _, errOut, code := run(t, "train", "--model", "memfit-test/llama-tiny", "--data", filepath.Join(hfTestdata, "alpaca.jsonl"), "--steps", "1",
+		"--batch-size", "2", "--seq-len", "64", "--checkpoint-every", "1", "--out", runDir); code != 0 {
+		t.Fatalf("train by Hub id: exit %d: %s", code, errOut)
+	}
+	if err := os.RemoveAll(filepath.Join(home, "hub")); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("HF_HUB_OFFLINE", "1")
+	refusedB(t, []string{"train", "--out", runDir, "--resume", "--steps", "2"}, "finetune: the run's base model: HF_HUB_OFFLINE is set and model memfit-test/llama-tiny@")
+	t.Setenv("HF_HUB_OFFLINE", "0")
 	// u1: the datasets library's spelling of a dataset.
 	refusedB(t, []string{"train", "--model", "memfit-test/llama-tiny", "--data", "memfit-test/alpaca", "--out", filepath.Join(t.TempDir(), "r")},
 		"--data memfit-test/alpaca: no such file or folder here; a Hub dataset is named hf://datasets/memfit-test/alpaca")
