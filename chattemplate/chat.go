@@ -74,6 +74,9 @@ func Resolve(tok *tokenizer.Tokenizer, choice string) (*Chat, error) {
 
 // String names the template for messages and run.yaml: "model (tokenizer_config.json)", "llama3", ...
 func (c *Chat) String() string {
+	if c.Template != nil && c.tok != nil && c.tok.Config.ChatTemplateUnused != "" && c.Template.From == c.tok.Config.ChatTemplateFrom {
+		return fmt.Sprintf("%s (%s; %s's different chat_template is not used, as in transformers)", c.Name, c.Template.From, c.tok.Config.ChatTemplateUnused)
+	}
 	if c.Template != nil {
 		return fmt.Sprintf("%s (%s)", c.Name, c.Template.From)
 	}

@@ -60,7 +60,7 @@ func TestWhereTheTemplateComesFrom(t *testing.T) {
 		t.Errorf("named templates: %s", c)
 	}
 	tok = load(map[string]any{"chat_template": named}, other)
-	if c, text := render(tok, "auto"); c.String() != "model (chat_template.jinja)" || text != "[user] Hi\n" {
+	if c, text := render(tok, "auto"); c.String() != "model (chat_template.jinja; tokenizer_config.json's different chat_template is not used, as in transformers)" || text != "[user] Hi\n" {
 		t.Errorf("chat_template.jinja: %s, %q", c, text)
 	}
 	// named templates without a default; no template at all

@@ -61,7 +61,7 @@ const (
 // and reads \r\n and \r line ends as \n.
 func New(source, from string, tok *tokenizer.Tokenizer) (*Template, error) {
 	src := strings.ReplaceAll(strings.ReplaceAll(source, "\r\n", "\n"), "\r", "\n")
-	src = strings.TrimSuffix(src, "\n")
+	src = guardSource(strings.TrimSuffix(src, "\n"))
 	t := &Template{Source: source, From: from, vars: map[string]jinja.Value{}}
 	var err error
 	if t.plain, err = jinja.Compile(src); err != nil {
@@ -166,6 +166,7 @@ func (t *Template) render(tmpl *jinja.Template, messages []tokenizer.Message, ad
 	for k, v := range extra {
 		data[k] = v
 	}
+	(&limits{}).install(data)
 	out, err := tmpl.RenderValues(data)
 	if raised != nil {
 		return "", raised

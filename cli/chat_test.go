@@ -21,8 +21,8 @@ import (
 // followed by the reply and EOS, the prompt masked: the very tokens and labels of the Alpaca row with that
 // instruction and an empty input. That holds only for rows without an input (a conversation has no slot for
 // Alpaca's input: the turns before the last user message become the "### Input:" lines "User: ..."), and with a
-// non-empty output (an empty assistant message is refused as bad data, where Alpaca trains on EOS alone), so the
-// test takes the first 48 usable rows that have both. The examples, their order and the batches are then the
+// non-empty output (a row with an empty reply is left out in both forms, and counted), so the test takes the
+// first 48 usable rows that have both. The examples, their order and the batches are then the
 // same; a difference in the rendering, the masking or the data path would show as a different loss.
 func TestTrainMessagesMatchesAlpaca(t *testing.T) {
 	src, err := os.ReadFile(filepath.Join(golden.SharedDir(t), "alpaca-libre", "alpaca_libre_tasks_v1.jsonl"))
@@ -155,8 +155,8 @@ func TestBadInputSweepChat(t *testing.T) {
 			`role.jsonl:2: message 2: role "bot": use system, user or assistant`},
 		{write("no-assistant.jsonl", `{"messages": [{"role": "system", "content": "Be kind."}, {"role": "user", "content": "Hi"}]}`), nil, 1,
 			"no-assistant.jsonl:1: the conversation has no assistant turn"},
-		{write("empty.jsonl", good, good, `{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "  "}]}`), nil, 1,
-			"empty.jsonl:3: message 2 (assistant) has empty content"},
+		{write("empty.jsonl", good, good, `{"messages": [{"role": "user", "content": "  "}, {"role": "assistant", "content": "Hello."}]}`), nil, 1,
+			"empty.jsonl:3: message 1 (user) has empty content"},
 		{write("parts.jsonl", `{"messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}, {"role": "assistant", "content": "Hello."}]}`), nil, 1,
 			`parts.jsonl:1: message 1 (user): "content" must be a string (got a list)`},
 		{write("number.jsonl", `{"messages": [{"role": "user", "content": 7}, {"role": "assistant", "content": "Seven."}]}`), nil, 1,

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -39,7 +40,7 @@ the token file of ` + "`huggingface-cli login`" + ` ($HF_HOME/token), HF_HUB_CAC
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
-			if hfhub.IsDataURL(name) {
+			if strings.HasPrefix(name, "hf://datasets/") { // hf://ORG/NAME and hf://models/ORG/NAME are models, as for --model
 				if _, err := hfhub.ParseData(name); err != nil {
 					return usageError{err}
 				}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/memfit/memfit/family/lm"
 	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/internal/golden"
 	"github.com/memfit/memfit/llamacpp"
 	"github.com/memfit/memfit/models"
 	"github.com/memfit/memfit/models/decoder"
@@ -83,7 +84,7 @@ func familyModel(t *testing.T, dir, family string, tokDir string) string {
 // adapter bytes as the straight run), and exports a PEFT adapter, a merged folder and a GGUF file; memfit's
 // greedy tokens from the merged folder equal those from the base model with the adapter; llama.cpp runs the f32
 // GGUF (its architecture for the family) to the same greedy tokens, with next-token probabilities within 1e-3 of
-// memfit's.
+// memfit's; MMLU evaluates the base model with the adapter.
 func TestFamiliesEndToEnd(t *testing.T) {
 	tool := llamaCpp(t)
 	tokDir := filepath.Join("..", "pretrained", "llama-tiny")
@@ -147,6 +148,16 @@ func TestFamiliesEndToEnd(t *testing.T) {
 				t.Errorf("%s: greedy tokens from the merged folder %v, from the base model with the adapter %v", family, a, b)
 			}
 			checkGreedyLlamaCpp(t, tool, family, gguf, fromMerged, prompt)
+			// MMLU on the base model with the adapter (zero-shot, 4 questions: the evaluation runs, whatever the score
+			// of a model that has read 30 batches of a novel).
+			res := filepath.Join(out, "mmlu.json")
+			if _, errOut, code := run(t, "eval", "mmlu", "--model", dir, "--adapter", peft, "--data", filepath.Join(golden.SharedDir(t), "mmlu"),
+				"--subjects", "anatomy", "--limit", "4", "--shots", "0", "--generate", "--out", res); code != 0 {
+				t.Fatalf("eval mmlu: exit %d: %s", code, errOut)
+			}
+			if b := string(mustRead(t, res)); !strings.Contains(b, `"acc_generate"`) || !strings.Contains(b, `"anatomy"`) {
+				t.Errorf("%s: eval mmlu's result lacks the subject's log-likelihood and generation scores:\n%.600s", family, b)
+			}
 		})
 	}
 }

@@ -61,18 +61,31 @@ func bindSettings(f *pflag.FlagSet, c *finetune.Config, gpuNote bool, keys ...st
 // resolveConfig is the training config of a command that bound settings into flagCfg: finetune.Resolve over the
 // defaults, the --config file, the setting flags the user set (by their canonical or deprecated spelling) and the
 // backend's GPU defaults, validated; autopilot (a --budget plan) turns MS-norm on unless the file or a flag gave
-// ms_norm. Any error is the user's (a usage error).
-func resolveConfig(cmd *cobra.Command, flagCfg finetune.Config, configFile string, opts *Options, autopilot bool) (finetune.Config, error) {
+// ms_norm. An init_adapter given by its Hub id is fetched (its source returned; nil for a local folder). Any
+// error is the user's (a usage error), but for the Hub's, returned as they are.
+func resolveConfig(cmd *cobra.Command, flagCfg finetune.Config, configFile string, opts *Options, autopilot bool) (finetune.Config, *finetune.HubSource, error) {
+	var initHub *finetune.HubSource
+	var hubErr error
 	cfg, err := finetune.Resolve(finetune.Sources{File: configFile, Flags: flagCfg, Backend: engine.ChooseSpec(opts.Backend), MSNormByDefault: autopilot,
 		FlagSet: func(key string) bool {
 			s, _ := finetune.SettingByKey(key)
 			fl := cmd.Flags().Lookup(s.Flag())
 			return fl != nil && fl.Changed
+		},
+		// An init_adapter named by its Hub id is fetched before its settings are read (probe u6: it was read
+		// as a local path, and never found).
+		InitAdapter: func(value string) (string, error) {
+			var dir string
+			dir, initHub, hubErr = hubModel(cmd, "--init-adapter", value, hubFiles)
+			return dir, hubErr
 		}})
-	if err != nil {
-		return cfg, usageError{err}
+	if hubErr != nil {
+		return cfg, nil, hubErr
 	}
-	return cfg, nil
+	if err != nil {
+		return cfg, nil, usageError{err}
+	}
+	return cfg, initHub, nil
 }
 
 // aliasOf is the annotation of a deprecated flag spelling: the canonical flag it sets.

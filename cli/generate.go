@@ -111,10 +111,14 @@ features): its tensors are dequantised to float32 and its tokenizer rebuilt from
 			}
 			spec := l.TextSpec()
 			f := generate.Formatter{Tok: t, Chat: chat, Template: template}
-			needed := template != generate.TemplateAuto
+			uses := false
 			for _, p := range prompts {
-				needed = needed || f.UsesTemplate(p)
+				uses = uses || f.UsesTemplate(p)
 			}
+			if cmd.Flags().Changed("chat-template") && !uses {
+				return usagef("--chat-template %s renders prompts with --chat (or the conversations of --prompts): a plain prompt is continued as it is; add --chat", template)
+			}
+			needed := uses || template != generate.TemplateAuto
 			note := ""
 			if needed {
 				c, err := f.Resolve()
@@ -125,6 +129,9 @@ features): its tensors are dequantised to float32 and its tokenizer rebuilt from
 					return usageError{err}
 				}
 				note = c.Note
+				if note == "" && c.Template != nil && t.Config.ChatTemplateUnused != "" {
+					note = "the chat template is " + c.String()
+				}
 			}
 			ids := make([][]int, len(prompts))
 			texts := make([]string, len(prompts))

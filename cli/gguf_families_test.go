@@ -3,7 +3,9 @@ package cli_test
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -178,6 +180,12 @@ func TestGGUFFamiliesRoundTrip(t *testing.T) {
 			if d := golden.RelMaxDiff(got, want); d > 1e-5 {
 				t.Errorf("logits of the GGUF differ by %g (relative)", d)
 			}
+			// Without memfit's keys, the file is read as llama.cpp runs it (its fixed score scale, soft-caps of
+			// 1e6, the architecture's family): another config, the same function.
+			bare := stripMemfitKeys(t, path, filepath.Join(tmp, filepath.Base(dir)+"-bare.gguf"))
+			if d := golden.RelMaxDiff(loadMemfitLM(t, bare, "").logits(t, ids), want); d > 1e-5 {
+				t.Errorf("logits of the GGUF without memfit's keys differ by %g (relative)", d)
+			}
 		})
 	}
 }
@@ -190,6 +198,31 @@ const (
 	familyQ8Agreement = 0.90
 	familyQ8NearTie   = 0.05
 )
+
+// stripMemfitKeys writes the GGUF at path without its memfit.* metadata to out (as llama.cpp's converter would
+// have written the same model) and returns out.
+func stripMemfitKeys(t *testing.T, path, out string) string {
+	t.Helper()
+	f, err := gguf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var meta []gguf.KV
+	for _, kv := range f.Meta {
+		if !strings.HasPrefix(kv.Key, "memfit.") {
+			meta = append(meta, kv)
+		}
+	}
+	var ts []gguf.Tensor
+	for _, ti := range f.Tensors {
+		ts = append(ts, gguf.Tensor{Info: ti, Values: func() ([]float32, error) { return f.Float32s(ti.Name) }})
+	}
+	if err := gguf.WriteFile(out, meta, ts); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
 
 // familyRun is what one case asks llama.cpp and what memfit gives for the same.
 type familyRun struct {
@@ -379,6 +412,69 @@ func TestGGUFExportRefusesWhatLlamaCppCannotRun(t *testing.T) {
 			if _, err := os.Stat(out); err == nil {
 				t.Errorf("%s was written", out)
 			}
+		})
+	}
+}
+
+// TestGGUFFamiliesCarryChatTemplate: a model of each decoder family with a tokenizer whose tokenizer_config.json
+// has the family's chat template (the Hub's own, chattemplate/testdata/templates: Qwen2.5's, Qwen3's, Mistral's,
+// Gemma 2's for both Gemmas, Phi-3.5's) exported as GGUF carries the template byte for byte as
+// tokenizer.chat_template, memfit reads it back from the GGUF (generate --chat uses it), and the Modelfile has a
+// TEMPLATE or says why not.
+func TestGGUFFamiliesCarryChatTemplate(t *testing.T) {
+	tmp := t.TempDir()
+	tiny := filepath.Join("..", "pretrained", "llama-tiny")
+	tokJSON := mustRead(t, filepath.Join(tiny, "tokenizer.json"))
+	var tokCfg map[string]any
+	if err := json.Unmarshal(mustRead(t, filepath.Join(tiny, "tokenizer_config.json")), &tokCfg); err != nil {
+		t.Fatal(err)
+	}
+	const vocab = 4096 // llama-tiny's tokenizer's
+	for _, c := range []struct{ golden, template string }{
+		{"qwen2_a", "qwen2.5-7b-instruct"}, {"qwen3_a", "qwen3-0.6b"}, {"mistral_a", "mistral-7b-instruct-v0.3"},
+		{"gemma2_a", "gemma-2-2b-it"}, {"gemma3_a", "gemma-2-2b-it"}, {"phi3_a", "phi-3.5-mini-instruct"},
+	} {
+		t.Run(c.golden, func(t *testing.T) {
+			tmpl := string(mustRead(t, filepath.Join("..", "chattemplate", "testdata", "templates", c.template+".jinja")))
+			dir := golden.Variant(t, c.golden, filepath.Join(tmp, c.golden), func(cfg map[string]any, w map[string]*tensors.Tensor) {
+				// The golden model with the tokenizer's vocabulary (new rows random).
+				hidden := int(cfg["hidden_size"].(float64))
+				cfg["vocab_size"] = vocab
+				for _, name := range []string{"model.embed_tokens.weight", "lm_head.weight"} {
+					if w[name] != nil {
+						w[name] = gtest.Tensor(gtest.Rand(7, vocab*hidden, 0.02), vocab, hidden)
+					}
+				}
+			})
+			tc := maps.Clone(tokCfg)
+			tc["chat_template"] = tmpl
+			b, _ := json.Marshal(tc)
+			if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), tokJSON, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out := filepath.Join(tmp, c.golden+".gguf")
+			mustRun(t, "export", "--model", dir, "--format", "gguf", "--gguf-type", "f16", "--out", out)
+			f, err := gguf.Open(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _, _ := f.String("tokenizer.chat_template")
+			f.Close()
+			if got != tmpl {
+				t.Errorf("tokenizer.chat_template %q, want the template of %s", got, c.template)
+			}
+			tok, err := llamagguf.ReadTokenizer(out)
+			if err != nil || tok == nil || tok.Config.ChatTemplate != tmpl {
+				t.Errorf("the GGUF's tokenizer as memfit reads it: %v, template equal %v", err, tok != nil && tok.Config.ChatTemplate == tmpl)
+			}
+			mf := string(mustRead(t, filepath.Join(tmp, c.golden+".Modelfile")))
+			if !strings.Contains(mf, "\nTEMPLATE") && !strings.Contains(mf, "# No TEMPLATE") {
+				t.Errorf("the Modelfile neither translates the template nor says why:\n%s", mf)
+			}
+			t.Logf("%s: the Modelfile has a TEMPLATE: %v", c.template, strings.Contains(mf, "\nTEMPLATE"))
 		})
 	}
 }

@@ -7,8 +7,10 @@ import (
 	"io/fs"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -44,9 +46,33 @@ func hubClient(cmd *cobra.Command) *hfhub.Client {
 }
 
 // interruptible is a context that Ctrl-C or SIGTERM cancels (a download stops, its partial file kept for the
-// next run to resume).
+// next run to resume); the signal is kept for the exit code (interrupted).
 func interruptible() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		select {
+		case s := <-ch:
+			lastInterrupt.Store(s)
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { signal.Stop(ch); cancel() }
+}
+
+// lastInterrupt is the signal that last stopped a download.
+var lastInterrupt atomic.Value
+
+// interrupted is the error of a download stopped by a signal: exit 130 for Ctrl-C, 143 for SIGTERM, as an
+// interrupted training run (probe 2026-11-27-b, k2: it exited 1).
+func interrupted(flag, value string) error {
+	code := ExitFailure
+	if s, ok := lastInterrupt.Load().(os.Signal); ok {
+		code = signalExitCode(s)
+	}
+	return exitError{code: code, err: fmt.Errorf("%s %s: download interrupted (what arrived is kept: run again to resume)", flag, value)}
 }
 
 // hubModel resolves the value of a flag that takes a model (or PEFT adapter) folder: the value itself when a
@@ -57,7 +83,11 @@ func hubModel(cmd *cobra.Command, flag, value string, wants hubWants) (string, *
 	if value == "" {
 		return value, nil, nil
 	}
-	if _, err := os.Lstat(value); err == nil {
+	if st, err := os.Lstat(value); err == nil {
+		if _, isID, _ := hfhub.ParseModel(value); isID && st.IsDir() && !holdsAny(value, "config.json", finetune.AdapterConfig, finetune.StateFile, finetune.RunFile) {
+			// A folder named like a Hub id that is no model: say that the Hub was not asked (probe s1).
+			return "", nil, usagef("%s %s: the folder %s here holds no model (no config.json or %s); to read the Hub's %s instead, name it hf://%s", flag, value, value, finetune.AdapterConfig, value, value)
+		}
 		return value, nil, nil
 	}
 	r, ok, err := hfhub.ParseModel(value)
@@ -85,14 +115,27 @@ func hubModel(cmd *cobra.Command, flag, value string, wants hubWants) (string, *
 	return snap.Dir, &finetune.HubSource{Repo: r.ID, Revision: r.Revision, Commit: snap.Commit}, nil
 }
 
+// holdsAny says whether the folder dir holds a file of one of names.
+func holdsAny(dir string, names ...string) bool {
+	for _, n := range names {
+		if _, err := os.Stat(filepath.Join(dir, n)); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
 // hubError is a Hub error for a flag's value: for a name that is neither a local path nor a repository the Hub
 // knows, both are said (it may be a mistyped folder).
 func hubError(flag, value string, err error) error {
-	if flag != "download" && (errors.Is(err, hfhub.ErrNotFound) || errors.Is(err, hfhub.ErrOffline)) {
+	if strings.HasPrefix(flag, "--") && (errors.Is(err, hfhub.ErrNotFound) || errors.Is(err, hfhub.ErrOffline)) {
 		return fmt.Errorf("%s %s: no such file or folder here, and %v", flag, value, err)
 	}
+	if !strings.HasPrefix(flag, "--") && flag != "download" { // a run's recorded source (restoreHub): no local path was given
+		return fmt.Errorf("%s: %w", flag, err)
+	}
 	if errors.Is(err, context.Canceled) {
-		return fmt.Errorf("%s %s: download interrupted (what arrived is kept: run again to resume)", flag, value)
+		return interrupted(flag, value)
 	}
 	return err
 }
@@ -119,6 +162,12 @@ type hubSources struct {
 // huggingface_hub cache; anything else is returned as it is.
 func hubData(cmd *cobra.Command, flag, value string, opts finetune.DataOptions) (string, *finetune.HubSource, error) {
 	if !hfhub.IsDataURL(value) {
+		if _, err := os.Lstat(value); err != nil && value != "" {
+			if id, _, _ := strings.Cut(value, "@"); hfhub.ValidID(id) {
+				// datasets' load_dataset("ORG/NAME") spelling (probe u1)
+				return "", nil, usagef("%s %s: no such file or folder here; a Hub dataset is named hf://datasets/%s", flag, value, value)
+			}
+		}
 		return value, nil, nil
 	}
 	ref, err := hfhub.ParseData(value)
@@ -131,7 +180,7 @@ func hubData(cmd *cobra.Command, flag, value string, opts finetune.DataOptions) 
 	snap, err := hubClient(cmd).Dataset(ctx, ref, dataSelector(opts, &config))
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
-			return "", nil, fmt.Errorf("%s %s: download interrupted (what arrived is kept: run again to resume)", flag, value)
+			return "", nil, interrupted(flag, value)
 		}
 		return "", nil, err
 	}
@@ -167,7 +216,16 @@ func dataSelector(opts finetune.DataOptions, config *string) hfhub.Selector {
 				return nil, fmt.Errorf("%s holds several configs (%s): choose one with --data-config", name, strings.Join(names, ", "))
 			}
 		}
-		files, chosen, err := hfdata.SelectListing(fsys, name, *config, opts.Split)
+		split := opts.Split
+		if split == "" && opts.ValidationSplit { // validation data: the first validation split the dataset has
+			for _, s := range hfdata.EvalSplits {
+				if _, _, err := hfdata.SelectListing(fsys, name, *config, s); err == nil {
+					split = s
+					break
+				}
+			}
+		}
+		files, chosen, err := hfdata.SelectListing(fsys, name, *config, split)
 		*config = chosen
 		if errors.Is(err, hfdata.ErrNotParquet) {
 			return nil, fmt.Errorf("%w: %v", hfhub.ErrNotParquet, err)

@@ -61,7 +61,7 @@ the cost model (FLOPs recomputed, bytes moved; docs/autopilot.md) with --calibra
 			if model == "" {
 				return usagef("--model is required (a model folder or a preset such as vit-b16 or llama-1b)")
 			}
-			cfg, err := resolveConfig(cmd, flagCfg, configFile, opts, autoplan)
+			cfg, _, err := resolveConfig(cmd, flagCfg, configFile, opts, autoplan)
 			if err != nil {
 				return err
 			}

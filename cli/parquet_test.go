@@ -32,13 +32,14 @@ func firstLoss(t *testing.T, args ...string) float64 {
 	return loss
 }
 
-// TestTrainOnAlpacaParquet: llama-tiny on the Alpaca parquet files of both writers, on the hub folder's train
+// TestTrainOnAlpacaParquet: llama-tiny on the Alpaca parquet files of both writers (LZ4_RAW ones too), on the hub folder's train
 // split and through --columns starts from the loss of the Alpaca JSONL they were made from.
 func TestTrainOnAlpacaParquet(t *testing.T) {
 	llama := filepath.Join("..", "pretrained", "llama-tiny")
 	common := []string{"--model", llama, "--batch-size", "4", "--seq-len", "96", "--method", "lora"}
 	want := firstLoss(t, append(common, "--data", filepath.Join(hfTestdata, "alpaca.jsonl"))...)
-	for _, data := range []string{"alpaca.duckdb.parquet", "alpaca.arrow.parquet"} {
+	// probe/alpaca-lz4*: LZ4_RAW pages, v1 and v2 (issue 36, pq29_lz4).
+	for _, data := range []string{"alpaca.duckdb.parquet", "alpaca.arrow.parquet", "probe/alpaca-lz4.duckdb.parquet", "probe/alpaca-lz4-v2.arrow.parquet"} {
 		if got := firstLoss(t, append(common, "--data", filepath.Join(hfTestdata, data))...); got != want {
 			t.Errorf("%s: first loss %v, the JSONL's %v", data, got, want)
 		}

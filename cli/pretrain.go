@@ -13,7 +13,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/memfit/memfit/data"
+	"github.com/memfit/memfit/data/hfdata"
 	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/hfhub"
 	"github.com/memfit/memfit/preference"
 	"github.com/memfit/memfit/pretrained"
 	"github.com/memfit/memfit/safetensors"
@@ -407,6 +409,17 @@ it never trained on has learned to answer the prompt. docs/preference.md trains 
 			}
 			if n < 0 || perPrompt < 1 {
 				return usagef("--prompts must not be negative and --per-prompt must be at least 1 (got %d, %d)", n, perPrompt)
+			}
+			// What this reads and writes is JSONL (probe 2026-11-27-b pp6, pp9, pp10, pp13).
+			switch st, err := os.Stat(out); {
+			case err == nil && st.IsDir():
+				return usagef("--out %s is a folder: give a file name, e.g. %s", out, filepath.Join(out, "pairs.jsonl"))
+			case !strings.HasSuffix(out, ".jsonl"):
+				return usagef("--out %s: the pairs are written as JSONL: give a name ending in .jsonl (train reads a file's format from its name)", out)
+			case hfhub.IsDataURL(in):
+				return usagef("--data %s: preference-data reads a local Alpaca JSONL file; fetch the dataset's JSONL file first (finetune download hf://datasets/ORG/NAME/FILE.jsonl prints its path)", in)
+			case hfdata.IsParquet(in):
+				return usagef("--data %s is parquet: preference-data reads Alpaca JSONL (instruction, input, output)", in)
 			}
 			if err := outputFile("--out", out, inputs{}.add("--data", in), overwrite, true); err != nil {
 				return err

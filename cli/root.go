@@ -56,7 +56,8 @@ made with -tags xla.`,
 	root.PersistentPostRun = func(cmd *cobra.Command, _ []string) {
 		if longCommand(cmd) {
 			if advice := engine.SIMDAdvice(); advice != "" {
-				fmt.Fprintln(cmd.ErrOrStderr(), advice)
+				w := cmd.ErrOrStderr()
+				fmt.Fprintln(w, wrapText(advice, terminalColumns(w))) // on a terminal, as wide as it is
 			}
 		}
 	}

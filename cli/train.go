@@ -53,10 +53,10 @@ func newTrainCommand(opts *Options) *cobra.Command {
   glue         a GLUE data root with --task cola|sst2|mrpc|stsb|rte, or one task's folder (LLaMA sequence
                classification)
   parquet      a Hugging Face dataset: a .parquet file, or a dataset folder in the hub layout
-               (data/train-00000-of-00002.parquet or train/*.parquet; --split train|validation|test, default
-               train); its columns say what it holds: instruction/input/output (Alpaca), text, GLUE's columns
-               with --task (sequence classification), image + label (ViT), prompt/chosen/rejected (preference
-               pairs); --columns text=content renames
+               (data/train-00000-of-00002.parquet, train/*.parquet, or a config's folder CONFIG/train-*.parquet;
+               --split train|validation|test, default train); its columns say what it holds:
+               instruction/input/output (Alpaca), text, GLUE's columns with --task (sequence classification),
+               image + label (ViT), prompt/chosen/rejected (preference pairs); --columns text=content renames
   preference   preference pairs for --objective dpo or orpo: JSONL (.jsonl whose rows are {"prompt", "chosen",
                "rejected"}, strings or message lists with the chat template; the prompt may be implicit) or
                parquet with those columns; truncated as TRL does (--max-prompt-len keeps a prompt's end,
@@ -137,7 +137,7 @@ gradients to the host; the loss is read back every --log-every steps.`,
 				if t := dataOpts.ChatTemplate; t != "" && !slices.Contains(generate.Templates, t) {
 					return usagef("--chat-template %q: use one of %s", t, strings.Join(generate.Templates, ", "))
 				}
-				cfg, err := resolveConfig(cmd, flagCfg, configFile, opts, budget != "")
+				cfg, initHub, err := resolveConfig(cmd, flagCfg, configFile, opts, budget != "")
 				if err != nil {
 					return err
 				}
@@ -149,11 +149,8 @@ gradients to the host; the loss is read back every --log-every steps.`,
 				if dryRun {
 					wants = hubResolve
 				}
-				var hub hubSources
+				hub := hubSources{initAdapter: initHub} // resolveConfig fetched a Hub init adapter: its settings come from it
 				if model, hub.model, err = hubModel(cmd, "--model", model, wants); err != nil {
-					return err
-				}
-				if cfg.InitAdapter, hub.initAdapter, err = hubModel(cmd, "--init-adapter", cfg.InitAdapter, wants); err != nil {
 					return err
 				}
 				if data, hub.data, err = hubData(cmd, "--data", data, dataOpts); err != nil {
@@ -262,7 +259,7 @@ gradients to the host; the loss is read back every --log-every steps.`,
 	f.IntVar(&dataOpts.MaxPromptLen, "max-prompt-len", 0, "preference pairs: the most tokens a prompt keeps, its last ones (default: no limit; a pair whose prompt fills --seq-len is left out)")
 	f.BoolVar(&dataOpts.Augment, "augment", false, "random crop and horizontal flip of training images")
 	f.StringVar(&evalData, "eval-data", "", "validation set, read as --data is (any format train takes): evaluated every --eval-every steps and at the end")
-	f.StringVar(&evalDataSplit, "eval-data-split", "", "the split of --eval-data (image folder/tar subfolder, GLUE split; default: --split)")
+	f.StringVar(&evalDataSplit, "eval-data-split", "", "the split of --eval-data (default: a hub folder's validation split (validation, valid, val, dev, test), GLUE's dev, an image folder's or tar's --split)")
 	f.StringVar(&dataOpts.ChatTemplate, "chat-template", "", "template of messages data: auto (the model's own Jinja chat template, else alpaca), model, llama3, chatml or alpaca")
 	f.BoolVar(&dataOpts.Packing, "packing", false, "pack several alpaca/messages examples into each --seq-len sequence (positions restart and attention stays within each example)")
 	bindSettings(f, &flagCfg, true)

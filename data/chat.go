@@ -3,9 +3,12 @@ package data
 import (
 	"bytes"
 	"encoding/json"
+	"encoding/json/jsontext"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -28,15 +31,35 @@ type Message struct {
 	Content string `json:"content"`
 }
 
-// Conversation is one training conversation and the line of the file it was read from (1-based; 0 when it
-// came from elsewhere).
+// Conversation is one training conversation and where it was read from: the line of a JSONL file (1-based; 0
+// when it came from elsewhere), or Where ("FILE: row N" for a parquet row), which messages then name instead.
 type Conversation struct {
 	Messages []Message
 	Line     int
+	Where    string
 }
 
 // shareGPTRoles maps ShareGPT's "from" values to roles.
 var shareGPTRoles = map[string]string{"system": "system", "human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant"}
+
+// toolRoles are the speakers of tool calls and their results (OpenAI's tool and function roles, ShareGPT's
+// function_call and observation): memfit trains on text replies and does not read them.
+var toolRoles = []string{"tool", "function", "function_call", "observation", "ipython"}
+
+// errToolCalls is the end of the message for a tool-call turn.
+const errToolCalls = "tool calls are not read (memfit trains on the assistant's text replies): remove the tool-call turns and their results from the conversation"
+
+// ShareGPTRole returns the role of a ShareGPT speaker ("from": human is the user, gpt the assistant, system), or
+// an error in ShareGPT's own words for one that is not one of them.
+func ShareGPTRole(from string) (string, error) {
+	if r, ok := shareGPTRoles[from]; ok {
+		return r, nil
+	}
+	if slices.Contains(toolRoles, from) {
+		return "", fmt.Errorf("\"from\" %q: %s", from, errToolCalls)
+	}
+	return "", fmt.Errorf("\"from\" %q: use system, human or gpt", from)
+}
 
 // rowKind tells the kind of a JSONL row from its keys ("" when it is neither).
 func rowKind(keys map[string]json.RawMessage) string {
@@ -66,20 +89,63 @@ var kindNames = map[string]string{
 	KindPreference: `a preference pair ("prompt", "chosen", "rejected")`,
 }
 
-// decodeRow reads one JSONL line as one JSON object (its keys), or says what is wrong with it.
+// decodeRow reads one JSONL line as one JSON object (its keys), or says what is wrong with it: not an object (a
+// JSON array file is named as one), a key given twice at any depth (the row would mean what its last copy says,
+// as a config file's would: refused as config files are), trailing data.
 func decodeRow(text string) (map[string]json.RawMessage, error) {
+	trimmed := strings.TrimSpace(text)
+	if strings.HasPrefix(trimmed, "[") {
+		return nil, errors.New("a JSON array, not an object: memfit reads JSONL, one JSON object per line (convert a JSON array file with: jq -c '.[]' FILE.json > FILE.jsonl)")
+	}
+	if err := duplicateKey(trimmed); err != nil {
+		return nil, err
+	}
 	var keys map[string]json.RawMessage
 	dec := json.NewDecoder(strings.NewReader(text))
 	if err := dec.Decode(&keys); err != nil || keys == nil {
-		if err == nil {
-			err = errors.New("null")
+		what := "null"
+		if err != nil {
+			what = jsonSyntax(err)
 		}
-		return nil, fmt.Errorf("not a JSON object: %v", err)
+		return nil, fmt.Errorf("not a JSON object: %s", what)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, errors.New("trailing data after the JSON object (one JSON object per line)")
 	}
 	return keys, nil
+}
+
+// jsonSyntax says what a JSON decoding error found, without Go's type names: "a string", "a number", or the
+// syntax error.
+func jsonSyntax(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return "the line is " + map[string]string{"array": "a list", "string": "a string", "number": "a number", "bool": "a boolean"}[te.Value]
+	}
+	return err.Error()
+}
+
+// duplicateKey returns an error naming the first object key given twice in the JSON value text (at any depth), or
+// nil (also for text that is not valid JSON: the decoder says what is wrong with it).
+func duplicateKey(text string) error {
+	_, err := jsontext.NewDecoder(strings.NewReader(text)).ReadValue() // duplicate names are refused by default
+	var se *jsontext.SyntacticError
+	if !errors.As(err, &se) || !errors.Is(se.Err, jsontext.ErrDuplicateName) {
+		return nil
+	}
+	name, where := se.JSONPointer.LastToken(), ""
+	var path []string
+	for tok := range se.JSONPointer.Parent().Tokens() {
+		path = append(path, tok)
+	}
+	if len(path) == 2 && (path[0] == "messages" || path[0] == "conversations") {
+		if i, err := strconv.Atoi(path[1]); err == nil {
+			where = fmt.Sprintf(" in message %d", i+1)
+		}
+	} else if len(path) > 0 {
+		where = fmt.Sprintf(" in %q", strings.Join(path, "/"))
+	}
+	return fmt.Errorf("key %q is given twice%s: keep one", name, where)
 }
 
 // JSONLKind returns the kind of the JSONL training file at path (KindAlpaca, KindMessages or KindPreference), from its first
@@ -183,11 +249,17 @@ func parseConversation(text string) ([]Message, error) {
 			return nil, fmt.Errorf("message %d: %q must be a string (%v)", i+1, roleKey, err)
 		}
 		if listKey == "conversations" {
-			r, ok := shareGPTRoles[role]
-			if !ok {
-				return nil, fmt.Errorf("message %d: \"from\" %q: use system, human or gpt", i+1, role)
+			if role, err = ShareGPTRole(role); err != nil {
+				return nil, fmt.Errorf("message %d: %v", i+1, err)
 			}
-			role = r
+		}
+		if slices.Contains(toolRoles, role) {
+			return nil, fmt.Errorf("message %d: role %q (a tool's turn): %s", i+1, role, errToolCalls)
+		}
+		for _, key := range []string{"tool_calls", "function_call"} {
+			if v, ok := it[key]; ok && string(bytes.TrimSpace(v)) != "null" {
+				return nil, fmt.Errorf("message %d (%s) holds %q: %s", i+1, role, key, errToolCalls)
+			}
 		}
 		content, err := jsonString(it[contentKey])
 		if err != nil {
@@ -199,6 +271,16 @@ func parseConversation(text string) ([]Message, error) {
 		return nil, err
 	}
 	return msgs, nil
+}
+
+// EmptyReply reports whether a conversation has an assistant reply that is empty (or only white space).
+func EmptyReply(msgs []Message) bool {
+	for _, m := range msgs {
+		if m.Role == "assistant" && strings.TrimSpace(m.Content) == "" {
+			return true
+		}
+	}
+	return false
 }
 
 // jsonString decodes a JSON string, naming what the value is instead when it is not one.
@@ -226,8 +308,10 @@ func jsonString(raw json.RawMessage) (string, error) {
 }
 
 // CheckConversation checks a training conversation: at least one message, roles system, user or assistant, a
-// system message only first, no message whose content is empty (or only white space), and at least one
-// assistant turn (the replies are what the model learns).
+// system message only first, no system or user message whose content is empty (or only white space), and at
+// least one assistant turn (the replies are what the model learns). An empty assistant reply passes: it is an
+// example with an empty reply (EmptyReply), which training leaves out and counts, as it does an Alpaca row with
+// an empty output.
 func CheckConversation(msgs []Message) error {
 	if len(msgs) == 0 {
 		return errors.New("the conversation has no messages")
@@ -243,9 +327,12 @@ func CheckConversation(msgs []Message) error {
 		case "assistant":
 			assistant = true
 		default:
+			if slices.Contains(toolRoles, m.Role) {
+				return fmt.Errorf("message %d: role %q (a tool's turn): %s", i+1, m.Role, errToolCalls)
+			}
 			return fmt.Errorf("message %d: role %q: use system, user or assistant", i+1, m.Role)
 		}
-		if strings.TrimSpace(m.Content) == "" {
+		if strings.TrimSpace(m.Content) == "" && m.Role != "assistant" {
 			return fmt.Errorf("message %d (%s) has empty content", i+1, m.Role)
 		}
 	}

@@ -59,7 +59,7 @@ func TestConversationErrors(t *testing.T) {
 		{`{"conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt"}]}`, `:2: message 2 (assistant): "value" must be a string (missing)`},
 		{`{"instruction": "a", "output": "b"}`, ":2: an Alpaca row (instruction, input, output) in a file of messages rows: one data kind per file"},
 		{`{"prompt": "Hi"}`, ":2: neither a conversation"},
-		{`[1]`, ":2: not a JSON object"},
+		{`[1]`, ":2: a JSON array, not an object: memfit reads JSONL"},
 		{`null`, ":2: not a JSON object"},
 		{good + ` {}`, ":2: trailing data after the JSON object"},
 	} {

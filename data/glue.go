@@ -67,7 +67,47 @@ func GLUETask(task string) (GLUEInfo, error) {
 	case RTE:
 		return GLUEInfo{Dir: "RTE", Classes: []string{"entailment", "not_entailment"}, Pair: true}, nil
 	}
+	if task == "" {
+		return GLUEInfo{}, fmt.Errorf("GLUE data needs its task: name it with --task (%s), or give the task's folder (e.g. glue/SST-2)", strings.Join(GLUETasks, ", "))
+	}
 	return GLUEInfo{}, fmt.Errorf("unknown GLUE task %q (have %s)", task, strings.Join(GLUETasks, ", "))
+}
+
+// GLUETaskOfFolder returns the task whose folder path is (its name is the task's folder name, SST-2, RTE, ..., in
+// any case, and it holds the task's train or dev files), or "".
+func GLUETaskOfFolder(path string) string {
+	base := filepath.Base(filepath.Clean(path))
+	for _, t := range GLUETasks {
+		info, _ := GLUETask(t)
+		if !strings.EqualFold(base, info.Dir) {
+			continue
+		}
+		for _, split := range []string{"train", "dev"} {
+			if _, err := GLUEFiles(filepath.Dir(filepath.Clean(path)), t, split); err == nil {
+				return t
+			}
+			// GLUEFiles looks for the task folder by its canonical name; a folder named in another case is tried as it is.
+			if _, err := os.Stat(filepath.Join(path, split+".tsv")); err == nil {
+				return t
+			}
+		}
+	}
+	return ""
+}
+
+// IsGLUE reports whether the folder path is GLUE data in the layout of ../shared/data/glue: a task's folder
+// (GLUETaskOfFolder), or a root holding one.
+func IsGLUE(path string) bool {
+	if GLUETaskOfFolder(path) != "" {
+		return true
+	}
+	for _, t := range GLUETasks {
+		info, _ := GLUETask(t)
+		if GLUETaskOfFolder(filepath.Join(path, info.Dir)) != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // GLUEFiles returns the files of a task's split ("train" or "dev") under root, in the layouts of
@@ -173,7 +213,7 @@ func ReadGLUE(root, task, split string) ([]GLUEExample, error) {
 					return nil, bad("want 10 tab-separated columns (score last), got %d", len(cols))
 				}
 				ex.TextA, ex.TextB = cols[7], cols[8]
-				if ex.Score, err = strconv.ParseFloat(strings.TrimSpace(cols[len(cols)-1]), 64); err != nil || ex.Score < 0 || ex.Score > 5 {
+				if ex.Score, err = strconv.ParseFloat(strings.TrimSpace(cols[len(cols)-1]), 64); err != nil || !ValidScore(ex.Score) {
 					return nil, bad("score %q is not a number in [0, 5]", cols[len(cols)-1])
 				}
 			case MRPC:
@@ -197,6 +237,10 @@ func ReadGLUE(root, task, split string) ([]GLUEExample, error) {
 	}
 	return out, nil
 }
+
+// ValidScore reports whether s is an STS-B similarity score: a number in [0, 5] (NaN is not one: it passes both
+// comparisons, and would make the loss NaN steps later).
+func ValidScore(s float64) bool { return s >= 0 && s <= 5 }
 
 func classLabel(s string, n int) (int, error) {
 	v, err := strconv.Atoi(strings.TrimSpace(s))

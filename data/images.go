@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/memfit/memfit/internal/readfile"
 )
@@ -80,18 +81,31 @@ func (t *tree) Image(i int) (image.Image, error) {
 // hostile file can declare any size, and decoding would allocate it; images of more than maxImageSide pixels a
 // side are refused before decoding.
 func DecodeImage(name string, b []byte) (image.Image, error) {
-	cfg, _, err := image.DecodeConfig(bytes.NewReader(b))
-	if err != nil {
-		return nil, fmt.Errorf("%s: not a decodable image: %v", name, err)
-	}
-	if cfg.Width <= 0 || cfg.Height <= 0 || cfg.Width > maxImageSide || cfg.Height > maxImageSide {
-		return nil, fmt.Errorf("%s: a %dx%d image: memfit reads images of 1 to %d pixels a side", name, cfg.Width, cfg.Height, maxImageSide)
+	if err := CheckImageHeader(name, b); err != nil {
+		return nil, err
 	}
 	img, _, err := image.Decode(bytes.NewReader(b))
 	if err != nil {
 		return nil, fmt.Errorf("%s: not a decodable image: %v", name, err)
 	}
 	return img, nil
+}
+
+// CheckImageHeader reads an encoded image's header (not its pixels): an error names an image that is not PNG or
+// JPEG, or whose declared size is not 1 to maxImageSide pixels a side.
+func CheckImageHeader(name string, b []byte) error {
+	cfg, _, err := image.DecodeConfig(bytes.NewReader(b))
+	if err != nil {
+		what := "neither PNG nor JPEG"
+		if len(b) > 0 && utf8.Valid(b) && !bytes.ContainsAny(b, "\x00") {
+			what = "text, not PNG or JPEG bytes"
+		}
+		return fmt.Errorf("%s: not a decodable image (%s: %v)", name, what, err)
+	}
+	if cfg.Width <= 0 || cfg.Height <= 0 || cfg.Width > maxImageSide || cfg.Height > maxImageSide {
+		return fmt.Errorf("%s: a %dx%d image: memfit reads images of 1 to %d pixels a side", name, cfg.Width, cfg.Height, maxImageSide)
+	}
+	return nil
 }
 
 // build sorts the class names found in paths (class/file) and labels the entries.

@@ -108,6 +108,9 @@ func eachRawLine(r io.Reader, name string, fn func(line int, raw []byte) error) 
 				break
 			}
 		}
+		if line == 1 {
+			buf = bytes.TrimPrefix(buf, []byte("\ufeff")) // a UTF-8 byte-order mark (Windows editors write one) is not text
+		}
 		if len(buf) > 0 {
 			if ferr := fn(line, buf); ferr != nil {
 				return ferr

@@ -166,8 +166,8 @@ func CheckPreference(p Preference) error {
 		return errors.New(`"prompt", "chosen" and "rejected" must all be strings (the standard form) or all message lists (the conversational form)`)
 	}
 	if !conv {
-		if p.Chosen.String == "" || p.Rejected.String == "" {
-			return errors.New(`"chosen" and "rejected" must not be empty`)
+		if strings.TrimSpace(p.Chosen.String) == "" || strings.TrimSpace(p.Rejected.String) == "" {
+			return errors.New(`"chosen" and "rejected" must not be empty (or only spaces)`)
 		}
 		return nil
 	}
@@ -185,7 +185,7 @@ func CheckPreference(p Preference) error {
 		}
 	}
 	if last := p.Prompt.Messages[len(p.Prompt.Messages)-1]; last.Role != "user" {
-		return fmt.Errorf(`"prompt" ends with a %s message: the completions answer the prompt's last user turn, so it must end with one`, last.Role)
+		return fmt.Errorf(`"prompt" ends with %s message: the completions answer the prompt's last user turn, so it must end with one`, article(last.Role))
 	}
 	for _, f := range []struct {
 		key  string
@@ -228,4 +228,12 @@ func WritePreferences(w io.Writer, pairs []Preference) error {
 		}
 	}
 	return nil
+}
+
+// article is "a ROLE" or "an ROLE" (an assistant).
+func article(role string) string {
+	if role != "" && strings.ContainsRune("aeiou", rune(role[0])) {
+		return "an " + role
+	}
+	return "a " + role
 }

@@ -22,21 +22,21 @@ func ConversationChat(tok *tokenizer.Tokenizer, template string) (*chattemplate.
 }
 
 // conversationTokens reads the conversations of a JSONL file (data.ReadConversations) or of parquet data with a
-// messages column (ParquetConversations) and encodes each with the chat template (ConversationChat,
-// EncodeConversations): labels on the assistant turns only. note tells which template they took (and, for auto
-// on a model without one, why Alpaca); *chat is set to its name. A conversation the template cannot render is
-// an error naming its line (for parquet its row, 0-based as data/hfdata counts rows).
+// messages column (ParquetConversations), leaves out those with an empty reply (withoutEmptyReplies, noted), and
+// encodes each with the chat template (ConversationChat, EncodeConversations): labels on the assistant turns
+// only. note tells which template they took (and, for auto on a model without one, why Alpaca); *chat is set to
+// its name. A conversation the template cannot render is an error naming its line (for parquet its file and row,
+// 0-based as data/hfdata counts rows).
 func conversationTokens(path string, opts DataOptions, tok *tokenizer.Tokenizer, note func(string, ...any), chat *string) (ids, labels [][]int, err error) {
 	var convs []data.Conversation
 	if DataFormat(path, opts) == FormatParquet {
-		rows, err := ParquetConversations(path, opts)
-		if err != nil {
+		if convs, err = ParquetConversations(path, opts); err != nil {
 			return nil, nil, err
 		}
-		for i, msgs := range rows {
-			convs = append(convs, data.Conversation{Line: i, Messages: msgs})
-		}
 	} else if convs, err = data.ReadConversations(path); err != nil {
+		return nil, nil, err
+	}
+	if convs, err = withoutEmptyReplies(path, convs, func(c data.Conversation) bool { return data.EmptyReply(c.Messages) }, note); err != nil {
 		return nil, nil, err
 	}
 	c, err := ConversationChat(tok, opts.ChatTemplate)
@@ -59,10 +59,31 @@ func conversationTokens(path string, opts DataOptions, tok *tokenizer.Tokenizer,
 	return ids, labels, nil
 }
 
+// withoutEmptyReplies keeps the examples whose reply is not empty (empty tells): an Alpaca row with an empty output
+// and a conversation with an empty assistant message are left out alike, counted in a note. Such a row is a data
+// error more often than an intended answer (alpaca-libre v1 has 29 "ok" rows with an empty output, for
+// instructions such as "write a list of five facts"), and training on it teaches the model to answer with its
+// end-of-turn token alone; leaving it out with a count keeps the rest of the file usable.
+func withoutEmptyReplies[T any](path string, xs []T, empty func(T) bool, note func(string, ...any)) ([]T, error) {
+	kept := make([]T, 0, len(xs))
+	for _, x := range xs {
+		if !empty(x) {
+			kept = append(kept, x)
+		}
+	}
+	if n := len(xs) - len(kept); n > 0 {
+		if len(kept) == 0 {
+			return nil, fmt.Errorf("%s: every example (%d) has an empty reply (an empty output or assistant message): there is nothing to learn", path, n)
+		}
+		note("%s: %d of %d examples have an empty reply (an empty output or assistant message) and were left out: they would teach the model to answer with nothing", path, n, len(xs))
+	}
+	return kept, nil
+}
+
 // EncodeConversations encodes conversations with the chat template c for training (Chat.EncodeTraining): ids
 // and labels per conversation, IgnoreIndex except on the assistant's replies. name (the file) and each
-// conversation's Line name the one that fails; unended counts the assistant turns after which the template
-// writes no special token to learn.
+// conversation's Line (or its Where, for a parquet row) name the one that fails; unended counts the assistant
+// turns after which the template writes no special token to learn.
 func EncodeConversations(convs []data.Conversation, c *chattemplate.Chat, name string) (ids, labels [][]int, unended int, err error) {
 	for _, conv := range convs {
 		msgs := make([]tokenizer.Message, len(conv.Messages))
@@ -71,6 +92,9 @@ func EncodeConversations(convs []data.Conversation, c *chattemplate.Chat, name s
 		}
 		id, label, u, err := c.EncodeTraining(msgs)
 		if err != nil {
+			if conv.Where != "" {
+				return nil, nil, 0, fmt.Errorf("%s: %w", conv.Where, err)
+			}
 			return nil, nil, 0, fmt.Errorf("%s:%d: %w", name, conv.Line, err)
 		}
 		ids, labels, unended = append(ids, id), append(labels, label), unended+u

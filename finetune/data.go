@@ -159,7 +159,11 @@ func (l *Loader) Restore(state json.RawMessage) error {
 		return fmt.Errorf("data position: %w", err)
 	}
 	if s.N > 0 { // positions written before 2026-11-24 carry neither count nor fingerprint
-		if err := data.SameData("examples", "contents", s.N, l.Data.Len(), s.Data, l.Fingerprint); err != nil {
+		contents := "contents"
+		if l.ChatTemplate != "" { // the tokens are the template's rendering: it may be what changed
+			contents = fmt.Sprintf("token ids (the conversations as the chat template %s renders them: if the file did not change, the template or the tokenizer did)", l.ChatTemplate)
+		}
+		if err := data.SameData("examples", contents, s.N, l.Data.Len(), s.Data, l.Fingerprint); err != nil {
 			return err
 		}
 	}

@@ -20,9 +20,10 @@ import (
 // (data/SPLIT-*.parquet, SPLIT/*.parquet) with DataOptions.Split (default train).
 const FormatParquet = "parquet"
 
-// openParquet resolves parquet data's files and column renames.
+// openParquet resolves parquet data's files (the card's configs, or its config folder and split: hfdata.OpenSpec)
+// and column renames.
 func openParquet(path string, opts DataOptions) (*hfdata.Dataset, error) {
-	return hfdata.OpenConfig(path, opts.Config, opts.Split, opts.Columns)
+	return hfdata.OpenSpec(path, hfdata.Spec{Config: opts.Config, Split: opts.Split, Columns: opts.Columns, SplitFlag: opts.splitFlag(), ConfigFlag: "--data-config"})
 }
 
 // parquetTextFormat returns the text format that parquet data for a LLaMA stands for, by its columns: GLUE for a
@@ -45,6 +46,9 @@ func parquetTextFormat(path string, opts DataOptions, classifier bool, note func
 			return "", fmt.Errorf("parquet data for a sequence classifier is a GLUE task's rows: name it with --task (%s)", strings.Join(data.GLUETasks, ", "))
 		}
 		return FormatGLUE, nil
+	}
+	if err := ds.CheckRenames(); err != nil {
+		return "", err
 	}
 	names, err := ds.ColumnNames()
 	if err != nil {
@@ -118,7 +122,7 @@ func readGLUE(path string, opts DataOptions, split string) ([]data.GLUEExample, 
 
 // ParquetConversations reads the conversations of parquet data with a messages column (list of {role,
 // content} per row), for chat training: the hand-off from the parquet reader to the conversation path.
-func ParquetConversations(path string, opts DataOptions) ([][]hfdata.Message, error) {
+func ParquetConversations(path string, opts DataOptions) ([]data.Conversation, error) {
 	ds, err := openParquet(path, opts)
 	if err != nil {
 		return nil, err
@@ -144,6 +148,18 @@ func openParquetData(src DataSource) (Iterator, error) {
 	fam, ok := FamilyOf(src.Model)
 	if !ok || fam.OpenData == nil {
 		return nil, fmt.Errorf("parquet data needs a model whose family reads data; %s", familyTitle(src.Model))
+	}
+	if !slices.Contains(fam.Formats, FormatMessages) { // the family reads no conversations: packing and templates do not apply
+		kind := "image"
+		if !slices.Contains(fam.Formats, FormatImages) && len(fam.Formats) > 0 {
+			kind = fam.Formats[0]
+		}
+		switch {
+		case src.Options.Packing:
+			return nil, fmt.Errorf("--packing packs instruction and conversation examples (alpaca, messages data), not %s data (%s is read as %s data for the %s model): leave it out", kind, src.Path, kind, fam.Title)
+		case src.Options.ChatTemplate != "":
+			return nil, fmt.Errorf("--chat-template renders conversations (messages data), not %s data (%s is read as %s data for the %s model): leave it out", kind, src.Path, kind, fam.Title)
+		}
 	}
 	return fam.OpenData(src)
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/memfit/memfit/data"
 	"github.com/memfit/memfit/data/hfdata"
 )
 
@@ -29,7 +30,8 @@ type DataOptions struct {
 	// Format is one of the Format constants; empty picks it from the path: .safetensors, .jsonl (alpaca; the
 	// loader reads a file whose first row is a conversation as messages: data.JSONLKind), .txt (text),
 	// .tar/.tar.gz/.tgz (image-tar), .parquet or a folder of parquet files in the hub layout (parquet), a
-	// comma-separated pair (idx), another folder (images).
+	// comma-separated pair (idx), a GLUE task's folder or a GLUE root (glue: data.IsGLUE), another folder
+	// (images).
 	Format string `json:"format,omitempty"`
 	// Split is the subfolder of an image folder or tar (e.g. "train"), the GLUE split (train, dev; default train)
 	// or the split of a parquet dataset folder (train, validation, test; default train).
@@ -57,7 +59,23 @@ type DataOptions struct {
 	// Packing fills each sequence with several instruction or conversation examples (Alpaca, messages),
 	// document-aware: positions restart at each example and attention does not cross examples (position_ids).
 	Packing bool `json:"packing,omitempty"`
+	// SplitFlag names the flag that set Split, in messages ("" for --split; --eval-data-split for validation data).
+	SplitFlag string `json:"-"`
+	// ValidationSplit says that Split "" means the dataset's validation split, the first of hfdata.EvalSplits it
+	// has (validation data named by an hf:// URL, whose splits are known only from its file list).
+	ValidationSplit bool `json:"-"`
 }
+
+// splitFlag is the flag that set Split.
+func (o DataOptions) splitFlag() string {
+	if o.SplitFlag == "" {
+		return "--split"
+	}
+	return o.SplitFlag
+}
+
+// splitFormats are the formats that have splits (DataOptions.Split).
+var splitFormats = []string{FormatImages, FormatImageTar, FormatGLUE, FormatParquet}
 
 // DataFormat returns the format that opts (or the path) selects.
 func DataFormat(path string, opts DataOptions) string {
@@ -78,6 +96,8 @@ func DataFormat(path string, opts DataOptions) string {
 		return FormatIDX
 	case hfdata.IsParquet(path):
 		return FormatParquet
+	case data.IsGLUE(path):
+		return FormatGLUE
 	}
 	return FormatImages
 }
@@ -109,7 +129,22 @@ func OpenData(path string, opts DataOptions, model Model, modelDir string, batch
 	if err := checkDataPath(path, format, opts); err != nil {
 		return nil, err
 	}
-	if isPreferenceData(path, format, opts) {
+	preference := isPreferenceData(path, format, opts)
+	kind := format
+	if preference {
+		kind = FormatPreference
+	}
+	if opts.Columns != "" && format != FormatParquet {
+		return nil, fmt.Errorf("--columns renames the columns of parquet data, but %s is %s data: leave it out", path, kind)
+	}
+	if opts.Split != "" && !slices.Contains(splitFormats, format) {
+		return nil, fmt.Errorf("%s picks a split of an image folder or tar, GLUE data or a parquet dataset folder, but %s is %s data, one file: leave it out",
+			opts.splitFlag(), path, kind)
+	}
+	if opts.Config != "" && format != FormatParquet {
+		return nil, fmt.Errorf("--data-config picks a config of a parquet dataset (a Hub dataset's card or config folders), but %s is %s data: leave it out", path, kind)
+	}
+	if preference {
 		return openPairs(DataSource{Path: path, Format: FormatPreference, Options: opts, Model: model, ModelDir: modelDir, BatchSize: batchSize, Seed: seed})
 	}
 	if opts.MaxPromptLen != 0 {

@@ -5,9 +5,13 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/memfit/memfit/data"
+	"github.com/memfit/memfit/data/hfdata"
 )
 
 // Opening a run's validation set (RunSpec.EvalData, or the hold-out Config.EvalSplit of its training data) and
@@ -31,15 +35,74 @@ func (s RunSpec) CheckValidation() error {
 // EvalDataOptions are the options the validation data (EvalData) is read with.
 func (s RunSpec) EvalDataOptions() DataOptions { return s.evalOptions() }
 
-// evalOptions are the options the validation data is read with: the training data's, with EvalDataSplit for
-// the split when given.
+// evalOptions are the options the validation data is read with: the training data's, without augmentation, with
+// --columns only for parquet validation data, and its split: EvalDataSplit when given; else for a parquet dataset
+// folder its first split of hfdata.EvalSplits (validation, then test, ...; train only when it has none of them)
+// and for GLUE the dev split, so that a validation set named like the training data is never its training split;
+// else (image folders and tars) the training data's --split. Messages name --eval-data-split.
 func (s RunSpec) evalOptions() DataOptions {
 	opts := s.DataOptions
-	if s.EvalDataSplit != "" {
-		opts.Split = s.EvalDataSplit
-	}
 	opts.Augment = false
+	opts.SplitFlag = "--eval-data-split"
+	format := DataFormat(s.EvalData, opts)
+	if format != FormatParquet {
+		opts.Columns = "" // --columns renames the training parquet's columns
+		if !strings.HasPrefix(s.EvalData, "hf://") {
+			opts.Config = "" // --data-config is the training dataset's (a Hub dataset's is read with it)
+		}
+	}
+	switch {
+	case s.EvalDataSplit != "":
+		opts.Split = s.EvalDataSplit
+	case format == FormatParquet:
+		opts.Split = ""
+		if st, err := os.Stat(s.EvalData); err == nil && st.IsDir() {
+			opts.Split = hfdata.EvalSplit(s.EvalData, opts.Config)
+		}
+	case strings.HasPrefix(s.EvalData, "hf://"): // a Hub dataset, downloaded by its validation split (cli/hub.go)
+		opts.Split, opts.ValidationSplit = "", true
+	case format == FormatGLUE:
+		opts.Split = "dev"
+	case format != FormatImages && format != FormatImageTar:
+		opts.Split = "" // the format has no splits: --split was the training data's
+	}
 	return opts
+}
+
+// splitOf is the split that opts reads of data in format, for messages: the split given, or the format's default.
+func splitOf(format string, opts DataOptions) string {
+	switch {
+	case opts.Split != "":
+		return opts.Split
+	case format == FormatParquet:
+		return hfdata.DefaultSplit
+	case format == FormatGLUE:
+		return "train"
+	}
+	return ""
+}
+
+// sameData returns a note when the validation set is the training data itself (the same file or folder, and
+// split), or "".
+func (s RunSpec) sameData() string {
+	same := func(a, b string) bool {
+		ra, err1 := filepath.EvalSymlinks(a)
+		rb, err2 := filepath.EvalSymlinks(b)
+		return a == b || err1 == nil && err2 == nil && ra == rb
+	}
+	if s.EvalData == "" || !same(absData(s.Data), absData(s.EvalData)) {
+		return ""
+	}
+	eval := s.evalOptions()
+	trainSplit, evalSplit := splitOf(DataFormat(s.Data, s.DataOptions), s.DataOptions), splitOf(DataFormat(s.EvalData, eval), eval)
+	if trainSplit != evalSplit {
+		return ""
+	}
+	what := s.EvalData
+	if evalSplit != "" {
+		what += " (split " + evalSplit + ")"
+	}
+	return fmt.Sprintf("validation set: --eval-data %s is the training data itself: its loss measures how the model fits what it trains on, not how it generalises (hold out examples with --eval-split, or give another split or file)", what)
 }
 
 // OpenTraining opens the run's training data as OpenData does (batches of batchSize, order from seed) and its
@@ -88,7 +151,42 @@ func (s RunSpec) WithValidation(it Iterator, model Model, batchSize int, seed ui
 	if err != nil {
 		return nil, nil, fmt.Errorf("--eval-data %s: %w", s.EvalData, err)
 	}
-	return it, set, nil
+	// The validation set's notes (examples cut, left out) are told as the training data's are.
+	var notes []string
+	for _, n := range DataNotes(ev) {
+		notes = append(notes, "validation set: "+n)
+	}
+	if n := s.sameData(); n != "" {
+		notes = append(notes, n)
+	}
+	return withNotes(it, notes), set, nil
+}
+
+// DataNotes are what opening the data it found worth telling the user: examples cut or left out, the reading
+// chosen, the validation set's notes.
+func DataNotes(it Iterator) []string {
+	switch l := it.(type) {
+	case *Loader:
+		return l.Notes
+	case imageIterator:
+		return l.notes
+	}
+	return nil
+}
+
+// withNotes returns it with notes added to its DataNotes (it unchanged for an iterator that keeps none).
+func withNotes(it Iterator, notes []string) Iterator {
+	if len(notes) == 0 {
+		return it
+	}
+	switch l := it.(type) {
+	case *Loader:
+		l.Notes = append(l.Notes, notes...)
+	case imageIterator:
+		l.notes = append(slices.Clone(l.notes), notes...)
+		return l
+	}
+	return it
 }
 
 // EvalSetOf returns the whole dataset of an opened iterator as a validation set, in its stored order: the
@@ -167,7 +265,7 @@ func HoldOut(it Iterator, frac float64, seed uint64, batchSize int) (Iterator, E
 		if err != nil {
 			return nil, nil, err
 		}
-		return imageIterator{nl}, ImagesEval{Source: data.Pick(src, eval), Pre: l.l.Pre}, nil
+		return imageIterator{l: nl, notes: l.notes}, ImagesEval{Source: data.Pick(src, eval), Pre: l.l.Pre}, nil
 	}
 	return nil, nil, &RequestError{fmt.Errorf("--eval-split cannot hold out examples of data read as %T (it is streamed, not indexed): give a separate --eval-data", it)}
 }

@@ -413,6 +413,20 @@ type PEFTAdapter struct {
 	Modules models.Params
 }
 
+// notAnAdapter says what a folder given as a PEFT adapter is instead (a model, a training checkpoint, a run).
+func notAnAdapter(dir string) error {
+	has := func(name string) bool { _, err := os.Stat(filepath.Join(dir, name)); return err == nil }
+	switch {
+	case has("config.json"):
+		return fmt.Errorf("%s is a model folder (config.json), not a PEFT adapter (adapter_config.json): give it as --model, and an adapter folder as --adapter", dir)
+	case has(StateFile):
+		return fmt.Errorf("%s is a training checkpoint, not a PEFT adapter: export it first (finetune export --run RUN --checkpoint N --out DIR)", dir)
+	case has(RunFile):
+		return fmt.Errorf("%s is a training run folder, not a PEFT adapter: its adapter is in %s", dir, filepath.Join(dir, "adapter"))
+	}
+	return fmt.Errorf("%s is not a PEFT adapter folder: it has no %s", dir, AdapterConfig)
+}
+
 // ReadAdapter reads the PEFT adapter folder dir (adapter_config.json and adapter_model.safetensors) for model:
 // the registered format that reads its config (adapter.FormatOf: LoRA, or a custom adapter's) makes one
 // adapter per adapted layer; every key is either a base parameter of the model in one of modules_to_save, or
@@ -426,6 +440,9 @@ type PEFTAdapter struct {
 // naming what disagrees.
 func ReadAdapter(dir string, model Model) (*PEFTAdapter, error) {
 	raw, err := readfile.Read(filepath.Join(dir, AdapterConfig), readfile.Config)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, notAnAdapter(dir)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -57,13 +57,17 @@ func OpenImages(path, format, split string) (data.ImageSource, error) {
 	return nil, fmt.Errorf("%q is not an image format", format)
 }
 
-type imageIterator struct{ l *data.ImageLoader }
+// imageIterator is the Iterator of an image loader, with the notes opening the data gave (DataNotes).
+type imageIterator struct {
+	l     *data.ImageLoader
+	notes []string
+}
 
 func wrapImages(l *data.ImageLoader, err error) (Iterator, error) {
 	if err != nil {
 		return nil, err
 	}
-	return imageIterator{l}, nil
+	return imageIterator{l: l}, nil
 }
 
 func (it imageIterator) Next() (Batch, error) {

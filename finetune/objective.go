@@ -384,7 +384,11 @@ func StepBatchShapes(model Model, cfg Config, in Shape) (map[string]shapes.Shape
 		return own, nil
 	}
 	if model.Task() != "CAUSAL_LM" {
-		return nil, fmt.Errorf("objective %s trains a causal language model; %T is not one", cfg.Objective, model)
+		what := familyTitle(model)
+		if model.Task() != "" {
+			what += " with the task " + model.Task()
+		}
+		return nil, fmt.Errorf("objective %s trains a causal language model; %s", cfg.Objective, what)
 	}
 	out := map[string]shapes.Shape{}
 	for _, side := range pairNames {

@@ -7,6 +7,7 @@ package finetune
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/memfit/memfit/chattemplate"
 	"github.com/memfit/memfit/data"
@@ -57,7 +58,7 @@ func readPreferences(path string, opts DataOptions) ([]data.Preference, error) {
 // openPairs opens preference data as a loader of pair batches; its Notes say what was cut or left out.
 func openPairs(src DataSource) (Iterator, error) {
 	var notes []string
-	ex, err := PairExamples(src.Path, src.Options, src.Model, src.ModelDir, func(format string, args ...any) {
+	ex, chat, err := pairExamples(src.Path, src.Options, src.Model, src.ModelDir, func(format string, args ...any) {
 		notes = append(notes, fmt.Sprintf(format, args...))
 	})
 	if err != nil {
@@ -67,7 +68,7 @@ func openPairs(src DataSource) (Iterator, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.Notes = notes
+	l.Notes, l.ChatTemplate = notes, chat // run.yaml records the template conversational pairs took, as for conversations
 	return l, nil
 }
 
@@ -77,35 +78,42 @@ func openPairs(src DataSource) (Iterator, error) {
 // DataOptions.SeqLen (default 256) tokens of prompt + completion and DataOptions.MaxPromptLen of prompt. note
 // (may be nil) receives the counts of prompts and completions cut and of pairs left out.
 func PairExamples(path string, opts DataOptions, model Model, modelDir string, note func(string, ...any)) (Examples, error) {
+	ex, _, err := pairExamples(path, opts, model, modelDir, note)
+	return ex, err
+}
+
+// pairExamples is PairExamples, also returning the chat template conversational pairs took ("" for the
+// standard form).
+func pairExamples(path string, opts DataOptions, model Model, modelDir string, note func(string, ...any)) (Examples, string, error) {
 	if note == nil {
 		note = func(string, ...any) {}
 	}
 	tm, ok := model.(models.TextModel)
 	switch {
 	case !ok:
-		return nil, fmt.Errorf("preference data trains a causal language model (its log-likelihoods of completions); %s", familyTitle(model))
+		return nil, "", fmt.Errorf("preference data trains a causal language model (its log-likelihoods of completions); %s", familyTitle(model))
 	case !tm.TextSpec().CausalLM():
-		return nil, fmt.Errorf("preference data trains a causal language model (its log-likelihoods of completions); the model's task is %s, not CAUSAL_LM", tm.TextSpec().Task)
+		return nil, "", fmt.Errorf("preference data trains a causal language model (its log-likelihoods of completions); the model's task is %s, not CAUSAL_LM", tm.TextSpec().Task)
 	}
 	if opts.Packing {
-		return nil, fmt.Errorf("--packing packs instruction and conversation examples, not preference pairs: leave it out")
+		return nil, "", fmt.Errorf("--packing packs instruction and conversation examples, not preference pairs: leave it out")
 	}
 	if opts.MaxPromptLen < 0 {
-		return nil, fmt.Errorf("--max-prompt-len must not be negative, got %d", opts.MaxPromptLen)
+		return nil, "", fmt.Errorf("--max-prompt-len must not be negative, got %d", opts.MaxPromptLen)
 	}
 	spec := tm.TextSpec()
 	tok, seqLen, err := textTokenizer(opts, model, spec, modelDir, "preference data")
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	rows, err := readPreferences(path, opts)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	var chat *chattemplate.Chat
 	if rows[0].Chosen.Conversational() {
 		if chat, err = ConversationChat(tok, opts.ChatTemplate); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+			return nil, "", fmt.Errorf("%s: %w", path, err)
 		}
 		if chat.Note != "" {
 			note("%s: %s", path, chat.Note)
@@ -113,16 +121,16 @@ func PairExamples(path string, opts DataOptions, model Model, modelDir string, n
 			note("%s: conversational pairs take the chat template %s", path, chat)
 		}
 	} else if opts.ChatTemplate != "" {
-		return nil, fmt.Errorf("--chat-template renders conversational pairs (message lists); %s holds strings: leave it out", path)
+		return nil, "", fmt.Errorf("--chat-template renders conversational pairs (message lists); %s holds strings: leave it out", path)
 	}
 	enc := make([]preference.Encoded, len(rows))
 	for i, r := range rows {
 		if r.Chosen.Conversational() != rows[0].Chosen.Conversational() {
-			return nil, fmt.Errorf("%s: %s: its pair is %s, the first is %s: one form per dataset", path, where(path, r.Line),
+			return nil, "", fmt.Errorf("%s: %s: its pair is %s, the first is %s: one form per dataset", path, where(path, r.Line),
 				form(r.Chosen.Conversational()), form(rows[0].Chosen.Conversational()))
 		}
 		if enc[i], err = preference.Encode(tok, chat, r); err != nil {
-			return nil, fmt.Errorf("%s: %s: %w", path, where(path, r.Line), err)
+			return nil, "", fmt.Errorf("%s: %s: %w", path, where(path, r.Line), err)
 		}
 	}
 	pad, ok := tok.Pad()
@@ -131,7 +139,7 @@ func PairExamples(path string, opts DataOptions, model Model, modelDir string, n
 	}
 	ex, _, cuts, err := preference.Tensors(enc, preference.Lengths{SeqLen: seqLen, MaxPromptLen: opts.MaxPromptLen}, pad)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, "", fmt.Errorf("%s: %w", path, err)
 	}
 	if cuts.Prompts > 0 {
 		note("%s: %d of %d prompts are longer than --max-prompt-len %d and keep their last %d tokens", path, cuts.Prompts, len(rows), opts.MaxPromptLen, opts.MaxPromptLen)
@@ -142,7 +150,25 @@ func PairExamples(path string, opts DataOptions, model Model, modelDir string, n
 	if cuts.Refused > 0 {
 		note("%s: %d of %d pairs were left out: their prompt leaves no completion token within --seq-len %d (raise it, or cut prompts with --max-prompt-len)", path, cuts.Refused, len(rows), seqLen)
 	}
-	return Examples(ex), nil
+	if same := identicalPairs(rows); same > 0 {
+		note("%s: %d of %d pairs have the same chosen and rejected completion: they teach nothing (their DPO gradient is zero) and count as misranked in rewards/accuracies; drop them from the data", path, same, len(rows))
+	}
+	name := ""
+	if chat != nil {
+		name = chat.Name
+	}
+	return Examples(ex), name, nil
+}
+
+// identicalPairs counts the pairs whose chosen and rejected completions are the same.
+func identicalPairs(rows []data.Preference) int {
+	n := 0
+	for _, r := range rows {
+		if r.Chosen.String == r.Rejected.String && slices.Equal(r.Chosen.Messages, r.Rejected.Messages) {
+			n++
+		}
+	}
+	return n
 }
 
 // where names a pair's place in its file: a JSONL line (1-based) or a parquet row (0-based).

@@ -7,6 +7,9 @@ package finetune
 // restores its data position (the data's fingerprint covers them).
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -55,6 +58,19 @@ func pairFingerprint(ex Examples) string {
 	return own.Fingerprint()
 }
 
+// referenceSum is the SHA-256 of a set's reference log-likelihoods (chosen, then rejected), written into the
+// cache's metadata so that a damaged cache is named as such on resume (it would otherwise change the data's
+// fingerprint, and the resume would blame the data).
+func referenceSum(ex Examples) string {
+	h := sha256.New()
+	for _, n := range []string{preference.RefChosen, preference.RefRejected} {
+		ex[n].MustConstFlatData(func(flat any) {
+			_ = binary.Write(h, binary.LittleEndian, flat)
+		})
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
 // attachReference adds the cached reference log-likelihoods of out/ReferenceFile to the data (resume); a cache
 // that is missing or was computed for other data is an error.
 func attachReference(out string, data Iterator, validation EvalSet) error {
@@ -85,6 +101,10 @@ func attachReference(out string, data Iterator, validation EvalSet) error {
 				return fmt.Errorf("%s: %s.%s has shape %v for %d pairs", path, name, side.key, t.Shape().Dimensions, ex.Len())
 			}
 			ex[side.input] = t
+		}
+		// Caches written before 2026-11-27 carry no checksum.
+		if want, ok := meta[name+".sha256"]; ok && want != referenceSum(ex) {
+			return fmt.Errorf("%s: the %s reference log-likelihoods do not match the checksum written with them: the file is corrupt; the run cannot continue without them (start it again with --overwrite)", path, name)
 		}
 	}
 	if l, ok := data.(*Loader); ok {
@@ -146,6 +166,7 @@ func precomputeReference(tr *Trainer, out string, data Iterator, validation Eval
 		meta[name+".fingerprint"] = pairFingerprint(ex)
 		ex[preference.RefChosen] = tensors.FromFlatDataAndDimensions(chosen, len(chosen))
 		ex[preference.RefRejected] = tensors.FromFlatDataAndDimensions(rejected, len(rejected))
+		meta[name+".sha256"] = referenceSum(ex)
 		cache[name+".chosen"], cache[name+".rejected"] = ex[preference.RefChosen], ex[preference.RefRejected]
 	}
 	if l, ok := data.(*Loader); ok {

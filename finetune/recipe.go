@@ -186,8 +186,8 @@ func (r Recipe) Run(ctx context.Context) (res *Result, err error) {
 	if err != nil {
 		return res, err
 	}
-	if l, ok := data.(*Loader); ok && r.Hooks.OnDataNote != nil {
-		for _, n := range l.Notes {
+	if r.Hooks.OnDataNote != nil {
+		for _, n := range DataNotes(data) {
 			r.Hooks.OnDataNote(n)
 		}
 	}

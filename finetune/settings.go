@@ -185,6 +185,9 @@ type Sources struct {
 	// MSNormByDefault turns MS-norm on unless the file or a flag gave ms_norm: the memory autopilot (package plan)
 	// asks for it, since MS-norm is the free model-wide saving and the autopilot chooses only the per-block modes.
 	MSNormByDefault bool
+	// InitAdapter, when set, turns the init_adapter the file or a flag gave into the folder to read (a Hub id
+	// into its snapshot in the cache), before the adapter's settings are read; its error is returned as it is.
+	InitAdapter func(value string) (string, error)
 }
 
 // Resolve builds a training config from src: Defaults(), then the keys of src.File, then the settings whose flags
@@ -221,6 +224,11 @@ func Resolve(src Sources) (Config, error) {
 	}
 	if cfg.InitAdapter != "" && cfg.Method != MethodFull && cfg.Method != MethodCustom {
 		var err error
+		if src.InitAdapter != nil {
+			if cfg.InitAdapter, err = src.InitAdapter(cfg.InitAdapter); err != nil {
+				return cfg, err
+			}
+		}
 		if cfg, err = withInitAdapter(cfg, given); err != nil {
 			return cfg, err
 		}

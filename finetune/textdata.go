@@ -136,14 +136,24 @@ func textExamplesNoted(path string, opts DataOptions, model Model, modelDir stri
 		return nil, fmt.Errorf("--chat-template renders conversations (messages data); %s is %s data: leave it out", path, format)
 	}
 	if classifier != (format == FormatGLUE) {
-		return nil, fmt.Errorf("%s data needs a %s model, the model is %s", format,
-			map[bool]string{true: "sequence-classification", false: "causal-LM"}[format == FormatGLUE], map[bool]string{true: "a sequence classifier", false: "a causal LM"}[classifier])
+		if format == FormatGLUE {
+			labels := 2
+			if info, err := data.GLUETask(opts.Task); err == nil && info.Regression {
+				labels = 1
+			}
+			return nil, fmt.Errorf("%s is GLUE %s data, which trains a sequence classifier, but the model is a causal LM: give it a classification head with finetune init --from %s --num-labels %d --out NEW",
+				path, opts.Task, modelDir, labels)
+		}
+		return nil, fmt.Errorf("%s data needs a causal-LM model, the model is a sequence classifier", format)
 	}
 	var ex map[string]*tensors.Tensor
 	switch format {
 	case FormatAlpaca:
 		rows, err := readInstructions(path, opts)
 		if err != nil {
+			return nil, err
+		}
+		if rows, err = withoutEmptyReplies(path, rows, data.Instruction.EmptyReply, note); err != nil {
 			return nil, err
 		}
 		var ids, labels [][]int

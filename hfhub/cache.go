@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/memfit/memfit/internal/readfile"
 )
@@ -219,6 +220,19 @@ func (c *Client) tagCache() {
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		_ = writeAtomic(path, []byte(cacheDirTag))
 	}
+}
+
+// cacheWriteError turns an error writing the cache (a read-only file system, no permission) into one line that
+// names the cache and what to do (probe 2026-11-27-b r2, r3, r5: it named a hidden temporary file or a lock).
+func (c *Client) cacheWriteError(err error) error {
+	var pe *fs.PathError
+	if err == nil || !errors.As(err, &pe) || !(errors.Is(err, syscall.EROFS) || errors.Is(err, fs.ErrPermission)) {
+		return err
+	}
+	if rel, rerr := filepath.Rel(c.env.Cache, pe.Path); rerr != nil || strings.HasPrefix(rel, "..") {
+		return err
+	}
+	return fmt.Errorf("the Hub cache %s cannot be written (%v): set HF_HUB_CACHE (or HF_HOME) to a folder you can write, or, if everything the run reads is cached, HF_HUB_OFFLINE=1", c.env.Cache, pe.Err)
 }
 
 // writeAtomic writes data to path through a temporary file renamed into place (readers see all or nothing).

@@ -135,6 +135,11 @@ func (c *Client) statusError(r Repo, file string, resp *http.Response) error {
 		return errorf(ErrGated, "%s is gated and %s has no access to it yet: accept its terms on %s with that token's account (some repositories also wait for the authors' approval)", r.describe(), c.tokenWords(), c.page(r))
 	case msg == "Invalid credentials in Authorization header" || (resp.StatusCode == http.StatusUnauthorized && code == "" && c.env.Token != ""):
 		return errorf(ErrToken, "the Hub (%s) refused %s (invalid credentials): make a new token on %s/settings/tokens", c.env.Endpoint, c.tokenWords(), c.env.Endpoint)
+	case code == "" && resp.StatusCode == http.StatusNotFound && file == "" && (msg == "" || strings.Contains(msg, "can't find the page")):
+		// The Hub names a missing repository (X-Error-Code); a bare 404, or its "no such page", to an API URL
+		// says the address is not the Hub's API (probe e4, e5: a wrong HF_ENDPOINT was reported as a missing
+		// repository).
+		return errorf(ErrNotFound, "%s: the server at %s answered %s to the Hub's API address (%s): HF_ENDPOINT is not a Hugging Face Hub (or mirror) address, or the repository is not there", r.describe(), c.env.Endpoint, resp.Status, firstNonEmpty(msg, "no Hub error headers"))
 	case code == "RepoNotFound" || resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusNotFound:
 		if c.env.Token == "" {
 			return errorf(ErrNotFound, "%s: no such %s on %s, or it is private: if it is, set HF_TOKEN (or run `huggingface-cli login`) with a token that can read it", r.describe(), r.Kind, c.env.Endpoint)
@@ -221,6 +226,10 @@ func sameHost(a, b string) bool {
 func (c *Client) do(ctx context.Context, r Repo, file, method, u string, header http.Header) (*http.Response, error) {
 	if c.env.Offline {
 		return nil, errorf(ErrOffline, "%s: HF_HUB_OFFLINE is set: no request to the Hub", r.describe())
+	}
+	if e, err := url.Parse(c.env.Endpoint); err != nil || (e.Scheme != "http" && e.Scheme != "https") || e.Host == "" {
+		// No retry helps an address that is not one (probe e1, e2: five tries, 25 s, then "unsupported protocol").
+		return nil, errorf(ErrUnreachable, "cannot reach the Hub at %s: HF_ENDPOINT is not an http(s) address (give one such as https://huggingface.co or a mirror's)", c.env.Endpoint)
 	}
 	for n := 0; ; n++ {
 		req, err := c.newRequest(ctx, method, u)

@@ -3,6 +3,7 @@ package hfhub
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path"
@@ -47,7 +48,8 @@ type DataSnapshot struct {
 // all pages); a URL naming a file downloads that file alone. A dataset whose selected files are not parquet is
 // read from the Hub's parquet conversion (the refs/convert/parquet branch). Offline (HF_HUB_OFFLINE) it reads
 // refs/, the cached file list and the snapshot alone.
-func (c *Client) Dataset(ctx context.Context, ref DataRef, sel Selector) (*DataSnapshot, error) {
+func (c *Client) Dataset(ctx context.Context, ref DataRef, sel Selector) (_ *DataSnapshot, err error) {
+	defer func() { err = c.cacheWriteError(err) }()
 	r := ref.Repo
 	r.Kind = Dataset
 	commit, files, err := c.listing(ctx, r)
@@ -80,11 +82,11 @@ func (c *Client) Dataset(ctx context.Context, ref DataRef, sel Selector) (*DataS
 	picked, err := c.pick(ctx, r, commit, root, files, sel, ref.String(), false)
 	switch {
 	case errors.Is(err, ErrNotParquet) && root != "":
-		return nil, errorf(ErrNoFile, "%s: %s holds no parquet files (%v): name the dataset without /%s to read the Hub's parquet conversion of it, or name one file", r.describe(), root, err, root)
+		return nil, errorf(ErrNoFile, "%s: %s holds no parquet files (%s): name the dataset without /%s to read the Hub's parquet conversion of it, or name one file", r.describe(), root, fileList(files), root)
 	case errors.Is(err, ErrNotParquet) && r.Rev() != DefaultRevision:
-		return nil, errorf(ErrNoFile, "%s holds no parquet files (%v), and the Hub's parquet conversion (%s) is of its main branch only", r.describe(), err, ConvertRevision)
+		return nil, errorf(ErrNoFile, "%s holds no parquet files (%s), and the Hub's parquet conversion (%s) is of its main branch only", r.describe(), fileList(files), ConvertRevision)
 	case errors.Is(err, ErrNotParquet):
-		return c.converted(ctx, r, sel, err)
+		return c.converted(ctx, r, sel, fileList(files), firstDataFile(files))
 	case err != nil:
 		return nil, err
 	}
@@ -93,17 +95,46 @@ func (c *Client) Dataset(ctx context.Context, ref DataRef, sel Selector) (*DataS
 	return snap, nil
 }
 
-// converted reads the dataset's parquet conversion.
-func (c *Client) converted(ctx context.Context, r Repo, sel Selector, why error) (*DataSnapshot, error) {
+// fileList names a dataset's data files (not its card or git attributes) for messages: "its files: a, b, c and
+// N more".
+func fileList(files []File) string {
+	var names []string
+	for _, f := range files {
+		if f.Path != "README.md" && f.Path != ".gitattributes" {
+			names = append(names, f.Path)
+		}
+	}
+	switch {
+	case len(names) == 0:
+		return "no data files"
+	case len(names) > 3:
+		return fmt.Sprintf("its files: %s and %d more", strings.Join(names[:3], ", "), len(names)-3)
+	}
+	return "its files: " + strings.Join(names, ", ")
+}
+
+// firstDataFile is the first data file of a listing (PATH in messages when there is none).
+func firstDataFile(files []File) string {
+	for _, f := range files {
+		if f.Path != "README.md" && f.Path != ".gitattributes" {
+			return f.Path
+		}
+	}
+	return "PATH"
+}
+
+// converted reads the dataset's parquet conversion (have: the dataset's own files, for messages; example: one
+// of them).
+func (c *Client) converted(ctx context.Context, r Repo, sel Selector, have, example string) (*DataSnapshot, error) {
 	conv := Repo{Kind: Dataset, ID: r.ID, Revision: ConvertRevision}
 	commit, files, err := c.listing(ctx, conv)
 	if errors.Is(err, ErrRevision) {
-		return nil, errorf(ErrNoFile, "%s holds no parquet files (%v) and the Hub has no parquet conversion of it (%s): name one file with hf://datasets/%s/PATH", r.describe(), why, ConvertRevision, r.ID)
+		return nil, errorf(ErrNoFile, "%s holds no parquet files (%s) and the Hub has no parquet conversion of it (%s): name one file, e.g. hf://datasets/%s/%s", r.describe(), have, ConvertRevision, r.ID, example)
 	}
 	if err != nil {
 		return nil, err
 	}
-	c.note("%s: %v: reading the Hub's parquet conversion of it (%s, commit %s)", r.describe(), why, ConvertRevision, commit[:12])
+	c.note("%s holds no parquet files (%s): reading the Hub's parquet conversion of it (%s, commit %s)", r.describe(), have, ConvertRevision, commit[:12])
 	picked, err := c.pick(ctx, conv, commit, "", files, sel, DataRef{Repo: conv}.String(), true)
 	if err != nil {
 		return nil, err

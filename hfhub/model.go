@@ -139,7 +139,8 @@ func isWeights(name string) bool {
 // downloading what the cache lacks, and returns the snapshot: a folder memfit reads as any model folder. Online
 // it resolves the revision with /api/models/ID/revision/REV?blobs=true (which lists the files with their sizes
 // and sha256s) and records it in refs/; offline (HF_HUB_OFFLINE) it reads refs/ and the snapshot alone.
-func (c *Client) Model(ctx context.Context, r Repo) (*Snapshot, error) {
+func (c *Client) Model(ctx context.Context, r Repo) (_ *Snapshot, err error) {
+	defer func() { err = c.cacheWriteError(err) }()
 	if c.env.Offline {
 		return c.offlineModel(r)
 	}
@@ -253,7 +254,8 @@ func (c *Client) checkTotalSpace(r Repo, files []File) error {
 
 // ModelConfig is Model for a run that reads only the model's config.json (or a PEFT adapter's
 // adapter_config.json): the planners of `finetune memory`, which need no weights.
-func (c *Client) ModelConfig(ctx context.Context, r Repo) (*Snapshot, error) {
+func (c *Client) ModelConfig(ctx context.Context, r Repo) (_ *Snapshot, err error) {
+	defer func() { err = c.cacheWriteError(err) }()
 	var commit string
 	var files []File
 	if c.env.Offline {
@@ -297,7 +299,8 @@ func (c *Client) ModelConfig(ctx context.Context, r Repo) (*Snapshot, error) {
 
 // Resolve finds the commit a repository's revision resolves to (the Hub's answer, or offline the cache's
 // refs/), recording it in refs/, and downloads nothing: the snapshot's Dir is where its files go.
-func (c *Client) Resolve(ctx context.Context, r Repo) (*Snapshot, error) {
+func (c *Client) Resolve(ctx context.Context, r Repo) (_ *Snapshot, err error) {
+	defer func() { err = c.cacheWriteError(err) }()
 	var commit string
 	if c.env.Offline {
 		if commit = c.cachedCommit(r); commit == "" {

@@ -17,11 +17,13 @@ import (
 	"time"
 
 	"github.com/gomlx/compute"
+	"github.com/gomlx/gomlx/core/tensors"
 
 	"github.com/memfit/memfit/finetune"
 	"github.com/memfit/memfit/internal/readfile"
 	"github.com/memfit/memfit/memory"
 	"github.com/memfit/memfit/models"
+	"github.com/memfit/memfit/preference"
 	"github.com/memfit/memfit/safetensors"
 )
 
@@ -871,10 +873,19 @@ func peekBatch(data finetune.Iterator) (finetune.Batch, finetune.Shape, error) {
 	if err := data.Restore(state); err != nil {
 		return nil, finetune.Shape{}, err
 	}
-	in := finetune.Shape{Batch: b.Size()}
-	if ids, ok := b["input_ids"]; ok && ids.Rank() == 2 {
-		in.Seq = ids.Shape().Dim(1)
-	}
+	in := finetune.Shape{Batch: b.Size(), Seq: sequenceLength(b)}
 	_, in.Packed = b["position_ids"] // packed sequences (--packing)
 	return b, in, nil
+}
+
+// sequenceLength is the length of a batch's (or data's) token sequences: of its input_ids, or of a preference
+// pair's completions (chosen_input_ids: a pair batch holds no input_ids; probe 2026-11-27-b pb01: the autopilot of
+// a DPO run planned sequences of 0 tokens and stopped); 0 when it has no token ids.
+func sequenceLength(b map[string]*tensors.Tensor) int {
+	for _, name := range []string{"input_ids", preference.ChosenIDs} {
+		if ids, ok := b[name]; ok && ids.Rank() == 2 {
+			return ids.Shape().Dim(1)
+		}
+	}
+	return 0
 }

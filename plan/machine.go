@@ -24,9 +24,7 @@ func CheckMachine(s finetune.Setup) error {
 	}
 	in := finetune.Shape{Batch: cfg.BatchSize}
 	if l, isLoader := data.(*finetune.Loader); isLoader {
-		if ids, found := l.Data["input_ids"]; found && ids.Rank() == 2 {
-			in.Seq = ids.Shape().Dim(1)
-		}
+		in.Seq = sequenceLength(l.Data)
 		_, in.Packed = l.Data["position_ids"] // packed sequences (--packing): their mask is per row
 	}
 	if _, known := finetune.FamilyOf(model); !known || hasSequence(model) && in.Seq == 0 {

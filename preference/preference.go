@@ -32,6 +32,7 @@ package preference
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/gomlx/core/graph"
@@ -98,7 +99,14 @@ func (c Config) Validate() error {
 			return fmt.Errorf("orpo_lambda must not be negative, got %g", c.Lambda)
 		}
 	default:
-		return fmt.Errorf("objective must be %s or %s, got %q", DPO, ORPO, c.Objective)
+		hint := ""
+		switch strings.ToLower(c.Objective) {
+		case "ipo":
+			hint = ": IPO is a DPO loss (objective dpo, dpo_loss ipo)"
+		case "sft":
+			hint = ": supervised fine-tuning is the default (leave the objective out)"
+		}
+		return fmt.Errorf("objective must be %s or %s, got %q%s", DPO, ORPO, c.Objective, hint)
 	}
 	return nil
 }

@@ -29,6 +29,13 @@ func (t *Tokenizer) FormatConversation(messages []Message, format string) (ids, 
 	if n == 0 || messages[n-1].Role != "assistant" {
 		return nil, nil, errors.New("the Alpaca template learns the reply that ends a conversation: its last message must be the assistant's (or train with a chat template: --chat-template llama3 or chatml, and the model's tokenizer)")
 	}
+	if n < 2 || messages[n-2].Role != "user" {
+		what := "it has no message before it"
+		if n >= 2 {
+			what = fmt.Sprintf("message %d before it is the %s's", n-1, messages[n-2].Role)
+		}
+		return nil, nil, fmt.Errorf("the Alpaca template learns the final assistant reply as the answer to the user message just before it, but %s (give a user message before the reply, or train with a chat template: --chat-template llama3 or chatml)", what)
+	}
 	prompt, err := AlpacaConversation(messages[:n-1])
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w (or train with a chat template: --chat-template llama3 or chatml)", err)

@@ -60,9 +60,12 @@ type Config struct {
 	// list form.
 	ChatTemplateFrom string            `json:"-"`
 	ChatTemplates    map[string]string `json:"-"`
-	AddBOS           *bool             `json:"-"`
-	AddEOS           *bool             `json:"-"`
-	MaxLength        int               `json:"-"`
+	// ChatTemplateUnused names a chat template that ChatTemplate takes precedence over and that differs from
+	// it (tokenizer_config.json's, when chat_template.jinja is there too), for messages; "" when none.
+	ChatTemplateUnused string `json:"-"`
+	AddBOS             *bool  `json:"-"`
+	AddEOS             *bool  `json:"-"`
+	MaxLength          int    `json:"-"`
 }
 
 // Load reads a tokenizer from a tokenizer.json file, a SentencePiece tokenizer.model file, or a folder holding
@@ -110,8 +113,15 @@ func Load(path string) (*Tokenizer, error) {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
+	// chat_template.jinja takes precedence, as in transformers; one that is there but cannot be read (a folder, a
+	// device, unreadable) is an error, not a reason to fall back to tokenizer_config.json's without a word.
 	if data, err := readfile.Read(filepath.Join(dir, ChatTemplateFile), readfile.Config); err == nil {
+		if t.Config.ChatTemplate != "" && t.Config.ChatTemplate != string(data) {
+			t.Config.ChatTemplateUnused = "tokenizer_config.json"
+		}
 		t.Config.ChatTemplate, t.Config.ChatTemplateFrom = string(data), ChatTemplateFile
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("the model's chat template: %w", err)
 	}
 	if t.spBOS != 0 || t.spEOS != 0 {
 		t.spTemplate()

@@ -4,10 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 
 	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/deprecated"
+	"github.com/parquet-go/parquet-go/format"
 
 	"github.com/memfit/memfit/data"
 )
@@ -63,8 +66,18 @@ type Image struct {
 	Path  string
 }
 
-// describe names a node's type as messages show it: "string", "int64", "struct{bytes, path}", "list<...>".
+// describe names a node's type as messages show it: "string", "int64", "struct{bytes: binary, path: string}",
+// "list<...>", "map<string, int64>". A repeated node is a list of its values (the legacy 2-level lists, and a
+// repeated top-level field). Each call descends at least one schema level, so the recursion ends.
 func describe(n parquet.Node) string {
+	if n.Repeated() {
+		return "list<" + describeValue(n) + ">"
+	}
+	return describeValue(n)
+}
+
+// describeValue names the type of one value of n, its repetition aside.
+func describeValue(n parquet.Node) string {
 	if n.Leaf() {
 		t := n.Type()
 		switch t.Kind() {
@@ -90,37 +103,73 @@ func describe(n parquet.Node) string {
 		}
 		return t.String()
 	}
-	if el, ok := listElement(n); ok {
+	if k, v, ok := mapKeyValue(n); ok {
+		return "map<" + describe(k) + ", " + describe(v) + ">"
+	}
+	if el, twoLevel, ok := listElement(n); ok {
+		if twoLevel { // the repeated field is itself the element: its repetition is the list's
+			return "list<" + describeValue(el) + ">"
+		}
 		return "list<" + describe(el) + ">"
 	}
-	var names []string
+	var fields []string
 	for _, f := range n.Fields() {
-		names = append(names, f.Name())
+		fields = append(fields, f.Name()+": "+describe(f))
 	}
-	return "struct{" + strings.Join(names, ", ") + "}"
+	return "struct{" + strings.Join(fields, ", ") + "}"
 }
 
-// listElement returns the element of a LIST node (3-level: LIST > repeated group > element, or 2-level: a
-// repeated group of several fields, or a repeated field).
-func listElement(n parquet.Node) (parquet.Node, bool) {
-	if n.Repeated() {
-		return n, true
+// mapKeyValue returns the key and value of a MAP group (MAP > repeated key_value > key, value), by its logical
+// type or its shape.
+func mapKeyValue(n parquet.Node) (key, value parquet.Node, ok bool) {
+	if n.Leaf() || len(n.Fields()) != 1 {
+		return nil, nil, false
 	}
+	kv := n.Fields()[0]
+	isMap := false
+	if lt := n.Type().LogicalType(); lt != nil {
+		_, isMap = lt.Value.(*format.MapType)
+	}
+	if ct := n.Type().ConvertedType(); ct != nil && (*ct == deprecated.Map || *ct == deprecated.MapKeyValue) {
+		isMap = true
+	}
+	if kv.Leaf() || !kv.Repeated() || len(kv.Fields()) != 2 {
+		return nil, nil, false
+	}
+	k, v := kv.Fields()[0], kv.Fields()[1]
+	if !isMap && (k.Name() != "key" || v.Name() != "value") {
+		return nil, nil, false
+	}
+	return k, v, true
+}
+
+// listElement returns the element of the list that one value of n holds: the element of the 3-level form (LIST >
+// repeated group > element), or the repeated field itself in the 2-level forms (a repeated group of several
+// fields, a repeated leaf, or a repeated group named "array" or "*_tuple"; twoLevel says so). It never returns
+// n itself (a repeated n is a list of n's values: the caller sees that from n.Repeated()), so walking down by it
+// ends.
+func listElement(n parquet.Node) (el parquet.Node, twoLevel, ok bool) {
 	if n.Leaf() {
-		return nil, false
+		return nil, false, false
 	}
 	fields := n.Fields() // a LIST group, or (files before logical types) any group of one repeated field
 	if len(fields) != 1 || !fields[0].Repeated() {
-		return nil, false
+		return nil, false, false
 	}
 	rep := fields[0]
 	if !rep.Leaf() && len(rep.Fields()) == 1 && rep.Name() != "array" && !strings.HasSuffix(rep.Name(), "_tuple") {
-		return rep.Fields()[0], true
+		return rep.Fields()[0], false, true
 	}
-	return rep, true
+	return rep, true, true
 }
 
 func isString(n parquet.Node) bool { return n.Leaf() && n.Type().Kind() == parquet.ByteArray }
+
+// isBinary reports whether n holds bytes: a BYTE_ARRAY leaf that is not annotated as a string (text is not an
+// encoded image).
+func isBinary(n parquet.Node) bool {
+	return isString(n) && describeValue(n) == "binary"
+}
 
 func isInt(n parquet.Node) bool {
 	return n.Leaf() && (n.Type().Kind() == parquet.Int32 || n.Type().Kind() == parquet.Int64)
@@ -142,6 +191,9 @@ func (d *Dataset) resolve(f *file, specs []spec) ([]resolved, error) {
 	var names []string
 	for _, fl := range schema.Fields() {
 		names = append(names, fl.Name())
+	}
+	if err := d.renamesIn(f.path, names); err != nil {
+		return nil, err
 	}
 	out := make([]resolved, len(specs))
 	for i, s := range specs {
@@ -199,7 +251,7 @@ func (d *Dataset) resolve(f *file, specs []spec) ([]resolved, error) {
 			l, _ := lookup(col)
 			out[i].leaves = []leaf{l}
 		case kImage:
-			if isString(top) && !top.Repeated() {
+			if isBinary(top) && !top.Repeated() {
 				l, _ := lookup(col)
 				out[i].leaves = []leaf{l, {index: -1}}
 				break
@@ -215,9 +267,12 @@ func (d *Dataset) resolve(f *file, specs []spec) ([]resolved, error) {
 			}
 			out[i].leaves = []leaf{lb, lp}
 		case kMessages:
-			el, ok := listElement(top)
-			if !ok || el.Leaf() {
-				return nil, wrong()
+			el, twoLevel, ok := parquet.Node(top), true, true // a repeated top-level group: a 2-level list of messages
+			if !top.Repeated() {
+				el, twoLevel, ok = listElement(top)
+			}
+			if !ok || el.Leaf() || !twoLevel && el.Repeated() {
+				return nil, wrong() // not a list of structs (a list of lists among them)
 			}
 			roleName, contentName := "role", "content"
 			if _, ok := field(el, "role"); !ok {
@@ -225,8 +280,14 @@ func (d *Dataset) resolve(f *file, specs []spec) ([]resolved, error) {
 			}
 			role, ok1 := field(el, roleName)
 			content, ok2 := field(el, contentName)
-			if !ok1 || !ok2 || !isString(role) || !isString(content) {
+			if !ok1 || !ok2 {
 				return nil, wrong()
+			}
+			for _, fl := range []parquet.Field{role, content} {
+				if !isString(fl) || fl.Repeated() {
+					return nil, fmt.Errorf("%s: column %q is %s: its messages' %q is %s, but memfit reads a message's %s as a string: name a column of conversations with --columns %s=COLUMN",
+						f.path, col, describe(top), fl.Name(), describe(fl), fl.Name(), s.name)
+				}
 			}
 			path, def := pathTo(top, el, col)
 			lr, _ := lookup(append(slices.Clone(path), roleName)...)
@@ -275,6 +336,16 @@ type row []any
 // each reads the specs' columns of every file, row group by row group and readRows rows at a time, and calls fn
 // with each row and where it is (file and 0-based row, for messages). It returns the rows read.
 func (d *Dataset) each(specs []spec, fn func(where string, r row) error) (int, error) {
+	var reads []string
+	for _, s := range specs {
+		reads = append(reads, s.name)
+	}
+	for _, newName := range slices.Sorted(maps.Keys(d.Columns)) {
+		if !slices.Contains(reads, newName) {
+			return 0, fmt.Errorf("--columns %s=%s: %s is read for the columns %s; memfit reads no %q column from it: leave that rename out",
+				newName, d.Columns[newName], d.where(), strings.Join(reads, ", "), newName)
+		}
+	}
 	total := 0
 	for _, path := range d.Files {
 		f, err := openFile(path)
@@ -422,7 +493,10 @@ func value(r resolved, byCol map[int][]parquet.Value) (any, error) {
 			if !roles[i].IsNull() {
 				msgs[i].Role = string(roles[i].ByteArray())
 				if r.leaves[0].shareGPT {
-					msgs[i].Role = shareGPTRole(msgs[i].Role)
+					var err error
+					if msgs[i].Role, err = data.ShareGPTRole(msgs[i].Role); err != nil {
+						return nil, fmt.Errorf("message %d: %v", i+1, err)
+					}
 				}
 			}
 			if !contents[i].IsNull() {
@@ -432,16 +506,4 @@ func value(r resolved, byCol map[int][]parquet.Value) (any, error) {
 		return msgs, nil
 	}
 	return nil, nil
-}
-
-// shareGPTRole maps a ShareGPT speaker to the OpenAI role: human to user, gpt to assistant; others (system,
-// tool, ...) are kept as they are.
-func shareGPTRole(from string) string {
-	switch from {
-	case "human":
-		return "user"
-	case "gpt":
-		return "assistant"
-	}
-	return from
 }

@@ -9,6 +9,7 @@ package hfdata
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -21,8 +22,9 @@ const DefaultSplit = "train"
 
 // Dataset is parquet data to read: one file, or the files of one split of a dataset folder.
 type Dataset struct {
-	// Path is the file or folder given (--data); Split the split read from a folder ("" for one file).
-	Path, Split string
+	// Path is the file or folder given (--data); Config the config folder read ("" for the default config, and
+	// for one file); Split the split read from a folder ("" for one file).
+	Path, Config, Split string
 	// Files are the parquet files, in name order (shards keep their order).
 	Files []string
 	// Columns renames columns: Columns["text"] = "content" reads the file's "content" column as "text".
@@ -30,43 +32,30 @@ type Dataset struct {
 }
 
 // Names memfit reads from parquet columns (the targets of --columns).
-var knownColumns = []string{"text", "instruction", "input", "output", "status", "messages", "image", "label",
+var knownColumns = []string{"text", "instruction", "input", "output", "status", "messages", "prompt", "chosen", "rejected", "image", "label",
 	"sentence", "sentence1", "sentence2"}
 
 var splitName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.]*$`)
 
-// IsParquet reports whether path is a parquet file by its name, or a folder holding parquet files in the hub
-// layout (data/*.parquet, SPLIT/*.parquet or *.parquet).
-func IsParquet(path string) bool {
-	if strings.HasSuffix(strings.ToLower(path), ".parquet") {
-		return true
-	}
-	st, err := os.Stat(path)
-	if err != nil || !st.IsDir() {
-		return false
-	}
-	for _, pat := range []string{"*.parquet", "data/*.parquet", "*/*.parquet", "data/*/*.parquet"} {
-		if m, _ := filepath.Glob(filepath.Join(globEscape(path), pat)); len(m) > 0 {
-			return true
-		}
-	}
-	return false
+// Open resolves path and split to the files to read and parses columns ("new=old,..."; "" for none): OpenSpec
+// with the default config.
+func Open(path, split, columns string) (*Dataset, error) {
+	return OpenSpec(path, Spec{Split: split, Columns: columns})
 }
 
-// Open resolves path and split to the files to read and parses columns ("new=old,..."; "" for none).
-//
-// A file is read as it is; --split does not apply to it (an error says so). A folder is a dataset in the hub
-// layout, its split (default "train") found as the first of these that matches: data/SPLIT-*.parquet (what
-// `datasets` and the hub write: data/train-00000-of-00002.parquet), data/SPLIT/*.parquet, SPLIT/*.parquet,
-// SPLIT-*.parquet. A split that matches none is refused naming the splits the folder has; a split folder
-// without parquet files is refused as empty.
-func Open(path, split, columns string) (*Dataset, error) { return OpenConfig(path, "", split, columns) }
-
-// OpenConfig is Open for a dataset folder with configs: config names one of its card's (README.md) configs, or
-// a config folder (CONFIG/SPLIT/*.parquet, the layout of the Hub's parquet conversion); "" is the card's
-// default config, or the folder itself.
+// OpenConfig is Open for a dataset folder with configs (train's --data-config): config names one of its card's
+// (README.md) configs, or a config folder (CONFIG/SPLIT-*.parquet, CONFIG/SPLIT/*.parquet, the layout of the
+// Hub's parquet conversion); "" is the card's default config, or the folder's (Select).
 func OpenConfig(path, config, split, columns string) (*Dataset, error) {
-	cols, err := ParseColumns(columns)
+	return OpenSpec(path, Spec{Config: config, Split: split, Columns: columns, ConfigFlag: "--data-config"})
+}
+
+// OpenSpec resolves path to the files to read and parses s's column renames. A file is read as it is; a split or
+// config does not apply to it (an error says so). A folder whose card (README.md) names configs is read by them,
+// as the Hub and the datasets library read it (cardSelect); any other folder by its layout (Select: config
+// folders, then the split's files).
+func OpenSpec(path string, s Spec) (*Dataset, error) {
+	cols, err := ParseColumns(s.Columns)
 	if err != nil {
 		return nil, err
 	}
@@ -75,8 +64,11 @@ func OpenConfig(path, config, split, columns string) (*Dataset, error) {
 		return nil, fmt.Errorf("data %s: no such file or folder", path)
 	}
 	if !st.IsDir() {
-		if split != "" {
-			return nil, fmt.Errorf("--split %s picks the files of a dataset folder, but %s is one parquet file: leave --split out, or pass the dataset folder", split, path)
+		if s.Split != "" {
+			return nil, fmt.Errorf("%s %s picks the files of a dataset folder, but %s is one parquet file: leave %s out, or pass the dataset folder", s.splitFlag(), s.Split, path, s.splitFlag())
+		}
+		if s.Config != "" {
+			return nil, fmt.Errorf("config %s picks a folder of a dataset folder, but %s is one parquet file: leave it out, or pass the dataset folder", s.Config, path)
 		}
 		return &Dataset{Path: path, Files: []string{path}, Columns: cols}, nil
 	}
@@ -85,76 +77,20 @@ func OpenConfig(path, config, split, columns string) (*Dataset, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %v", path, err)
 		}
-		_, files, err := cardSelect(os.DirFS(path), path, configs, config, split)
+		c, files, err := cardSelect(os.DirFS(path), path, configs, s.Config, s.Split)
 		if err != nil {
 			return nil, err
 		}
 		for i, f := range files {
 			files[i] = filepath.Join(path, filepath.FromSlash(f))
 		}
-		return &Dataset{Path: path, Split: cmp.Or(split, DefaultSplit), Files: files, Columns: cols}, nil
+		return &Dataset{Path: path, Config: c.Name, Split: cmp.Or(s.Split, DefaultSplit), Files: files, Columns: cols}, nil
 	}
-	if config != "" {
-		sub := filepath.Join(path, config)
-		if st, err := os.Stat(sub); err != nil || !st.IsDir() || strings.ContainsAny(config, `/\`) {
-			return nil, fmt.Errorf("%s has no config %q: no card (README.md) naming configs, and no folder %s", path, config, sub)
-		}
-		return OpenConfig(sub, "", split, columns)
+	sel, err := Select(path, s)
+	if err != nil {
+		return nil, err
 	}
-	if split == "" {
-		split = DefaultSplit
-	}
-	if !splitName.MatchString(split) {
-		return nil, fmt.Errorf("--split %q: a split is named by letters, digits, _ and . (train, validation, test)", split)
-	}
-	root := globEscape(path)
-	for _, pat := range []string{"data/" + split + "-*.parquet", "data/" + split + "/*.parquet", split + "/*.parquet", split + "-*.parquet"} {
-		m, _ := filepath.Glob(filepath.Join(root, pat))
-		if len(m) > 0 {
-			slices.Sort(m)
-			return &Dataset{Path: path, Split: split, Files: m, Columns: cols}, nil
-		}
-	}
-	for _, dir := range []string{filepath.Join(path, "data", split), filepath.Join(path, split)} {
-		if st, err := os.Stat(dir); err == nil && st.IsDir() {
-			return nil, fmt.Errorf("%s: split %q is empty: its folder %s holds no .parquet files", path, split, dir)
-		}
-	}
-	have := Splits(path)
-	if len(have) == 0 {
-		return nil, fmt.Errorf("%s holds no parquet files (data/SPLIT-*.parquet, SPLIT/*.parquet): is it a Hugging Face dataset folder?", path)
-	}
-	return nil, fmt.Errorf("%s has no split %q (it has %s): pass --split with one of them", path, split, strings.Join(have, ", "))
-}
-
-// Splits lists the splits a dataset folder holds, sorted: names of data/SPLIT-*.parquet files and of folders
-// holding parquet files.
-func Splits(path string) []string {
-	seen := map[string]bool{}
-	root := globEscape(path)
-	for _, pat := range []string{"data/*.parquet", "*.parquet"} {
-		m, _ := filepath.Glob(filepath.Join(root, pat))
-		for _, f := range m {
-			name := strings.TrimSuffix(filepath.Base(f), filepath.Ext(f))
-			if i := strings.IndexByte(name, '-'); i > 0 {
-				seen[name[:i]] = true
-			}
-		}
-	}
-	for _, pat := range []string{"data/*/*.parquet", "*/*.parquet"} {
-		m, _ := filepath.Glob(filepath.Join(root, pat))
-		for _, f := range m {
-			if d := filepath.Base(filepath.Dir(f)); d != "data" {
-				seen[d] = true
-			}
-		}
-	}
-	out := make([]string, 0, len(seen))
-	for s := range seen {
-		out = append(out, s)
-	}
-	slices.Sort(out)
-	return out
+	return &Dataset{Path: path, Config: sel.Config, Split: sel.Split, Files: sel.Files, Columns: cols}, nil
 }
 
 // ParseColumns parses --columns: comma-separated new=old pairs, new being a name memfit reads (text, instruction,
@@ -189,24 +125,41 @@ func (d *Dataset) column(name string) string {
 	return name
 }
 
-// where names the data in messages: the file, or the folder and split.
+// where names the data in messages: the file, or the folder, config and split.
 func (d *Dataset) where() string {
 	if d.Split == "" {
 		return d.Path
 	}
+	if d.Config != "" {
+		return fmt.Sprintf("%s (config %s, split %s)", d.Path, d.Config, d.Split)
+	}
 	return fmt.Sprintf("%s (split %s)", d.Path, d.Split)
-}
-
-// globEscape escapes the glob metacharacters of a literal path.
-func globEscape(p string) string {
-	r := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`)
-	return r.Replace(p)
 }
 
 // Has reports whether the dataset's first file has the column memfit reads as name (after --columns renames).
 func (d *Dataset) Has(name string) (bool, error) {
 	names, err := d.ColumnNames()
 	return slices.Contains(names, d.column(name)), err
+}
+
+// CheckRenames refuses a --columns rename whose column the dataset's first file lacks (the readers check every
+// file; this is for choosing what the data holds by its columns).
+func (d *Dataset) CheckRenames() error {
+	names, err := d.ColumnNames()
+	if err != nil {
+		return err
+	}
+	return d.renamesIn(d.Files[0], names)
+}
+
+// renamesIn refuses a --columns rename whose column is not among the columns names of the file path.
+func (d *Dataset) renamesIn(path string, names []string) error {
+	for _, newName := range slices.Sorted(maps.Keys(d.Columns)) {
+		if old := d.Columns[newName]; !slices.Contains(names, old) {
+			return fmt.Errorf("%s: --columns %s=%s: the file has no column %q (it has %s)", path, newName, old, old, quoteList(names))
+		}
+	}
+	return nil
 }
 
 // ColumnNames returns the top-level columns of the dataset's first file.
@@ -229,5 +182,5 @@ func (d *Dataset) Describe() string {
 	if d.Split == "" {
 		return d.Path
 	}
-	return fmt.Sprintf("%s (split %s): %d parquet file(s)", d.Path, d.Split, len(d.Files))
+	return fmt.Sprintf("%s: %d parquet file(s)", d.where(), len(d.Files))
 }

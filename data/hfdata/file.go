@@ -105,6 +105,15 @@ func openReaderAt(path string, r io.ReaderAt, size int64) (*parquet.File, error)
 	if err := checkSizes(path, r, size, pf.Metadata()); err != nil {
 		return nil, err
 	}
+	if hasLZ4Raw(pf.Metadata()) { // parquet-go misreads LZ4_RAW pages (lz4raw.go): read them uncompressed
+		lf, err := newLZ4File(path, r, pf.Metadata())
+		if err != nil {
+			return nil, err
+		}
+		if pf, err = safeOpen(lf, lf.size); err != nil {
+			return nil, notParquet(path, fmt.Sprintf("its footer does not decode: %v", err))
+		}
+	}
 	return pf, nil
 }
 
@@ -129,10 +138,7 @@ func checkSizes(path string, r io.ReaderAt, size int64, md *format.FileMetaData)
 		}
 		for c, cc := range rg.Columns {
 			m := cc.MetaData
-			start := m.DataPageOffset
-			if m.DictionaryPageOffset > 0 && m.DictionaryPageOffset < start {
-				start = m.DictionaryPageOffset
-			}
+			start := chunkStart(m)
 			name := fmt.Sprintf("%s: row group %d, column %d", path, g, c)
 			if len(m.PathInSchema) > 0 {
 				name = fmt.Sprintf("%s: row group %d, column %q", path, g, joinPath(m.PathInSchema))
@@ -146,6 +152,10 @@ func checkSizes(path string, r io.ReaderAt, size int64, md *format.FileMetaData)
 			if m.TotalUncompressedSize < 0 || m.TotalUncompressedSize > MaxChunkBytes {
 				return fmt.Errorf("%s declares %d bytes uncompressed (memfit reads column chunks of up to %d MiB): the file is corrupt or its row groups are too large; rewrite it with smaller ones", name, m.TotalUncompressedSize, MaxChunkBytes>>20)
 			}
+			switch m.Codec {
+			case format.Lz4, format.LZO:
+				return fmt.Errorf("%s is compressed with %s, a codec parquet has deprecated and memfit does not read: rewrite the file with snappy or zstd (pyarrow compression='snappy', DuckDB COMPRESSION snappy)", name, m.Codec)
+			}
 			if err := checkPages(name, r, start, m.TotalCompressedSize); err != nil {
 				return err
 			}
@@ -157,6 +167,13 @@ func checkSizes(path string, r io.ReaderAt, size int64, md *format.FileMetaData)
 // checkPages reads the page headers of the column chunk at [start, start+n) and refuses a page whose declared
 // size passes the chunk's end or MaxPageBytes.
 func checkPages(name string, r io.ReaderAt, start, n int64) error {
+	return eachPage(name, r, start, n, func(format.PageHeader, int64, int64) error { return nil })
+}
+
+// eachPage reads the page headers of the column chunk at [start, start+n), refusing a page whose declared size
+// passes the chunk's end or memfit's bounds, and calls fn with each header, where the page starts and where its
+// payload starts (offsets in r).
+func eachPage(name string, r io.ReaderAt, start, n int64, fn func(h format.PageHeader, at, payload int64) error) error {
 	sec := io.NewSectionReader(r, start, n)
 	br := bufio.NewReaderSize(sec, 4<<10)
 	var compact thrift.CompactProtocol
@@ -168,6 +185,7 @@ func checkPages(name string, r io.ReaderAt, start, n int64) error {
 		if err := safeDecode(dec, &h); err != nil {
 			return fmt.Errorf("%s: page %d's header does not decode (%v): the file is corrupt", name, page, err)
 		}
+		at := pos
 		pos += cr.n
 		if h.CompressedPageSize < 0 || h.UncompressedPageSize < 0 || h.CompressedPageSize > MaxPageBytes || h.UncompressedPageSize > MaxPageBytes ||
 			pos+int64(h.CompressedPageSize) > n {
@@ -186,12 +204,24 @@ func checkPages(name string, r io.ReaderAt, start, n int64) error {
 		if values < 0 || values > MaxPageValues {
 			return fmt.Errorf("%s: page %d declares %d values (memfit reads pages of up to %d values): the file is corrupt", name, page, values, MaxPageValues)
 		}
+		if err := fn(h, start+at, start+pos); err != nil {
+			return err
+		}
 		if _, err := br.Discard(int(h.CompressedPageSize)); err != nil {
 			return fmt.Errorf("%s: page %d: %v: the file is corrupt", name, page, err)
 		}
 		pos += int64(h.CompressedPageSize)
 	}
 	return nil
+}
+
+// chunkStart is where a column chunk's first page starts: its dictionary page, or its first data page.
+func chunkStart(m format.ColumnMetaData) int64 {
+	start := m.DataPageOffset
+	if m.DictionaryPageOffset > 0 && m.DictionaryPageOffset < start {
+		start = m.DictionaryPageOffset
+	}
+	return start
 }
 
 func safeDecode(dec *thrift.Decoder, v any) (err error) {

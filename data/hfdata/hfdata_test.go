@@ -127,16 +127,27 @@ func TestMessagesParquetReadsItsJSONL(t *testing.T) {
 		want = append(want, r.Messages)
 	}
 	for _, name := range []string{"messages.duckdb.parquet", "messages.arrow.parquet"} {
-		got, err := open(t, name, "", "").Conversations()
+		convs, err := open(t, name, "", "").Conversations()
+		got := messagesOf(convs)
 		if err != nil || !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: %d conversations, %v; want %d", name, len(got), err, len(want))
 		}
 	}
 	// The ShareGPT form of the same conversations (from human/gpt, value) reads as the OpenAI form.
-	got, err := open(t, "sharegpt.duckdb.parquet", "", "messages=conversations").Conversations()
+	convs, err := open(t, "sharegpt.duckdb.parquet", "", "messages=conversations").Conversations()
+	got := messagesOf(convs)
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Errorf("sharegpt.duckdb.parquet: %d conversations, %v; want %d", len(got), err, len(want))
 	}
+}
+
+// messagesOf returns the messages of each conversation.
+func messagesOf(convs []data.Conversation) [][]Message {
+	out := make([][]Message, len(convs))
+	for i, c := range convs {
+		out[i] = c.Messages
+	}
+	return out
 }
 
 func TestGLUEParquetReadsItsJSONL(t *testing.T) {

@@ -37,8 +37,10 @@ func (d *Dataset) Instructions() ([]data.Instruction, error) {
 		{name: "status", kind: kString, optional: true, what: "alpaca-libre's row status; rows other than ok are skipped"},
 	}
 	var out []data.Instruction
-	_, err := d.each(specs, func(where string, r row) error {
+	skipped := 0
+	n, err := d.each(specs, func(where string, r row) error {
 		if st, ok := r[3].(string); ok && st != "ok" {
+			skipped++
 			return nil
 		}
 		ins, ok1 := r[0].(string)
@@ -47,21 +49,26 @@ func (d *Dataset) Instructions() ([]data.Instruction, error) {
 			return fmt.Errorf("%s: an Alpaca row needs \"instruction\" and \"output\" strings, this one has a null", where)
 		}
 		in, _ := r[1].(string)
-		out = append(out, data.Instruction{Instruction: ins, Input: in, Output: res})
+		row := data.Instruction{Instruction: ins, Input: in, Output: res}
+		if err := row.CheckPrompt(); err != nil {
+			return fmt.Errorf("%s: %v", where, err)
+		}
+		out = append(out, row)
 		return nil
 	})
 	if err == nil && len(out) == 0 {
-		err = fmt.Errorf("%s: no usable rows", d.where())
+		err = data.NoUsableRows(d.where(), n, skipped)
 	}
 	return out, err
 }
 
 // Conversations reads the "messages" column: a list of {role, content} per row, the OpenAI form that chat
 // training takes, or ShareGPT's {from, value} (read with --columns messages=conversations; from human becomes
-// role user, gpt assistant). Each conversation is checked as the JSONL reader checks one (data.CheckConversation:
+// role user, gpt assistant; another speaker is an error in ShareGPT's words). Each conversation, named by its file
+// and row (Conversation.Where), is checked as the JSONL reader checks one (data.CheckConversation:
 // known roles, string content, an assistant turn); a bad one, or a null or empty list, is an error naming its row.
-func (d *Dataset) Conversations() ([][]Message, error) {
-	var out [][]Message
+func (d *Dataset) Conversations() ([]data.Conversation, error) {
+	var out []data.Conversation
 	_, err := d.each([]spec{{name: "messages", kind: kMessages, what: "a conversation"}}, func(where string, r row) error {
 		msgs, _ := r[0].([]Message)
 		if len(msgs) == 0 {
@@ -70,7 +77,7 @@ func (d *Dataset) Conversations() ([][]Message, error) {
 		if err := data.CheckConversation(msgs); err != nil {
 			return fmt.Errorf("%s: %w", where, err)
 		}
-		out = append(out, msgs)
+		out = append(out, data.Conversation{Messages: msgs, Where: where})
 		return nil
 	})
 	return out, err
@@ -113,13 +120,22 @@ func (d *Dataset) GLUE(task string) ([]data.GLUEExample, error) {
 			if i, isInt := lv.(int64); isInt {
 				s, ok = float64(i), true
 			}
-			if !ok || s < 0 || s > 5 {
+			if lv == nil {
+				return fmt.Errorf("%s: the score is null (an unlabelled row): give every row a score in [0, 5]", where)
+			}
+			if !ok || !data.ValidScore(s) {
 				return fmt.Errorf("%s: score %v is not a number in [0, 5]", where, lv)
 			}
 			ex.Score = s
 		} else {
 			l, ok := lv.(int64)
-			if !ok || l < 0 || l >= int64(len(info.Classes)) {
+			if lv == nil {
+				return fmt.Errorf("%s: the label is null (an unlabelled row): give every row a class, 0..%d", where, len(info.Classes)-1)
+			}
+			if ok && l >= int64(len(info.Classes)) {
+				return fmt.Errorf("%s: label %d is not one of GLUE %s's classes 0..%d", where, l, task, len(info.Classes)-1)
+			}
+			if !ok || l < 0 {
 				return fmt.Errorf("%s: label %v is not one of 0..%d (the hub marks unlabelled test rows -1: train on a labelled split)", where, lv, len(info.Classes)-1)
 			}
 			ex.Label = int(l)
@@ -130,29 +146,34 @@ func (d *Dataset) GLUE(task string) ([]data.GLUEExample, error) {
 	return out, err
 }
 
-// ClassNames returns the class names the file stores for a ClassLabel column (the "huggingface" key of its
-// metadata, which `datasets` writes), or nil.
-func classNames(f *file, column string) []string {
+// classNames returns the class names the file stores for a ClassLabel column (the "huggingface" key of its
+// metadata, which `datasets` writes), or nil when it stores none. Metadata that is not JSON is an error: the
+// names cannot be read, and the file was not written by `datasets` as it says.
+func classNames(f *file, column string) ([]string, error) {
 	raw, ok := f.pf.Lookup("huggingface")
 	if !ok {
-		return nil
+		return nil, nil
+	}
+	if !json.Valid([]byte(raw)) {
+		return nil, fmt.Errorf("%s: its \"huggingface\" metadata (the features `datasets` writes, with the class names) is not JSON: rewrite the file with datasets, or without that key", f.path)
 	}
 	var meta struct {
 		Info struct {
-			Features map[string]struct {
-				Type  string   `json:"_type"`
-				Names []string `json:"names"`
-			} `json:"features"`
+			Features map[string]json.RawMessage `json:"features"`
 		} `json:"info"`
 	}
-	if json.Unmarshal([]byte(raw), &meta) != nil {
-		return nil
+	var feature struct {
+		Type  string   `json:"_type"`
+		Names []string `json:"names"`
 	}
-	if f, ok := meta.Info.Features[column]; ok && f.Type == "ClassLabel" {
-		return f.Names
+	if json.Unmarshal([]byte(raw), &meta) != nil || json.Unmarshal(meta.Info.Features[column], &feature) != nil || feature.Type != "ClassLabel" {
+		return nil, nil // features of another shape, or the label is not a ClassLabel: no names
 	}
-	return nil
+	return feature.Names, nil
 }
+
+// maxClasses bounds an image label (the class names memfit makes for labels without names take memory by it).
+const maxClasses = 1 << 20
 
 // Images reads an image classification dataset: the "image" column (struct{bytes, path} as `datasets` stores
 // an Image feature, or binary) and the "label" column (class indices). The encoded bytes are kept in memory
@@ -169,8 +190,13 @@ func (d *Dataset) Images() (*Images, error) {
 			return fmt.Errorf("%s: the image has no bytes (datasets stores a path-only image when it was not embedded: save the dataset with embed_external_files)", where)
 		}
 		l, ok := r[1].(int64)
-		if !ok || l < 0 || l >= 1<<20 {
-			return fmt.Errorf("%s: label %v is not a class index (0 or more; the hub marks unlabelled test rows -1: train on a labelled split)", where, r[1])
+		switch {
+		case !ok:
+			return fmt.Errorf("%s: the label is null (an unlabelled row): give every image a class index", where)
+		case l < 0:
+			return fmt.Errorf("%s: label %d is not a class index (0 or more; the hub marks unlabelled test rows -1: train on a labelled split)", where, l)
+		case l >= maxClasses:
+			return fmt.Errorf("%s: label %d is not a class index of an image classifier (memfit reads up to %d classes): is the label column right?", where, l, maxClasses)
 		}
 		maxLabel = max(maxLabel, l)
 		imgs.names = append(imgs.names, where)
@@ -181,11 +207,32 @@ func (d *Dataset) Images() (*Images, error) {
 	if err != nil {
 		return nil, err
 	}
-	if f, err := openFile(d.Files[0]); err == nil {
-		imgs.classes = classNames(f, d.column("label"))
-		f.Close()
+	// Every image's header, and the first image whole, before training: a column of other bytes is found now,
+	// not at the step whose batch holds it.
+	for i := range imgs.images {
+		if err := data.CheckImageHeader(imgs.names[i], imgs.images[i]); err != nil {
+			return nil, err
+		}
 	}
-	if int64(len(imgs.classes)) <= maxLabel {
+	if len(imgs.images) > 0 {
+		if _, err := imgs.Image(0); err != nil {
+			return nil, err
+		}
+	}
+	f, err := openFile(d.Files[0])
+	if err != nil {
+		return nil, err
+	}
+	imgs.classes, err = classNames(f, d.column("label"))
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+	if len(imgs.classes) > 0 && int64(len(imgs.classes)) <= maxLabel {
+		return nil, fmt.Errorf("%s: the file's ClassLabel metadata (written by datasets) names %d classes (%s) but the labels reach %d: fix the labels, or the label feature's names",
+			d.where(), len(imgs.classes), strings.Join(imgs.classes[:min(len(imgs.classes), 5)], ", ")+map[bool]string{true: ", ...", false: ""}[len(imgs.classes) > 5], maxLabel)
+	}
+	if len(imgs.classes) == 0 {
 		imgs.classes = make([]string, maxLabel+1)
 		for i := range imgs.classes {
 			imgs.classes[i] = strconv.Itoa(i)

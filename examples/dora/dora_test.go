@@ -2,6 +2,7 @@ package dora_test
 
 import (
 	"errors"
+	_ "github.com/memfit/memfit/family/all" // the decoder families the goldens load as
 	"math"
 	"math/rand/v2"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"github.com/memfit/memfit/examples/dora"
 	"github.com/memfit/memfit/examples/internal/extest"
 	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/internal/golden"
 	"github.com/memfit/memfit/internal/gtest"
 	"github.com/memfit/memfit/lora"
 	"github.com/memfit/memfit/models"
@@ -381,5 +383,37 @@ func TestDoRAFormat(t *testing.T) {
 	}
 	if _, err := dora.New(lora.Config{Rank: 2, Alpha: 2, FrozenA: true}); err == nil {
 		t.Error("DoRA with a frozen A accepted")
+	}
+}
+
+// TestDoRAOnDecoderFamilies: DoRA trains on each decoder family's golden model under MS-norm (Gemma's (1 + w)
+// norms folded, Phi-3's fused qkv_proj and gate_up_proj adapted as one layer each), exports as PEFT and reads back
+// into the plain model with the same logits, and merges.
+func TestDoRAOnDecoderFamilies(t *testing.T) {
+	newAdapter, _ := dora.New(lora.Config{Rank: 2, Alpha: 4})
+	text := extest.Text()
+	for _, name := range []string{"qwen2_a", "qwen3_a", "mistral_a", "gemma2_a", "gemma3_a", "phi3_a"} {
+		t.Run(name, func(t *testing.T) {
+			dir := filepath.Join(golden.SharedDir(t), "golden", name)
+			load := func(msNorm bool) finetune.Model {
+				cfg := finetune.Defaults()
+				cfg.MSNorm = msNorm
+				m, err := finetune.LoadModel(dir, cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return m
+			}
+			model := load(true)
+			cfg := extest.Config(3, 3e-2)
+			cfg.TrainModules = nil
+			losses, tr := extest.Fit(t, model, cfg, extest.NewSet(t, model, []string{"q", "v", "up"}, newAdapter), text, "")
+			if !(losses[len(losses)-1] < losses[0]) {
+				t.Errorf("%s: losses %v", name, losses)
+			}
+			tb := extest.Batch(t, text, 4)
+			extest.CheckImport(t, tr, load(false), filepath.Join(t.TempDir(), "adapter"), tb, 1e-5)
+			extest.CheckMerged(t, tr, func(d string) (finetune.Model, error) { return finetune.LoadModel(d, finetune.Defaults()) }, filepath.Join(t.TempDir(), "merged"), tb, 1e-5)
+		})
 	}
 }

@@ -44,7 +44,10 @@ func decode(s *lm.Spec, f hfconfig.Fields) (decoder.Config, error) {
 		c.AttnSoftCap, c.FinalSoftCap = 0, 0
 	}
 	decoder.ReadCommon(d, &c)
-	lm.Activation(d, &c, activations, "hidden_activation", "hidden_act")
+	// Gemma2Config and Gemma3TextConfig read hidden_activation only: a hidden_act beside it (Gemma 1's name, which
+	// some configs carry along) is ignored, as transformers ignores it.
+	lm.Activation(d, &c, activations, "hidden_activation")
+	d.Ignore("hidden_act")
 	d.Get("attention_bias", &c.AttentionBias)
 	d.Get("query_pre_attn_scalar", &c.QueryPreAttnScalar)
 	attnCap := lm.Nullable(d, "attn_logit_softcapping", c.AttnSoftCap)

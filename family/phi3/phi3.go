@@ -5,6 +5,9 @@
 package phi3
 
 import (
+	"encoding/json"
+	"maps"
+
 	"github.com/memfit/memfit/family/lm"
 	"github.com/memfit/memfit/models/decoder"
 	"github.com/memfit/memfit/models/hfconfig"
@@ -17,11 +20,13 @@ var Spec = &lm.Spec{Name: "phi3", Decode: decode, JSON: writeJSON, Title: "Phi-3
 func init() { lm.Register(Spec) }
 
 // decode reads a Phi3Config as transformers does (its defaults where config.json is silent). Longrope's
-// original context is original_max_position_embeddings (top-level, as Phi-3 configs give it, or inside
-// rope_scaling / rope_parameters), its factor max_position_embeddings over that when the top-level field is
-// given (transformers' _compute_longrope_parameters); rope_scaling type "su" (early Phi-3 configs) is longrope.
+// original context is original_max_position_embeddings (top-level, as Phi-3 configs give it; else inside
+// rope_scaling / rope_parameters; else Phi3Config's default, 4096), its factor max_position_embeddings over that
+// when the top-level field is given or none is (transformers' _compute_longrope_parameters reads the config
+// attribute, which Phi3Config always has); rope_scaling types "su" and "yarn" (early Phi-3 configs) are longrope,
+// as Phi3Config's _rope_scaling_adjustment makes them.
 func decode(s *lm.Spec, f hfconfig.Fields) (decoder.Config, error) {
-	d := hfconfig.NewDecoder(f)
+	d := hfconfig.NewDecoder(legacyYarn(f))
 	if err := hfconfig.ModelType(d, s.Name); err != nil {
 		return decoder.Config{}, err
 	}
@@ -31,7 +36,7 @@ func decode(s *lm.Spec, f hfconfig.Fields) (decoder.Config, error) {
 	lm.Activation(d, &c, map[string]string{"silu": decoder.ActSiLU}, "hidden_act")
 	lm.NoDropout(d, "resid_pdrop", "embd_pdrop")
 	d.Get("partial_rotary_factor", &c.PartialRotary)
-	original := 0
+	original := 4096 // Phi3Config's default
 	hasOriginal := d.Get("original_max_position_embeddings", &original)
 	if c.SlidingWindow = lm.Nullable(d, "sliding_window", 0); c.SlidingWindow > 0 {
 		c.Sliding = make([]bool, c.NumHiddenLayers)
@@ -45,7 +50,7 @@ func decode(s *lm.Spec, f hfconfig.Fields) (decoder.Config, error) {
 			s.OriginalMaxPositionEmbeddings = original
 			s.Factor = float64(c.MaxPositionEmbeddings) / float64(original)
 		case s.OriginalMaxPositionEmbeddings == 0:
-			s.OriginalMaxPositionEmbeddings = c.MaxPositionEmbeddings
+			s.OriginalMaxPositionEmbeddings = original
 		}
 		if s.Factor == 0 {
 			s.Factor = float64(c.MaxPositionEmbeddings) / float64(s.OriginalMaxPositionEmbeddings)
@@ -53,6 +58,35 @@ func decode(s *lm.Spec, f hfconfig.Fields) (decoder.Config, error) {
 	}
 	s.ReadHead(d, &c)
 	return c, decoder.Finish(d, &c)
+}
+
+// legacyYarn returns f with a rope_scaling or rope_parameters whose type is "yarn" retyped "longrope": Phi3Config
+// reads "yarn" (and "su") as longrope (its _rope_scaling_adjustment); f itself is left as it is.
+func legacyYarn(f hfconfig.Fields) hfconfig.Fields {
+	out := f
+	for _, field := range []string{"rope_scaling", "rope_parameters"} {
+		var rs map[string]json.RawMessage
+		if json.Unmarshal(f[field], &rs) != nil || rs == nil {
+			continue
+		}
+		changed := false
+		for _, key := range []string{"type", "rope_type"} {
+			var kind string
+			if json.Unmarshal(rs[key], &kind) == nil && kind == "yarn" {
+				rs[key], changed = json.RawMessage(`"longrope"`), true
+			}
+		}
+		if !changed {
+			continue
+		}
+		raw, err := json.Marshal(rs)
+		if err != nil {
+			continue
+		}
+		out = maps.Clone(out)
+		out[field] = raw
+	}
+	return out
 }
 
 // writeJSON writes c as a Phi-3 config.json.

@@ -94,13 +94,17 @@ func read(f *gguf.File) (*Model, error) {
 		if v, ok, _ := f.Float(memfitKey); ok && v == 0 {
 			return 0
 		}
+		v := 0.0
 		switch mode {
 		case capAlways:
-			return r.float(a.key(key), def)
+			v = r.float(a.key(key), def)
 		case capOptional:
-			return r.float(a.key(key), 0)
+			v = r.float(a.key(key), 0)
 		}
-		return 0
+		if v >= noCap {
+			return 0 // the export's stand-in for no cap (an identity in float32), read as none
+		}
+		return v
 	}
 	cfg.AttnSoftCap = capOf(a.attnCap, "attn_logit_softcapping", keyAttnCap, a.attnCapDef)
 	cfg.FinalSoftCap = capOf(a.finalCap, "final_logit_softcapping", keyFinalCap, a.finalCapDef)

@@ -220,25 +220,20 @@ func ReadCommon(d *hfconfig.Decoder, c *Config) {
 		d.Fail("field \"attention_dropout\" is %g: dropout is not supported, set it to 0", dropout)
 	}
 	if raw := d.Raw("rope_scaling"); raw != nil {
-		c.RopeScaling, _, _ = decodeRopeScaling(d, "rope_scaling", raw)
+		c.RopeScaling = decodeRopeScaling(d, "rope_scaling", "rope_scaling", raw).scaling
 	}
-	// transformers 5 writes rope_theta and the scaling together as rope_parameters.
+	// transformers 5 writes rope_theta and the scaling together as rope_parameters (with partial_rotary_factor
+	// where the config has one), or, for a model whose layer types take different ropes (Gemma 3), one such
+	// object per layer type.
 	if raw := d.Raw("rope_parameters"); raw != nil {
 		if d.Has("rope_scaling") {
 			d.Fail("fields \"rope_scaling\" and \"rope_parameters\" are both given: give one")
 		}
-		s, theta, hasTheta := decodeRopeScaling(d, "rope_parameters", raw)
-		c.RopeScaling = s
-		if hasTheta {
-			var top float64
-			if d.Get("rope_theta", &top) && top != theta {
-				d.Fail("field \"rope_theta\" is %g but rope_parameters' rope_theta is %g", top, theta)
-			}
-			c.RopeTheta = theta
-		}
+		readRopeParameters(d, c, raw)
 	}
 	c.Labels = hfconfig.Labels(d)
 	d.Ignore(hfconfig.CommonIgnored...)
+	hfconfig.RefuseQuantized(d)
 }
 
 // Finish completes a decoded config: the decoder's error first, then the task (CausalLM when unset), head_dim
@@ -255,6 +250,9 @@ func Finish(d *hfconfig.Decoder, c *Config) error {
 	}
 	if c.PartialRotary == 1 {
 		c.PartialRotary = 0 // the whole head, as 0 says
+	}
+	if d.IsNull("sliding_window") && slices.Contains(c.Sliding, true) {
+		return fmt.Errorf("field \"sliding_window\" is null but the model has sliding_attention layers (layer_types, or the family's pattern): give the window")
 	}
 	if c.HeadDim == 0 && c.NumAttentionHeads > 0 {
 		// Without head_dim it is hidden_size / num_attention_heads, which must divide (with one, the attention's
@@ -312,20 +310,84 @@ func (c Config) CommonJSON() map[string]any {
 	return fields
 }
 
-// decodeRopeScaling reads rope_scaling (or rope_parameters, whose rope_theta it returns too) as transformers
-// does: an object whose rope_type (or legacy type) is "default", "linear" or "llama3", with that kind's keys. The
-// kinds memfit does not implement ("dynamic", "yarn", "longrope", ...) and anything that is not such an object
-// are the Decoder's error, in one line naming the field.
-func decodeRopeScaling(d *hfconfig.Decoder, field string, raw json.RawMessage) (s *RopeScaling, theta float64, hasTheta bool) {
+// ropeParams is one rope_scaling or rope_parameters object: the scaling (nil for plain RoPE), and
+// rope_parameters' rope_theta and partial_rotary_factor when it holds them.
+type ropeParams struct {
+	scaling              *RopeScaling
+	theta, partial       float64
+	hasTheta, hasPartial bool
+}
+
+// layerTypes are the layer types transformers 5 keys a per-layer-type rope_parameters by.
+var layerTypes = []string{"full_attention", "sliding_attention"}
+
+// readRopeParameters reads transformers 5's rope_parameters into c: one object (the rope of every layer), or one
+// per layer type ({"full_attention": {...}, "sliding_attention": {...}}, as Gemma3TextConfig writes it): the full
+// layers' rope is the model's rope (rope_theta and its scaling), the sliding layers' rope_theta their own base
+// (LocalRopeTheta; memfit's sliding layers take no scaling). rope_theta and partial_rotary_factor given both at the
+// top level and inside must agree.
+func readRopeParameters(d *hfconfig.Decoder, c *Config, raw json.RawMessage) {
+	var byType map[string]json.RawMessage
+	nested := json.Unmarshal(raw, &byType) == nil && len(byType) > 0
+	for key := range byType {
+		nested = nested && slices.Contains(layerTypes, key)
+	}
+	full := raw
+	if nested {
+		full = byType["full_attention"]
+		if sliding := byType["sliding_attention"]; sliding != nil {
+			p := decodeRopeScaling(d, "rope_parameters", "rope_parameters for sliding_attention", sliding)
+			if p.scaling != nil {
+				d.Fail("field \"rope_parameters\" for sliding_attention: rope_type %q is not supported: memfit's sliding layers take plain RoPE (a rope_theta of their own)", p.scaling.kind())
+			}
+			if p.hasTheta {
+				c.LocalRopeTheta = p.theta
+			}
+			if p.hasPartial {
+				c.PartialRotary = p.partial
+			}
+		}
+		if full == nil {
+			return
+		}
+	}
+	label := "rope_parameters"
+	if nested {
+		label = "rope_parameters for full_attention"
+	}
+	p := decodeRopeScaling(d, "rope_parameters", label, full)
+	c.RopeScaling = p.scaling
+	if p.hasTheta {
+		var top float64
+		if d.Get("rope_theta", &top) && top != p.theta {
+			d.Fail("field \"rope_theta\" is %g but rope_parameters' rope_theta is %g", top, p.theta)
+		}
+		c.RopeTheta = p.theta
+	}
+	if p.hasPartial {
+		var top float64
+		if d.Get("partial_rotary_factor", &top) && top != p.partial {
+			d.Fail("field \"partial_rotary_factor\" is %g but rope_parameters' partial_rotary_factor is %g", top, p.partial)
+		}
+		c.PartialRotary = p.partial
+	}
+}
+
+// decodeRopeScaling reads rope_scaling (or rope_parameters, whose rope_theta and partial_rotary_factor it returns
+// too) as transformers does: an object whose rope_type (or legacy type) is "default", "linear", "llama3" or
+// "longrope" (or "su"), with that kind's keys. The kinds memfit does not implement ("dynamic", "yarn", ...) and
+// anything that is not such an object are the Decoder's error, in one line naming the field (label: how the
+// messages name it).
+func decodeRopeScaling(d *hfconfig.Decoder, field, label string, raw json.RawMessage) (out ropeParams) {
 	var rs map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &rs); err != nil || rs == nil {
-		d.Fail("field %q is %s: want an object such as {\"rope_type\": \"llama3\", \"factor\": 8, ...}, or null", field, hfconfig.Excerpt(raw))
-		return nil, 0, false
+		d.Fail("field %q is %s: want an object such as {\"rope_type\": \"llama3\", \"factor\": 8, ...}, or null", label, hfconfig.Excerpt(raw))
+		return ropeParams{}
 	}
 	bad := false
 	fail := func(format string, args ...any) {
 		if !bad {
-			d.Fail("field %q: "+format, append([]any{field}, args...)...)
+			d.Fail("field %q: "+format, append([]any{label}, args...)...)
 		}
 		bad = true
 	}
@@ -342,17 +404,17 @@ func decodeRopeScaling(d *hfconfig.Decoder, field string, raw json.RawMessage) (
 	}
 	kind, legacy := str("rope_type"), str("type")
 	if bad {
-		return nil, 0, false
+		return ropeParams{}
 	}
 	switch {
 	case kind == "" && legacy == "":
 		fail("no rope_type: give one of %s", ropeTypeList())
-		return nil, 0, false
+		return ropeParams{}
 	case kind == "":
 		kind = legacy
 	case legacy != "" && legacy != kind:
 		fail("rope_type %q and type %q differ", kind, legacy)
-		return nil, 0, false
+		return ropeParams{}
 	}
 	num := func(key string) float64 {
 		v, ok := rs[key]
@@ -368,11 +430,18 @@ func decodeRopeScaling(d *hfconfig.Decoder, field string, raw json.RawMessage) (
 	}
 	keys := []string{"rope_type", "type"}
 	if field == "rope_parameters" {
-		if _, hasTheta = rs["rope_theta"]; hasTheta {
-			theta = num("rope_theta")
+		if _, out.hasTheta = rs["rope_theta"]; out.hasTheta {
+			out.theta = num("rope_theta")
 		}
-		keys = append(keys, "rope_theta")
+		if v, ok := rs["partial_rotary_factor"]; ok {
+			if json.Unmarshal(v, &out.partial) != nil {
+				fail("%q is %s: want a number", "partial_rotary_factor", hfconfig.Excerpt(v))
+			}
+			out.hasPartial = true
+		}
+		keys = append(keys, "rope_theta", "partial_rotary_factor")
 	}
+	var s *RopeScaling
 	switch kind {
 	case "default":
 	case RopeLinear:
@@ -416,9 +485,9 @@ func decodeRopeScaling(d *hfconfig.Decoder, field string, raw json.RawMessage) (
 		}
 	default:
 		if !bad {
-			d.Fail("%s type %q is not supported by memfit: supported are %s", field, kind, ropeTypeList())
+			d.Fail("%s type %q is not supported by memfit: supported are %s", label, kind, ropeTypeList())
 		}
-		return nil, 0, false
+		return ropeParams{}
 	}
 	for _, key := range slices.Sorted(maps.Keys(rs)) {
 		if !slices.Contains(keys, key) {
@@ -426,9 +495,10 @@ func decodeRopeScaling(d *hfconfig.Decoder, field string, raw json.RawMessage) (
 		}
 	}
 	if bad {
-		return nil, 0, false
+		return ropeParams{}
 	}
-	return s, theta, hasTheta
+	out.scaling = s
+	return out
 }
 
 // EOSIDs returns every end-of-sequence id: EOSTokenIDs, and EOSTokenID when it is set and not among them.

@@ -258,7 +258,25 @@ var CommonIgnored = []string{
 	"num_beam_groups", "num_beams", "num_return_sequences", "output_scores", "remove_invalid_values",
 	"repetition_penalty", "return_dict_in_generate", "sep_token_id", "suppress_tokens", "temperature",
 	"top_k", "top_p", "typical_p", "pruned_heads", "cross_attention_hidden_size", "tf_legacy_loss",
-	"use_bfloat16", "quantization_config",
+	"use_bfloat16",
+}
+
+// RefuseQuantized makes a config.json with a quantization_config the Decoder's error: transformers saves one
+// with a checkpoint whose weights it stored quantized (bitsandbytes 4- and 8-bit, GPTQ, AWQ, FP8, ...), which
+// memfit does not read; it quantizes float weights itself (QLoRA's NF4).
+func RefuseQuantized(d *Decoder) {
+	raw := d.Raw("quantization_config")
+	if raw == nil {
+		return
+	}
+	var q struct {
+		Method string `json:"quant_method"`
+	}
+	method := "?"
+	if json.Unmarshal(raw, &q) == nil && q.Method != "" {
+		method = q.Method
+	}
+	d.Fail("the checkpoint is pre-quantized (quantization_config: quant_method %q): memfit reads float weights (float32, bfloat16, float16); use the unquantized model (memfit's --method qlora quantizes it to NF4 itself)", method)
 }
 
 // MaxLabels is the most classes memfit takes in a config's num_labels or id2label.

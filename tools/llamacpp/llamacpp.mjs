@@ -7,7 +7,7 @@
 // answered by {"results": [result, ...]}.
 //
 // Request (every part but "model" optional):
-//   {"model": "FILE.gguf", "threads": 2, "context_size": 512, "vocab_only": false, "kv_cache_type": "F32",
+//   {"model": "FILE.gguf", "threads": 1, "context_size": 512, "vocab_only": false, "kv_cache_type": "F32",
 //    "tokenize": [{"text": "...", "special": true, "add_special": false}, ...],
 //    "generate": {"prompt": [ids], "tokens": 32, "probabilities": true},
 //    "score":    {"sequences": [[ids], ...], "probabilities": false},
@@ -165,7 +165,7 @@ async function bench(model, req, threads, vocab, top) {
 async function runOne(llama, req) {
     if (typeof req.model !== "string" || req.model === "")
         fail(`give "model": the path of a GGUF file`);
-    const threads = req.threads ?? 2;
+    const threads = req.threads ?? 1;
     let model;
     try {
         model = await llama.loadModel({modelPath: req.model, gpuLayers: 0, vocabOnly: !!req.vocab_only});

@@ -118,10 +118,20 @@ await copy(`SELECT text FROM ${src('text.jsonl')} LIMIT 20`, 'hub-text/train/000
 await copy(`SELECT text FROM ${src('text.jsonl')} OFFSET 20 LIMIT 12`, 'hub-text/train/0001.parquet', 'COMPRESSION zstd');
 await copy(`SELECT text FROM ${src('text.jsonl')} OFFSET 32`, 'hub-text/test/0000.parquet', 'COMPRESSION zstd');
 
+// Issue 36's probe cases (testdata/probe), each as DuckDB writes it. A MAP column m beside a string sentence and
+// an integer label: renamed with --columns to each name memfit type-checks (text, messages, instruction, label,
+// image), it must be refused as a map, not recurse.
+await copy(`SELECT MAP {'k': sentence} AS m, sentence, label::BIGINT AS label FROM ${src('sst2.jsonl')} LIMIT 8`, 'probe/map.parquet', 'COMPRESSION snappy');
+await copy(`SELECT MAP {'k': sentence} AS text FROM ${src('sst2.jsonl')} LIMIT 8`, 'probe/map-text.parquet', 'COMPRESSION snappy');
+// LZ4_RAW pages (DuckDB's COMPRESSION lz4, pyarrow's compression='lz4'), which parquet-go v0.32.0 misreads when a
+// page compresses less than 3:1 (pq29_lz4); the same rows as alpaca.jsonl.
+await copy(`SELECT instruction, input, output, status FROM ${src('alpaca.jsonl')}`, 'probe/alpaca-lz4.duckdb.parquet', 'COMPRESSION lz4, ROW_GROUP_SIZE 16');
+
 // --- parquet-wasm (arrow-rs) ----------------------------------------------------------------------------
-const writeArrow = (table, file, { compression, rowGroup, meta } = {}) => {
+const writeArrow = (table, file, { compression, rowGroup, meta, version } = {}) => {
   let props = new pw.WriterPropertiesBuilder().setCompression(compression).setDictionaryEnabled(true);
   if (rowGroup) props = props.setMaxRowGroupSize(rowGroup);
+  if (version !== undefined) props = props.setWriterVersion(version);
   if (meta) props = props.setKeyValueMetadata(new Map(Object.entries(meta)));
   const wasmTable = pw.Table.fromIPCStream(arrow.tableToIPC(table, 'stream'));
   const bytes = pw.writeParquet(wasmTable, props.build());
@@ -137,6 +147,8 @@ const alpacaTable = (rows) => new arrow.Table({
 });
 // zstd, dictionary encoding, row groups of 10 rows (5 row groups).
 writeArrow(alpacaTable(alpaca), 'alpaca.arrow.parquet', { compression: pw.Compression.ZSTD, rowGroup: 10 });
+// LZ4_RAW with data pages v2 (levels stored uncompressed before the values), for issue 36's LZ4_RAW reading.
+writeArrow(alpacaTable(alpaca), 'probe/alpaca-lz4-v2.arrow.parquet', { compression: pw.Compression.LZ4_RAW, rowGroup: 10, version: pw.WriterVersion.V2 });
 // The hub layout `datasets` writes: data/train-0000N-of-00002.parquet and data/test-00000-of-00001.parquet.
 writeArrow(alpacaTable(alpaca.slice(0, 24)), 'hub-alpaca/data/train-00000-of-00002.parquet', { compression: pw.Compression.SNAPPY, rowGroup: 8 });
 writeArrow(alpacaTable(alpaca.slice(24, 40)), 'hub-alpaca/data/train-00001-of-00002.parquet', { compression: pw.Compression.SNAPPY, rowGroup: 8 });

@@ -20,6 +20,7 @@ import (
 	"github.com/memfit/memfit/family/lm"
 	vitfam "github.com/memfit/memfit/family/vit"
 	"github.com/memfit/memfit/finetune"
+	"github.com/memfit/memfit/internal/adaptertest"
 	"github.com/memfit/memfit/internal/gtest"
 	"github.com/memfit/memfit/internal/readfile"
 	"github.com/memfit/memfit/models"
@@ -231,22 +232,7 @@ func CheckImport(t testing.TB, tr *finetune.Trainer, fresh finetune.Model, dir s
 	if err := tr.ExportAdapter(dir, "memfit/tiny"); err != nil {
 		t.Fatal(err)
 	}
-	imported, err := finetune.ReadAdapter(dir, fresh)
-	if err != nil {
-		t.Fatal(err)
-	}
-	params := models.Params{}
-	for n, v := range fresh.Params() {
-		params[n] = v
-	}
-	for n, v := range imported.Modules {
-		params[n] = v
-	}
-	got, err := finetune.Logits(gtest.Backend(t), fresh, params, imported.Set, batch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := gtest.MaxRelDiff(gtest.Float32s(got), Logits(t, tr, batch), 1)
+	d := gtest.MaxRelDiff(adaptertest.Logits(t, fresh, dir, batch), Logits(t, tr, batch), 1)
 	t.Logf("PEFT adapter read into a fresh model: logits differ by %g", d)
 	if d > tol {
 		t.Errorf("PEFT adapter read into a fresh model: logits differ by %g (relative), want <= %g", d, tol)
