@@ -64,8 +64,11 @@ type GLUEOptions struct {
 	Backend   compute.Backend
 	// Work is a folder for the per-task classifiers made from Model.
 	Work string
-	// Log receives progress lines (nil: none).
+	// Log receives a line per task and variant when the task is scored (nil: none).
 	Log io.Writer
+	// Progress, when set, is called after every training step of a task (all its variants side by side) with
+	// the steps done and the task's total.
+	Progress func(task string, done, total int)
 }
 
 // DefaultGLUEOptions are the paper's recipe with 3 epochs capped at 200 steps per task: what the 2-core CPU
@@ -244,6 +247,9 @@ func (o GLUEOptions) runTask(ctx context.Context, head, task string, steps int, 
 			sd.cell.TrainSeconds += st.Seconds
 			sd.cell.SavedActivationBytes, sd.cell.PeakBytes, sd.cell.PeakMethod = st.SavedActivationBytes, st.PeakBytes, st.PeakMethod
 			sd.losses = append(sd.losses, st.Loss)
+		}
+		if o.Progress != nil {
+			o.Progress(task, step+1, steps)
 		}
 	}
 	var cells []GLUECell

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,9 +46,16 @@ func TestGLUETable(t *testing.T) {
 	o.Variants = []finetune.Variant{GLUEVariants[0], GLUEVariants[3]}
 	o.MaxSteps, o.BatchSize, o.SeqLen, o.LoRARank, o.EvalBatch = 3, 8, 32, 4, 128
 	o.Backend, o.Work = gtest.Backend(t), t.TempDir()
+	var progress []string
+	o.Progress = func(task string, done, total int) {
+		progress = append(progress, fmt.Sprintf("%s %d/%d", task, done, total))
+	}
 	rep, err := RunGLUE(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if got, want := strings.Join(progress, ","), "rte 1/3,rte 2/3,rte 3/3,stsb 1/3,stsb 2/3,stsb 3/3"; got != want {
+		t.Errorf("progress %s, want %s", got, want)
 	}
 	if len(rep.Cells) != 4 {
 		t.Fatalf("%d cells, want 4", len(rep.Cells))

@@ -68,6 +68,13 @@ epochs); the machine's load average is printed before and after.`,
 			}
 			defer os.RemoveAll(work)
 			o.Backend, o.Work, o.Log = backend, work, cmd.ErrOrStderr()
+			bars := map[string]func(done, total int){}
+			o.Progress = func(task string, done, total int) {
+				if bars[task] == nil {
+					bars[task] = countProgress(cmd.ErrOrStderr(), fmt.Sprintf("%s: training %d variants side by side", task, len(o.Variants)))
+				}
+				bars[task](done, total)
+			}
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "bench glue: %s on %s, tasks %s, %g epochs (at most %d steps) of %d x %d tokens, lr %g, LoRA r=%d alpha %g on %s, backend %s\n",
 				o.Model, o.Data, strings.Join(o.Tasks, ","), o.Epochs, o.MaxSteps, o.BatchSize, o.SeqLen, o.LR, o.LoRARank, o.LoRAAlpha, strings.Join(o.Targets, ","), backend.Name())
