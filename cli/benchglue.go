@@ -29,7 +29,7 @@ Pearson correlation, accuracy otherwise). Prints the table in the paper's layout
 saved activations (exact) and peak (the backend's method named) and the training throughput, and writes
 glue.md and glue.json into --out. --epochs and --max-steps size the training to the machine (the paper: 30
 epochs); the machine's load average is printed before and after.`,
-		Example: `  finetune bench glue --model pretrained/roberta-tiny --data ../shared/data/glue --out docs/benchmarks/glue-cpu
+		Example: `  finetune bench glue --model pretrained/roberta-tiny --data ../shared/data/glue --lr 3e-3 --out docs/benchmarks/glue-cpu
   finetune-xla --backend xla:cuda bench glue --model ROBERTA_BASE_DIR --data ../shared/data/glue --epochs 30 --max-steps 0 --out glue-gpu`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
