@@ -3,6 +3,9 @@ package encoder_test
 import (
 	"fmt"
 	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -96,46 +99,74 @@ func runGolden(t *testing.T, g *golden.File, opts encoder.Options, grads []strin
 // within 1e-5 of the plain model's.
 func TestGolden(t *testing.T) {
 	for _, name := range []string{"roberta_a", "roberta_reg_a", "bert_a"} {
-		t.Run(name, func(t *testing.T) {
-			g := golden.Load(t, name)
-			gradNames := g.Keys(t, "grads")
-			slices.Sort(gradNames)
-			plain := runGolden(t, g, encoder.Options{}, gradNames)
-			check := func(what string, got []float32, path ...string) {
-				t.Helper()
-				d := golden.RelMaxDiff(got, g.Array(t, path...).Float32s())
-				t.Logf("%s rel diff %.2g", what, d)
-				if d > 1e-4 {
-					t.Errorf("%s differs by %g (relative)", what, d)
-				}
-			}
-			check("logits", plain.logits, "outputs", "logits")
-			check("last hidden state", plain.last, "outputs", "last_hidden_state")
-			if lossDiff := math.Abs(float64(plain.loss[0]) - g.Array(t, "outputs", "loss").Values[0]); lossDiff > 1e-5 {
-				t.Errorf("loss differs by %g", lossDiff)
-			}
-			if slices.Contains(g.Keys(t, "outputs"), "position_ids") {
-				check("position ids", plain.positions, "outputs", "position_ids")
-			}
-			if plain.pooled != nil {
-				check("pooler output", plain.pooled, "outputs", "pooler_output")
-			}
-			for _, n := range gradNames {
-				check("gradient of "+n, plain.grads[n], "grads", n)
-			}
-			for _, opts := range []encoder.Options{
-				{MSNorm: true},
-				{ApproxActivation: true, MSNorm: true, Attention: attention.KindMemoryEfficient},
-				{ApproxActivation: true, GradCheckpoint: true},
-				{MSNorm: true, GradCheckpoint: true},
-			} {
-				r := runGolden(t, g, opts, nil)
-				d := golden.RelMaxDiff(r.logits, plain.logits)
-				t.Logf("%+v: logits %.2g from the plain model's", opts, d)
-				if limit := 1e-5; d > limit {
-					t.Errorf("%+v: logits differ from the plain model's by %g (relative), more than %g", opts, d, limit)
-				}
-			}
-		})
+		t.Run(name, func(t *testing.T) { checkGolden(t, golden.Load(t, name)) })
+	}
+}
+
+// checkGolden runs g's model in the plain mode and checks its outputs and gradients against the reference (1e-4
+// relative), then checks that every memory mode gives the plain model's logits within 1e-5.
+func checkGolden(t *testing.T, g *golden.File) {
+	gradNames := g.Keys(t, "grads")
+	slices.Sort(gradNames)
+	plain := runGolden(t, g, encoder.Options{}, gradNames)
+	check := func(what string, got []float32, path ...string) {
+		t.Helper()
+		d := golden.RelMaxDiff(got, g.Array(t, path...).Float32s())
+		t.Logf("%s rel diff %.2g", what, d)
+		if d > 1e-4 {
+			t.Errorf("%s differs by %g (relative)", what, d)
+		}
+	}
+	check("logits", plain.logits, "outputs", "logits")
+	check("last hidden state", plain.last, "outputs", "last_hidden_state")
+	if lossDiff := math.Abs(float64(plain.loss[0]) - g.Array(t, "outputs", "loss").Values[0]); lossDiff > 1e-5 {
+		t.Errorf("loss differs by %g", lossDiff)
+	}
+	if slices.Contains(g.Keys(t, "outputs"), "position_ids") {
+		check("position ids", plain.positions, "outputs", "position_ids")
+	}
+	if plain.pooled != nil {
+		check("pooler output", plain.pooled, "outputs", "pooler_output")
+	}
+	for _, n := range gradNames {
+		check("gradient of "+n, plain.grads[n], "grads", n)
+	}
+	for _, opts := range []encoder.Options{
+		{MSNorm: true},
+		{ApproxActivation: true, MSNorm: true, Attention: attention.KindMemoryEfficient},
+		{ApproxActivation: true, GradCheckpoint: true},
+		{MSNorm: true, GradCheckpoint: true},
+	} {
+		r := runGolden(t, g, opts, nil)
+		d := golden.RelMaxDiff(r.logits, plain.logits)
+		t.Logf("%+v: logits %.2g from the plain model's", opts, d)
+		if limit := 1e-5; d > limit {
+			t.Errorf("%+v: logits differ from the plain model's by %g (relative), more than %g", opts, d, limit)
+		}
+	}
+}
+
+// TestGoldenVariants: encoder configurations beyond the shared goldens (testdata/variants.py: a deeper RoBERTa
+// with 6 heads of 8, eps 1e-12 and 4 classes; a RoBERTa whose padding id is 0; a BERT regression head of three
+// layers; a BERT with three token types), made by the same plain-PyTorch reference of transformers 4.55.4
+// (families_reference.py in ../shared/data/golden) where Debian's python3-torch is installed, checked as TestGolden
+// checks the shared ones.
+func TestGoldenVariants(t *testing.T) {
+	py := "/usr/bin/python3"
+	if err := exec.Command(py, "-c", "import torch, numpy").Run(); err != nil {
+		t.Skipf("no torch in %s (Debian's python3-torch): %v", py, err)
+	}
+	out := t.TempDir()
+	cmd := exec.Command(py, filepath.Join("testdata", "variants.py"), filepath.Join(golden.SharedDir(t), "golden"), out)
+	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("variants.py: %v\n%s", err, b)
+	}
+	entries, err := os.ReadDir(out)
+	if err != nil || len(entries) != 4 {
+		t.Fatalf("variants: %v, %d folders", err, len(entries))
+	}
+	for _, e := range entries {
+		t.Run(e.Name(), func(t *testing.T) { checkGolden(t, golden.LoadDir(t, filepath.Join(out, e.Name()))) })
 	}
 }
