@@ -65,7 +65,7 @@ func (c CPUCase) PerStep() int {
 const QLoRAPrefix = "qlora/"
 
 // CPUCaseNames are the names of CPUCases' cases by key.
-var CPUCaseNames = map[string]string{"a": "vit-ti-full", "b": "llama-tiny-lora", "c": "llama-256-lora"}
+var CPUCaseNames = map[string]string{"a": "vit-ti-full", "b": "llama-tiny-lora", "c": "llama-256-lora", "d": "roberta-tiny-full"}
 
 // CPUCases writes the CPU grid's scaled ViT and LLaMA (ScaledModels, random weights) into workDir and returns
 // the three cases: (a) the ViT-Ti-shaped encoder, full fine-tuning, batch 16; (b) llamaTiny (memfit's
@@ -87,6 +87,18 @@ func CPUCases(workDir, llamaTiny string) ([]CPUCase, error) {
 		{Key: "c", Name: CPUCaseNames["c"], Model: tms[1].Dir, Method: "lora-all", Batch: 4, Seq: 256, StepGoal: 0.8,
 			Describe: "the CPU grid's LLaMA (hidden 256, 4 heads / 2 kv heads of 64, MLP 688, 4 layers, vocabulary 1024), LoRA on every linear layer, batch 4 x 256"},
 	}, nil
+}
+
+// RobertaCPUCase returns the encoder case: (d) robertaTiny (memfit's pretrained/roberta-tiny, a RobertaForMaskedLM:
+// hidden 128, 4 post-LN layers, 4 heads, GELU MLP 512, vocabulary 4096, decoder tied to the word embeddings),
+// full fine-tuning on masked-LM batches of 32 x 128 (the family's random batch: 15% of the positions labelled,
+// -100 elsewhere). Full fine-tuning because the reference then needs no adapter target set of its own.
+func RobertaCPUCase(robertaTiny string) (CPUCase, error) {
+	if _, err := os.Stat(filepath.Join(robertaTiny, "config.json")); err != nil {
+		return CPUCase{}, fmt.Errorf("roberta-tiny checkpoint: %w (run from the repository root or pass its folder)", err)
+	}
+	return CPUCase{Key: "d", Name: CPUCaseNames["d"], Model: robertaTiny, Method: "full", Batch: 32, Seq: 128, StepGoal: 0.8,
+		Describe: "pretrained/roberta-tiny (RobertaForMaskedLM: hidden 128, 4 post-LN layers, 4 heads, GELU MLP 512, vocabulary 4096, tied decoder), full fine-tuning, masked LM, batch 32 x 128"}, nil
 }
 
 // CPUSettings are the training settings both sides use.
@@ -161,9 +173,10 @@ func (s CPUSettings) Config(c CPUCase, variant string) (finetune.Config, error) 
 	return v.Apply(method.Apply(base)), nil
 }
 
-// WriteCPUBatch writes one batch of random inputs for case c (randomBatch with seed: normal pixels and uniform
-// labels, or uniform token ids with labels equal to them and a full attention mask) to path as safetensors,
-// for both sides to read.
+// WriteCPUBatch writes one batch of random inputs for case c (the family's random batch with seed: normal pixels
+// and uniform labels; uniform token ids with labels equal to them and a full attention mask for a causal LM;
+// uniform non-pad token ids, a full attention mask and labels equal to the ids at a random 15% of the positions,
+// -100 elsewhere, for a masked LM) to path as safetensors, for both sides to read.
 func WriteCPUBatch(c CPUCase, s CPUSettings, path string) error {
 	cfg, err := s.Config(c, "plain")
 	if err != nil {

@@ -14,8 +14,9 @@ import (
 	"github.com/memfit/memfit/engine"
 )
 
-// tinyCPUCases returns small cases on the vit:tiny preset (full fine-tuning) and memfit's pretrained llama-tiny
-// (tied embeddings, LoRA on every linear layer) at a short sequence.
+// tinyCPUCases returns small cases on the vit:tiny preset (full fine-tuning), memfit's pretrained llama-tiny
+// (tied embeddings, LoRA on every linear layer) at a short sequence and memfit's pretrained roberta-tiny (the
+// masked LM, full fine-tuning) at a short sequence.
 func tinyCPUCases(t *testing.T, dir string) []CPUCase {
 	t.Helper()
 	vitDir, err := PresetCheckpoint("vit:tiny", 3, dir)
@@ -26,6 +27,8 @@ func tinyCPUCases(t *testing.T, dir string) []CPUCase {
 		{Key: "a", Name: "vit-tiny-full", Model: vitDir, Method: "full", Batch: 3, StepGoal: 1.5, Describe: "vit:tiny"},
 		{Key: "b", Name: "llama-tiny-lora", Model: filepath.Join("..", "pretrained", "llama-tiny"), Method: "lora-all", Batch: 2, Seq: 16,
 			StepGoal: 2, Describe: "llama-tiny"},
+		{Key: "d", Name: "roberta-tiny-full", Model: filepath.Join("..", "pretrained", "roberta-tiny"), Method: "full", Batch: 2, Seq: 16,
+			StepGoal: 2, Describe: "roberta-tiny"},
 	}
 }
 
@@ -61,6 +64,23 @@ func TestCPUStepAgainstReference(t *testing.T) {
 		spec := CPUSpec{Case: c, Settings: s, BatchFile: filepath.Join(dir, c.Tag()+".batch"), InitFile: filepath.Join(dir, c.Tag()+".init")}
 		if err := WriteCPUBatch(c, s, spec.BatchFile); err != nil {
 			t.Fatal(err)
+		}
+		if c.Key == "d" { // the masked LM's batch: some positions labelled, the rest -100 (left out of the loss)
+			b, err := ReadCPUBatch(spec.BatchFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var labels []int32
+			b["labels"].MustConstFlatData(func(f any) { labels = append(labels, f.([]int32)...) })
+			ignored := 0
+			for _, l := range labels {
+				if l == -100 {
+					ignored++
+				}
+			}
+			if len(labels) != c.Batch*c.Seq || ignored == 0 || ignored == len(labels) || b["attention_mask"] == nil {
+				t.Fatalf("d: masked-LM batch: %d labels, %d of them -100, attention mask %v", len(labels), ignored, b["attention_mask"] != nil)
+			}
 		}
 		var plain CPUSideResult
 		for i, v := range []string{"plain", "approx-act+ms-norm"} {
@@ -236,6 +256,12 @@ func TestCPUSettingsAndMedian(t *testing.T) {
 	if c := (CPUCase{Batch: 4, Seq: 256}); c.PerStep() != 1024 || c.Unit() != "tokens/s" {
 		t.Errorf("per step %d %s", c.PerStep(), c.Unit())
 	}
+	if d, err := RobertaCPUCase(filepath.Join("..", "pretrained", "roberta-tiny")); err != nil || d.Key != "d" || d.Method != "full" || d.PerStep() != 32*128 {
+		t.Errorf("case d %+v, %v", d, err)
+	}
+	if _, err := RobertaCPUCase(t.TempDir()); err == nil {
+		t.Error("a folder without config.json was accepted as case d")
+	}
 	if m := MachineInfo(); m.Cores <= 0 || m.CPU == "" {
 		t.Errorf("machine %+v", m)
 	}
@@ -245,7 +271,7 @@ func TestCPUSettingsAndMedian(t *testing.T) {
 // qlora/ variants and trains NF4 base weights), compared with memfit's LoRA plain step only.
 func TestCPUQLoRARows(t *testing.T) {
 	dir := t.TempDir()
-	cases := tinyCPUCases(t, dir)
+	cases := tinyCPUCases(t, dir)[:2]
 	cfg, err := tinySettings().Config(cases[1], QLoRAPrefix+"approx-act+ms-norm")
 	if err != nil || cfg.Method != "qlora" || !cfg.ApproxAct || !cfg.MSNorm {
 		t.Fatalf("qlora config %+v, %v", cfg, err)

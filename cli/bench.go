@@ -396,7 +396,7 @@ variant and memfit's ratios to PyTorch, with issue 10's goals for every approx-a
 
 func newBenchCPUCommand(opts *Options) *cobra.Command {
 	settings := bench.DefaultCPUSettings()
-	var out, workDir, python, script, llamaTiny, memfitBin, invocation string
+	var out, workDir, python, script, llamaTiny, robertaTiny, memfitBin, invocation string
 	var caseList, variantList, qloraCases []string
 	var rounds int
 	var interleave, overwrite bool
@@ -411,6 +411,8 @@ torch.set_num_threads = cores) on the same checkpoints, shapes and batch:
   (a) a ViT-Ti-shaped encoder (hidden 192, 3 heads, MLP 768, patch 16 at 224, 4 layers), full fine-tuning, batch 16
   (b) pretrained/llama-tiny, LoRA r=8 on every linear layer, batch 8 x 256
   (c) the CPU grid's LLaMA (hidden 256, 4 layers, vocabulary 1024), LoRA on every linear layer, batch 4 x 256
+  (d) pretrained/roberta-tiny (RobertaForMaskedLM, hidden 128, 4 post-LN layers), full fine-tuning, masked LM,
+      batch 32 x 128
 Each run is its own process: the driver reads its maximum resident set size from wait4's rusage. Both sides
 print every step's loss; the first-step losses must agree to --loss-tol (relative) or the command fails, since
 then the two sides do not train the same model. Prints the table (machine, versions, median step time after the
@@ -437,10 +439,10 @@ with GOEXPERIMENT=simd and runs this with GODEBUG=cpu.fma=off.`,
 			}
 			for _, k := range caseList {
 				if k = strings.TrimSpace(k); bench.CPUCaseNames[k] == "" && !slices.Contains(slices.Collect(maps.Values(bench.CPUCaseNames)), k) {
-					return usagef("unknown case %q: use a, b or c", k)
+					return usagef("unknown case %q: use a, b, c or d", k)
 				}
 			}
-			reads := inputs{}.add("--script", script).add("--llama-tiny", llamaTiny, modelReads...).add("--memfit-bin", memfitBin)
+			reads := inputs{}.add("--script", script).add("--llama-tiny", llamaTiny, modelReads...).add("--roberta-tiny", robertaTiny, modelReads...).add("--memfit-bin", memfitBin)
 			if err := outputFolder("--out", out, []string{"cpu-compare.txt", "cpu-compare.json", "processes/"}, reads.add("--work-dir", workDir), overwrite, true); err != nil {
 				return err
 			}
@@ -468,6 +470,13 @@ with GOEXPERIMENT=simd and runs this with GODEBUG=cpu.fma=off.`,
 			all, err := bench.CPUCases(workDir, llamaTiny)
 			if err != nil {
 				return usageError{err}
+			}
+			if slices.ContainsFunc(caseList, func(k string) bool { k = strings.TrimSpace(k); return k == "d" || k == bench.CPUCaseNames["d"] }) {
+				d, err := bench.RobertaCPUCase(robertaTiny)
+				if err != nil {
+					return usageError{err}
+				}
+				all = append(all, d)
 			}
 			var cases []bench.CPUCase
 			for _, k := range caseList {
@@ -513,7 +522,7 @@ with GOEXPERIMENT=simd and runs this with GODEBUG=cpu.fma=off.`,
 	f.Float64Var(&settings.LoRAAlpha, "lora-alpha", settings.LoRAAlpha, "LoRA alpha (scale alpha/r)")
 	f.Float64Var(&settings.LR, "lr", settings.LR, "AdamW learning rate")
 	f.Uint64Var(&settings.Seed, "seed", settings.Seed, "seed of the batch and of memfit's adapter initialisation")
-	f.StringSliceVar(&caseList, "cases", []string{"a", "b", "c"}, "cases to run (a, b, c)")
+	f.StringSliceVar(&caseList, "cases", []string{"a", "b", "c", "d"}, "cases to run (a, b, c, d)")
 	f.BoolVar(&interleave, "interleave", true, "also train each case's memfit variants in one process, a step of each in turn, and judge their step ratio by that run")
 	f.IntVar(&rounds, "rounds", 1, "run every process this many times, the rows taking turns, and report the median of each row's rounds (steadier on a shared machine)")
 	f.StringSliceVar(&qloraCases, "qlora-cases", []string{"c"}, "LoRA cases that also get memfit's QLoRA rows (NF4 base weights, no reference), compared with memfit's LoRA step")
@@ -525,6 +534,7 @@ with GOEXPERIMENT=simd and runs this with GODEBUG=cpu.fma=off.`,
 	f.StringVar(&python, "python", "/usr/bin/python3", "Python with torch (Debian's python3-torch)")
 	f.StringVar(&script, "script", "bench/pytorch/cpu_compare.py", "the reference script")
 	f.StringVar(&llamaTiny, "llama-tiny", "pretrained/llama-tiny", "memfit's pretrained/llama-tiny folder (case b)")
+	f.StringVar(&robertaTiny, "roberta-tiny", "pretrained/roberta-tiny", "memfit's pretrained/roberta-tiny folder (case d)")
 	f.StringVar(&memfitBin, "memfit-bin", "", "memfit binary for the memfit processes (default: this one)")
 	f.BoolVar(&profile, "cpuprofile", false, "each memfit process writes a CPU profile of its timed steps to DIR/processes/*.pprof")
 	f.StringVar(&invocation, "invocation", "", "the command line to print (bench/cpu/compare.sh passes its own)")

@@ -59,6 +59,7 @@ func TestBenchCPUUsage(t *testing.T) {
 		{"bench", "cpu", "--variants", "plain,nonsense", "--llama-tiny", "../pretrained/llama-tiny"},
 		{"bench", "cpu", "--warmup", "0", "--llama-tiny", "../pretrained/llama-tiny"},
 		{"bench", "cpu", "--llama-tiny", "/nonexistent"},
+		{"bench", "cpu", "--cases", "d", "--llama-tiny", "../pretrained/llama-tiny", "--roberta-tiny", "/nonexistent"},
 		{"bench", "cpu", "step", "--spec", "/nonexistent.json", "--json", "x.json"},
 	} {
 		args = append(args, "--work-dir", t.TempDir(), "--out", t.TempDir())

@@ -17,6 +17,10 @@ JSON header, raw little-endian bytes):
   * LLaMA (transformers' LlamaForCausalLM): RMSNorm, rotary embeddings as transformers computes them,
     grouped-query causal attention, SwiGLU MLP, tied embeddings when the config says so; next-token cross entropy
     (logits at 0..T-2 against labels at 1..T-1, mean over the tokens).
+  * RoBERTa (transformers' RobertaForMaskedLM): word + position + token-type embeddings (positions padding_idx + 1
+    + the running count of non-pad tokens) and LayerNorm, post-LN blocks (attention, exact-erf GELU MLP), the LM
+    head (dense, GELU, LayerNorm, decoder tied to the word embeddings plus lm_head.bias); masked-LM cross entropy
+    (mean over the positions whose label is not -100). No dropout on either side.
 
 LoRA (method lora-all): every linear layer but the head becomes a frozen Linear plus A [r, in] and B [out, r],
 y = W x + b + (alpha / r) B A x, with A and B taken from memfit's initial adapters, so both sides start from the
@@ -321,6 +325,89 @@ class Llama(nn.Module):
         return F.cross_entropy(logits[:, :-1].reshape(-1, v), batch["labels"][:, 1:].reshape(-1))
 
 
+# ---------------------------------------------------------------- RoBERTa (transformers' RobertaForMaskedLM)
+
+class RobertaLayer(nn.Module):
+    def __init__(self, c, linear):
+        super().__init__()
+        d, m, eps = c["hidden_size"], c["intermediate_size"], c.get("layer_norm_eps", 1e-12)
+        self.heads = c["num_attention_heads"]
+        self.attention = Module()
+        self.attention.self = Module()
+        self.attention.self.query = linear(d, d)
+        self.attention.self.key = linear(d, d)
+        self.attention.self.value = linear(d, d)
+        self.attention.output = Module()
+        self.attention.output.dense = linear(d, d)
+        self.attention.output.LayerNorm = nn.LayerNorm(d, eps=eps)
+        self.intermediate = Module()
+        self.intermediate.dense = linear(d, m)
+        self.output = Module()
+        self.output.dense = linear(m, d)
+        self.output.LayerNorm = nn.LayerNorm(d, eps=eps)
+
+    def forward(self, x, mask):
+        b, n, d = x.shape
+        h, dh = self.heads, d // self.heads
+        a = self.attention.self
+        q = a.query(x).view(b, n, h, dh).transpose(1, 2)
+        k = a.key(x).view(b, n, h, dh).transpose(1, 2)
+        v = a.value(x).view(b, n, h, dh).transpose(1, 2)
+        p = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(dh) + mask, dim=-1)
+        ctx = (p @ v).transpose(1, 2).reshape(b, n, d)
+        x = self.attention.output.LayerNorm(x + self.attention.output.dense(ctx))  # post-LN
+        y = F.gelu(self.intermediate.dense(x))  # exact (erf) GELU
+        return self.output.LayerNorm(x + self.output.dense(y))
+
+
+class RobertaMLM(nn.Module):
+    """RobertaForMaskedLM: word + position + token-type embeddings and LayerNorm, post-LN blocks, and the LM head
+    (dense -> exact GELU -> LayerNorm -> decoder tied to the word embeddings, plus lm_head.bias); no dropout, as
+    memfit trains encoders. Loss: mean cross entropy over the labelled positions (-100 elsewhere)."""
+
+    def __init__(self, c, lora):
+        super().__init__()
+        if c.get("hidden_act", "gelu") != "gelu":
+            sys.exit(f"the reference implements exact GELU only, config.json has {c['hidden_act']}")
+        if c.get("position_embedding_type", "absolute") != "absolute":
+            sys.exit("the reference implements absolute position embeddings only")
+        if not c.get("tie_word_embeddings", True):
+            sys.exit("the reference implements a decoder tied to the word embeddings only")
+        d, vocab, eps = c["hidden_size"], c["vocab_size"], c.get("layer_norm_eps", 1e-12)
+        linear = linear_factory(lora)
+        self.pad = c.get("pad_token_id", 1)
+        self.roberta = Module()
+        e = self.roberta.embeddings = Module()
+        e.word_embeddings = nn.Embedding(vocab, d)
+        e.position_embeddings = nn.Embedding(c["max_position_embeddings"], d)
+        e.token_type_embeddings = nn.Embedding(c.get("type_vocab_size", 1), d)
+        e.LayerNorm = nn.LayerNorm(d, eps=eps)
+        self.roberta.encoder = Module()
+        self.roberta.encoder.layer = nn.ModuleList([RobertaLayer(c, linear) for _ in range(c["num_hidden_layers"])])
+        self.lm_head = Module()  # the head: never adapted, as PEFT's all-linear
+        self.lm_head.dense = nn.Linear(d, d)
+        self.lm_head.layer_norm = nn.LayerNorm(d, eps=eps)
+        self.lm_head.bias = nn.Parameter(torch.zeros(vocab))
+
+    def loss(self, batch):
+        ids = batch["input_ids"]
+        e = self.roberta.embeddings
+        real = (ids != self.pad).long()  # transformers' create_position_ids_from_input_ids
+        pos = torch.cumsum(real, dim=1) * real + self.pad
+        types = batch.get("token_type_ids")
+        if types is None:
+            types = torch.zeros_like(ids)
+        x = e.LayerNorm(e.word_embeddings(ids) + e.token_type_embeddings(types) + e.position_embeddings(pos))
+        am = batch.get("attention_mask")
+        mask = 0.0 if am is None else (1.0 - am[:, None, None, :].float()) * torch.finfo(torch.float32).min
+        for layer in self.roberta.encoder.layer:
+            x = layer(x, mask)
+        h = self.lm_head
+        y = h.layer_norm(F.gelu(h.dense(x)))
+        logits = F.linear(y, e.word_embeddings.weight, h.bias)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["labels"].reshape(-1), ignore_index=-100)
+
+
 # ---------------------------------------------------------------- loading, training, reporting
 
 def build(spec):
@@ -333,13 +420,19 @@ def build(spec):
     elif case["method"] != "full":
         sys.exit(f"method {case['method']} is not implemented by the reference (full, lora-all)")
     kind = c.get("model_type")
-    model = {"vit": ViT, "llama": Llama}.get(kind)
+    model = {"vit": ViT, "llama": Llama, "roberta": RobertaMLM}.get(kind)
     if model is None:
-        sys.exit(f"model type {kind} is not implemented by the reference (vit, llama)")
+        sys.exit(f"model type {kind} is not implemented by the reference (vit, llama, roberta)")
+    if kind == "roberta" and (c.get("architectures") or ["RobertaForMaskedLM"])[0] != "RobertaForMaskedLM":
+        sys.exit(f"the reference implements RoBERTa as RobertaForMaskedLM only, config.json has {c['architectures'][0]}")
     model = model(c, lora)
     ckpt = read_checkpoint(case["model"])
     if kind == "llama" and model.tied:
         ckpt.pop("lm_head.weight", None)  # a tied head may be stored too; the embeddings are the head
+    if kind == "roberta":
+        ckpt.pop("lm_head.decoder.weight", None)  # the tied decoder may be stored too; the embeddings are the head
+        ckpt.pop("lm_head.decoder.bias", None)  # transformers ties it to lm_head.bias
+        ckpt.pop("roberta.embeddings.position_ids", None)  # a buffer some checkpoints keep
     state = model.state_dict()
     base = {n for n in state if ".lora_" not in n}
     if set(ckpt) != base:
