@@ -121,7 +121,7 @@ type CPUSettings struct {
 	Seed        uint64  `json:"seed"`
 }
 
-// DefaultCPUSettings returns the benchmark's defaults: 3 warm-up and 20 timed steps (about 4 minutes in all on a 2-core VM), standard attention, LoRA r=8
+// DefaultCPUSettings returns the benchmark's defaults: 3 warm-up and 20 timed steps (about 5 minutes for the four cases on a 2-core VM), standard attention, LoRA r=8
 // alpha 16, AdamW lr 1e-4 (0.9, 0.999, 1e-8, no weight decay), float32.
 func DefaultCPUSettings() CPUSettings {
 	d := finetune.Defaults()
