@@ -74,21 +74,8 @@ func TestFamilyConfigRoundTrip(t *testing.T) {
 // TestFamilyConfigForms: configs as released models' folders and each transformers version write them decode to
 // what transformers builds, and what memfit does not build is refused with one line naming the field.
 func TestFamilyConfigForms(t *testing.T) {
-	family := func(name string) finetune.Family {
-		f, ok := finetune.FamilyByName(name)
-		if !ok {
-			t.Fatalf("family %s is not registered", name)
-		}
-		return f
-	}
-	decode := func(name, config string) decoder.Config {
-		t.Helper()
-		c, err := shaped(t, family(name), config)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		return c
-	}
+	family := func(name string) finetune.Family { return familyNamed(t, name) }
+	decode := func(name, config string) decoder.Config { return decodeConfig(t, name, config) }
 	// Qwen2.5-0.5B (transformers 4.43): sliding_window set but use_sliding_window false: no sliding layer.
 	q := decode("qwen2", `{"architectures":["Qwen2ForCausalLM"],"attention_dropout":0.0,"bos_token_id":151643,"eos_token_id":151643,
 		"hidden_act":"silu","hidden_size":896,"initializer_range":0.02,"intermediate_size":4864,"max_position_embeddings":32768,
@@ -157,4 +144,24 @@ func TestFamilyConfigForms(t *testing.T) {
 			t.Errorf("%s: %v, want one line with %q", bad.family, err, bad.want)
 		}
 	}
+}
+
+// familyNamed returns the registered family name, failing the test when there is none.
+func familyNamed(t *testing.T, name string) finetune.Family {
+	t.Helper()
+	f, ok := finetune.FamilyByName(name)
+	if !ok {
+		t.Fatalf("family %s is not registered", name)
+	}
+	return f
+}
+
+// decodeConfig decodes config as family name's Shaped does (shaped), failing the test on an error.
+func decodeConfig(t *testing.T, name, config string) decoder.Config {
+	t.Helper()
+	c, err := shaped(t, familyNamed(t, name), config)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return c
 }

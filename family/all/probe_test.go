@@ -12,19 +12,10 @@ import (
 // TestProbeFamilyConfigs: the config.json cases of the decoder-family probe (docs/probes/probe-2026-11-27-families.md)
 // decode as transformers reads them, or are refused in one line naming the cause.
 func TestProbeFamilyConfigs(t *testing.T) {
-	family := func(name string) finetune.Family {
-		f, ok := finetune.FamilyByName(name)
-		if !ok {
-			t.Fatalf("family %s is not registered", name)
-		}
-		return f
-	}
+	family := func(name string) finetune.Family { return familyNamed(t, name) }
 	decode := func(name, config string) decoder.Config {
 		t.Helper()
-		c, err := shaped(t, family(name), config)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
+		c := decodeConfig(t, name, config)
 		c.Unknown = nil
 		return c
 	}
