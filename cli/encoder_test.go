@@ -48,6 +48,10 @@ func TestEncoderCommands(t *testing.T) {
 	}
 	mustRun("pretrain", "tokenizer", "--text", p("text.txt"), "--vocab", "320", "--layout", "roberta", "--max-length", "38", "--out", p("tok"))
 	mustRun("init", "--arch", "roberta", "--preset", "roberta-mini", "--out", p("mlm"))
+	for _, prob := range []string{"0", "1", "-0.2"} { // 0 trained at 15% before: PretrainRoberta's "default"
+		refused("pretrain roberta --mask-prob "+prob, "--mask-prob "+prob+": give a share of the tokens between 0 and 1",
+			"pretrain", "roberta", "--tokenizer", p("tok"), "--text", p("text.txt"), "--out", p("mlm-bad"), "--mask-prob", prob)
+	}
 	for _, f := range []string{"tokenizer.json", "tokenizer_config.json"} {
 		b, _ := os.ReadFile(filepath.Join(p("tok"), f))
 		if err := os.WriteFile(filepath.Join(p("mlm"), f), b, 0o644); err != nil {

@@ -329,6 +329,9 @@ is held out).`,
     --out pretrained/roberta-tiny`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !(o.MaskProb > 0 && o.MaskProb < 1) { // 0 would mean the default to PretrainRoberta
+				return usagef("--mask-prob %g: give a share of the tokens between 0 and 1", o.MaskProb)
+			}
 			return runPretrainText(cmd, opts, tok, out, o.From, texts, overwrite, o.Steps, "held-out masked-LM loss",
 				func(backend compute.Backend, onStep func(finetune.StepStats)) (float64, float64, error) {
 					o.OnStep = onStep
