@@ -80,7 +80,11 @@ func describe(n parquet.Node) string {
 func describeValue(n parquet.Node) string {
 	if n.Leaf() {
 		t := n.Type()
-		switch t.Kind() {
+		k, ok := leafKind(n)
+		if !ok {
+			return "a single value annotated " + t.String()
+		}
+		switch k {
 		case parquet.ByteArray:
 			if lt := t.LogicalType(); lt == nil || lt.Value == nil {
 				return "binary"
@@ -163,7 +167,27 @@ func listElement(n parquet.Node) (el parquet.Node, twoLevel, ok bool) {
 	return rep, true, true
 }
 
-func isString(n parquet.Node) bool { return n.Leaf() && n.Type().Kind() == parquet.ByteArray }
+// leafKind returns the physical type of n; ok is false for a group, and for a leaf whose type parquet-go gives
+// no physical kind: a MAP, LIST or VARIANT annotation on a leaf (only a damaged or hand-made file has one), whose
+// Kind panics, as a group's does.
+func leafKind(n parquet.Node) (k parquet.Kind, ok bool) {
+	if !n.Leaf() {
+		return 0, false
+	}
+	t := n.Type()
+	if lt := t.LogicalType(); lt != nil {
+		switch lt.Value.(type) {
+		case *format.MapType, *format.ListType, *format.VariantType:
+			return 0, false
+		}
+	}
+	return t.Kind(), true
+}
+
+func isString(n parquet.Node) bool {
+	k, ok := leafKind(n)
+	return ok && k == parquet.ByteArray
+}
 
 // isBinary reports whether n holds bytes: a BYTE_ARRAY leaf that is not annotated as a string (text is not an
 // encoded image).
@@ -172,7 +196,8 @@ func isBinary(n parquet.Node) bool {
 }
 
 func isInt(n parquet.Node) bool {
-	return n.Leaf() && (n.Type().Kind() == parquet.Int32 || n.Type().Kind() == parquet.Int64)
+	k, ok := leafKind(n)
+	return ok && (k == parquet.Int32 || k == parquet.Int64)
 }
 
 func field(n parquet.Node, name string) (parquet.Field, bool) {
@@ -228,7 +253,11 @@ func (d *Dataset) resolve(f *file, specs []spec) ([]resolved, error) {
 			if !ok {
 				return leaf{}, false
 			}
-			return leaf{index: lc.ColumnIndex, maxDef: lc.MaxDefinitionLevel, physical: lc.Node.Type().Kind()}, true
+			k, ok := leafKind(lc.Node)
+			if !ok {
+				return leaf{}, false
+			}
+			return leaf{index: lc.ColumnIndex, maxDef: lc.MaxDefinitionLevel, physical: k}, true
 		}
 		switch s.kind {
 		case kString:
@@ -244,8 +273,8 @@ func (d *Dataset) resolve(f *file, specs []spec) ([]resolved, error) {
 			l, _ := lookup(col)
 			out[i].leaves = []leaf{l}
 		case kNumber:
-			k := top.Type().Kind()
-			if !top.Leaf() || top.Repeated() || k != parquet.Int32 && k != parquet.Int64 && k != parquet.Float && k != parquet.Double {
+			k, ok := leafKind(top)
+			if !ok || top.Repeated() || k != parquet.Int32 && k != parquet.Int64 && k != parquet.Float && k != parquet.Double {
 				return nil, wrong()
 			}
 			l, _ := lookup(col)

@@ -1,6 +1,7 @@
 package hfdata
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -140,5 +141,27 @@ func TestTwoLevelMessagesRead(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %v, want %v", got, want)
+	}
+}
+
+// TestNumberColumnOfAGroupRefused: a number column (STS-B's score) that is a struct is refused naming its type;
+// reading its physical kind panicked before ("cannot call Kind on parquet group"), as a leaf annotated MAP did
+// (FuzzParquet's testdata/fuzz/FuzzParquet/94a08464a04595e4).
+func TestNumberColumnOfAGroupRefused(t *testing.T) {
+	path := writeSchema(t, parquet.NewSchema("row", parquet.Group{"sentence1": parquet.String(), "sentence2": parquet.String(),
+		"label": parquet.Group{"score": parquet.Leaf(parquet.DoubleType)}}))
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pf, err := openReaderAt(path, bytes.NewReader(b), int64(len(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &Dataset{Path: path, Files: []string{path}}
+	specs := []spec{{name: "sentence1", kind: kString}, {name: "sentence2", kind: kString}, {name: "label", kind: kNumber}}
+	_, err = d.eachOfFile(&file{path: path, pf: pf}, specs, func(string, row) error { return nil })
+	if err == nil || !strings.Contains(err.Error(), `"label" is struct{score: double}`) || strings.Contains(err.Error(), "\n") {
+		t.Errorf("a struct label: %v; want one line naming its type", err)
 	}
 }
